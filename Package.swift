@@ -1,0 +1,56 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let package = Package(
+    name: "Enlarger",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "enlarger", targets: ["EnlargerCLI"]),
+        .library(name: "Imaging", targets: ["Imaging"]),
+        .library(name: "Enlarger", targets: ["Enlarger"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-protobuf", from: "1.39.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
+    targets: [
+        // C: libjpeg-turbo behind setjmp guards (libjpeg's error recovery is longjmp).
+        .target(name: "CJPEG", linkerSettings: [.linkedLibrary("jpeg")]),
+        // C: libzmq, imported as a system library (no pkg-config: its flags are unusable here).
+        .systemLibrary(name: "CZeroMQ"),
+
+        .target(name: "Imaging", dependencies: ["CJPEG"]),
+        .target(name: "ZeroMQ", dependencies: ["CZeroMQ"]),
+        .target(
+            name: "EnlargerProtocol",
+            dependencies: [.product(name: "SwiftProtobuf", package: "swift-protobuf")]
+        ),
+        .target(
+            name: "EnlargerBroker",
+            dependencies: ["EnlargerProtocol", "ZeroMQ", .product(name: "Logging", package: "swift-log")]
+        ),
+        .target(
+            name: "EnlargerWorker",
+            dependencies: ["EnlargerProtocol", "ZeroMQ", "Imaging", .product(name: "Logging", package: "swift-log")]
+        ),
+        .target(name: "Enlarger", dependencies: ["EnlargerProtocol", "ZeroMQ", "Imaging"]),
+        .executableTarget(
+            name: "EnlargerCLI",
+            dependencies: [
+                "Imaging", "Enlarger", "EnlargerBroker", "EnlargerWorker",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        .testTarget(name: "ImagingTests", dependencies: ["Imaging"]),
+        .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
+        .testTarget(name: "EnlargerProtocolTests", dependencies: ["EnlargerProtocol"]),
+        .testTarget(name: "EnlargerBrokerTests", dependencies: ["EnlargerBroker", "EnlargerProtocol"]),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: ["Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Imaging"]
+        ),
+    ]
+)

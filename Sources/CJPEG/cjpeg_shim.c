@@ -1,0 +1,401 @@
+// See include/cjpeg_shim.h: this file exists because libjpeg's error recovery is longjmp.
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "cjpeg_shim.h"
+
+int32_t ej_atomic_load(const int32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+void ej_atomic_store(int32_t *p, int32_t value) { __atomic_store_n(p, value, __ATOMIC_RELEASE); }
+
+void ej_free(void *pointer) { free(pointer); }
+
+// --- shared error handling ---------------------------------------------------------------
+
+// Every libjpeg object used here embeds one of these; libjpeg's error hooks find it through
+// client_data and longjmp back to the guarded entry point with the failure recorded.
+typedef struct {
+    jmp_buf jump;
+    ej_status failure;
+    char message[JMSG_LENGTH_MAX + 64];
+} ej_guard;
+
+static ej_status ej_classify_error(int code) {
+    switch (code) {
+    case JERR_NO_SOI:
+        return EJ_ERR_NOT_JPEG;
+    case JERR_INPUT_EMPTY:
+    case JERR_INPUT_EOF:
+        return EJ_ERR_TRUNCATED;
+    case JERR_BAD_PRECISION:
+    case JERR_SOF_UNSUPPORTED:
+    case JERR_NOT_COMPILED:
+    case JERR_NOTIMPL:
+    case JERR_ARITH_NOTIMPL:
+    case JERR_CONVERSION_NOTIMPL:
+    case JERR_CCIR601_NOTIMPL:
+        return EJ_ERR_UNSUPPORTED;
+    case JERR_IMAGE_TOO_BIG:
+    case JERR_WIDTH_OVERFLOW:
+        return EJ_ERR_TOO_LARGE;
+    case JERR_OUT_OF_MEMORY:
+    case JERR_NO_BACKING_STORE:
+        return EJ_ERR_NO_MEMORY;
+    case JERR_BAD_STATE:
+    case JERR_BAD_BUFFER_MODE:
+        return EJ_ERR_USAGE;
+    default:
+        return EJ_ERR_CORRUPT;
+    }
+}
+
+static void ej_fail(j_common_ptr cinfo, ej_status status) {
+    ej_guard *guard = (ej_guard *)cinfo->client_data;
+    (*cinfo->err->format_message)(cinfo, guard->message);
+    guard->failure = status;
+    longjmp(guard->jump, 1);
+}
+
+static void ej_error_exit(j_common_ptr cinfo) {
+    ej_fail(cinfo, ej_classify_error(cinfo->err->msg_code));
+}
+
+// libjpeg "warns" about truncated or corrupt data and goes on with grey pixels; an image
+// service must refuse such input instead, so warnings (level -1) fail like errors.
+static void ej_emit_message(j_common_ptr cinfo, int level) {
+    if (level >= 0) return;  // trace messages
+    ej_fail(cinfo, cinfo->err->msg_code == JWRN_JPEG_EOF ? EJ_ERR_TRUNCATED : EJ_ERR_CORRUPT);
+}
+
+static void ej_fail_with(j_common_ptr cinfo, ej_status status, const char *message) {
+    ej_guard *guard = (ej_guard *)cinfo->client_data;
+    snprintf(guard->message, sizeof guard->message, "%s", message);
+    guard->failure = status;
+    longjmp(guard->jump, 1);
+}
+
+// --- decoder -----------------------------------------------------------------------------
+
+struct ej_decoder {
+    ej_guard guard;  // first: client_data points here
+    struct jpeg_decompress_struct cinfo;
+    struct jpeg_error_mgr jerr;
+    struct jpeg_progress_mgr progress;
+    const int32_t *cancel;
+    int max_scans;
+    int convert_cmyk;   // output is CMYK from libjpeg, converted to RGB per row here
+    int cmyk_inverted;  // Adobe CMYK stores 255 - ink
+    uint8_t *scratch;   // one CMYK row
+    int out_channels;
+};
+
+static void ej_check_limits(ej_decoder *dec) {
+    j_common_ptr common = (j_common_ptr)&dec->cinfo;
+    if (dec->cancel != NULL && ej_atomic_load(dec->cancel) != 0)
+        ej_fail_with(common, EJ_ERR_CANCELLED, "cancelled");
+    if (dec->max_scans > 0 && dec->cinfo.input_scan_number > dec->max_scans) {
+        char text[96];
+        snprintf(text, sizeof text, "more than %d scans", dec->max_scans);
+        ej_fail_with(common, EJ_ERR_TOO_MANY_SCANS, text);
+    }
+}
+
+// Called by libjpeg between iMCU rows while it consumes a multi-scan file and once per
+// jpeg_read_scanlines call: the checkpoint for cancellation and the scan limit.
+static void ej_progress_monitor(j_common_ptr cinfo) {
+    ej_decoder *dec = (ej_decoder *)cinfo->client_data;
+    ej_check_limits(dec);
+}
+
+ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans) {
+    ej_decoder *dec = calloc(1, sizeof *dec);
+    if (dec == NULL) return NULL;
+    dec->cancel = cancel_flag;
+    dec->max_scans = max_scans;
+    dec->cinfo.err = jpeg_std_error(&dec->jerr);
+    dec->jerr.error_exit = ej_error_exit;
+    dec->jerr.emit_message = ej_emit_message;
+    if (setjmp(dec->guard.jump)) {
+        free(dec);
+        return NULL;
+    }
+    jpeg_create_decompress(&dec->cinfo);
+    dec->cinfo.client_data = &dec->guard;
+    dec->progress.progress_monitor = ej_progress_monitor;
+    dec->cinfo.progress = &dec->progress;
+    return dec;
+}
+
+void ej_decoder_destroy(ej_decoder *dec) {
+    if (dec == NULL) return;
+    jpeg_destroy_decompress(&dec->cinfo);
+    free(dec->scratch);
+    free(dec);
+}
+
+const char *ej_message(const ej_decoder *dec) { return dec->guard.message; }
+
+static int ej_color_of(J_COLOR_SPACE space) {
+    switch (space) {
+    case JCS_GRAYSCALE: return EJ_COLOR_GRAY;
+    case JCS_YCbCr: return EJ_COLOR_YCBCR;
+    case JCS_RGB: return EJ_COLOR_RGB;
+    case JCS_CMYK: return EJ_COLOR_CMYK;
+    case JCS_YCCK: return EJ_COLOR_YCCK;
+    default: return EJ_COLOR_UNKNOWN;
+    }
+}
+
+ej_status ej_read_header(ej_decoder *dec, const uint8_t *data, size_t length, ej_info *info) {
+    if (setjmp(dec->guard.jump)) return dec->guard.failure;
+    jpeg_mem_src(&dec->cinfo, data, (unsigned long)length);
+    jpeg_save_markers(&dec->cinfo, JPEG_APP0 + 1, 0xFFFF);
+    jpeg_read_header(&dec->cinfo, TRUE);
+
+    memset(info, 0, sizeof *info);
+    info->width = (int)dec->cinfo.image_width;
+    info->height = (int)dec->cinfo.image_height;
+    info->components = dec->cinfo.num_components;
+    info->color = ej_color_of(dec->cinfo.jpeg_color_space);
+    info->progressive = dec->cinfo.progressive_mode ? 1 : 0;
+    info->arithmetic = dec->cinfo.arith_code ? 1 : 0;
+    info->adobe_marker = dec->cinfo.saw_Adobe_marker ? 1 : 0;
+    for (jpeg_saved_marker_ptr m = dec->cinfo.marker_list; m != NULL; m = m->next) {
+        if (m->marker == JPEG_APP0 + 1 && m->data_length >= 6 && memcmp(m->data, "Exif\0\0", 6) == 0) {
+            info->exif = m->data + 6;
+            info->exif_length = m->data_length - 6;
+            break;
+        }
+    }
+    if (info->color == EJ_COLOR_UNKNOWN) {
+        snprintf(dec->guard.message, sizeof dec->guard.message, "unsupported colour space with %d components",
+                 info->components);
+        return EJ_ERR_UNSUPPORTED;
+    }
+    return EJ_OK;
+}
+
+static ej_status ej_prepare(ej_decoder *dec, int scale_num) {
+    if (scale_num < 1 || scale_num > 8) {
+        snprintf(dec->guard.message, sizeof dec->guard.message, "scale %d/8 is out of range", scale_num);
+        return EJ_ERR_USAGE;
+    }
+    struct jpeg_decompress_struct *cinfo = &dec->cinfo;
+    cinfo->scale_num = (unsigned int)scale_num;
+    cinfo->scale_denom = 8;
+    cinfo->dct_method = JDCT_ISLOW;
+    switch (cinfo->jpeg_color_space) {
+    case JCS_GRAYSCALE:
+        cinfo->out_color_space = JCS_GRAYSCALE;
+        dec->out_channels = 1;
+        break;
+    case JCS_CMYK:
+    case JCS_YCCK:
+        cinfo->out_color_space = JCS_CMYK;  // libjpeg turns YCCK into CMYK; RGB is ours to do
+        dec->convert_cmyk = 1;
+        dec->cmyk_inverted = cinfo->saw_Adobe_marker ? 1 : 0;
+        dec->out_channels = 3;
+        break;
+    default:
+        cinfo->out_color_space = JCS_RGB;
+        dec->out_channels = 3;
+        break;
+    }
+    return EJ_OK;
+}
+
+static ej_status ej_started(ej_decoder *dec, int *out_width, int *out_height, int *out_channels) {
+    *out_width = (int)dec->cinfo.output_width;
+    *out_height = (int)dec->cinfo.output_height;
+    *out_channels = dec->out_channels;
+    if (dec->convert_cmyk) {
+        free(dec->scratch);
+        dec->scratch = malloc((size_t)dec->cinfo.output_width * 4);
+        if (dec->scratch == NULL) {
+            snprintf(dec->guard.message, sizeof dec->guard.message, "out of memory for a CMYK row");
+            return EJ_ERR_NO_MEMORY;
+        }
+    }
+    return EJ_OK;
+}
+
+ej_status ej_start(ej_decoder *dec, int scale_num, int *out_width, int *out_height, int *out_channels) {
+    ej_status status = ej_prepare(dec, scale_num);
+    if (status != EJ_OK) return status;
+    if (setjmp(dec->guard.jump)) return dec->guard.failure;
+    jpeg_start_decompress(&dec->cinfo);
+    return ej_started(dec, out_width, out_height, out_channels);
+}
+
+ej_status ej_start_buffered(ej_decoder *dec, int scale_num, int *out_width, int *out_height, int *out_channels) {
+    ej_status status = ej_prepare(dec, scale_num);
+    if (status != EJ_OK) return status;
+    if (setjmp(dec->guard.jump)) return dec->guard.failure;
+    dec->cinfo.buffered_image = TRUE;
+    jpeg_start_decompress(&dec->cinfo);
+    return ej_started(dec, out_width, out_height, out_channels);
+}
+
+static inline uint8_t ej_mul255(unsigned a, unsigned b) {
+    unsigned t = a * b + 128;
+    return (uint8_t)((t + (t >> 8)) >> 8);
+}
+
+static void ej_cmyk_to_rgb(const uint8_t *cmyk, uint8_t *rgb, size_t width, int inverted) {
+    for (size_t x = 0; x < width; x++, cmyk += 4, rgb += 3) {
+        unsigned c = cmyk[0], m = cmyk[1], y = cmyk[2], k = cmyk[3];
+        if (!inverted) {
+            c = 255 - c; m = 255 - m; y = 255 - y; k = 255 - k;
+        }
+        rgb[0] = ej_mul255(c, k);
+        rgb[1] = ej_mul255(m, k);
+        rgb[2] = ej_mul255(y, k);
+    }
+}
+
+ej_status ej_read_rows(ej_decoder *dec, uint8_t *dst, size_t stride, int max_rows, int *rows_read) {
+    // volatile: read after a longjmp back into this frame.
+    volatile int done = 0;
+    *rows_read = 0;
+    if (setjmp(dec->guard.jump)) {
+        *rows_read = done;
+        return dec->guard.failure;
+    }
+    ej_check_limits(dec);
+    struct jpeg_decompress_struct *cinfo = &dec->cinfo;
+    while (done < max_rows && cinfo->output_scanline < cinfo->output_height) {
+        uint8_t *row = dst + (size_t)done * stride;
+        if (dec->convert_cmyk) {
+            JSAMPROW scratch = dec->scratch;
+            JDIMENSION got = jpeg_read_scanlines(cinfo, &scratch, 1);
+            if (got == 0) break;
+            ej_cmyk_to_rgb(dec->scratch, row, cinfo->output_width, dec->cmyk_inverted);
+            done += 1;
+        } else {
+            JSAMPROW rows[8];
+            int want = max_rows - done;
+            if (want > 8) want = 8;
+            for (int i = 0; i < want; i++) rows[i] = row + (size_t)i * stride;
+            JDIMENSION got = jpeg_read_scanlines(cinfo, rows, (JDIMENSION)want);
+            if (got == 0) break;
+            done += (int)got;
+        }
+    }
+    *rows_read = done;
+    return EJ_OK;
+}
+
+ej_status ej_finish(ej_decoder *dec) {
+    if (setjmp(dec->guard.jump)) return dec->guard.failure;
+    jpeg_finish_decompress(&dec->cinfo);
+    return EJ_OK;
+}
+
+ej_status ej_consume_scans(ej_decoder *dec, int scans, int *scans_completed, int *reached_eoi) {
+    volatile int eoi = 0;
+    if (setjmp(dec->guard.jump)) return dec->guard.failure;
+    struct jpeg_decompress_struct *cinfo = &dec->cinfo;
+    for (;;) {
+        ej_check_limits(dec);
+        if (jpeg_input_complete(cinfo)) {
+            eoi = 1;
+            break;
+        }
+        int result = jpeg_consume_input(cinfo);
+        if (result == JPEG_REACHED_EOI) {
+            eoi = 1;
+            break;
+        }
+        if (result == JPEG_SUSPENDED) break;  // a memory source only suspends at its end
+        // Reaching the start of scan `scans + 1` means the first `scans` scans are complete.
+        if (result == JPEG_REACHED_SOS && scans > 0 && cinfo->input_scan_number > scans) break;
+    }
+    *reached_eoi = eoi;
+    *scans_completed = eoi ? cinfo->input_scan_number : cinfo->input_scan_number - 1;
+    return EJ_OK;
+}
+
+ej_status ej_start_output_pass(ej_decoder *dec) {
+    if (setjmp(dec->guard.jump)) return dec->guard.failure;
+    jpeg_start_output(&dec->cinfo, dec->cinfo.input_scan_number);
+    return EJ_OK;
+}
+
+ej_status ej_finish_output_pass(ej_decoder *dec) {
+    if (setjmp(dec->guard.jump)) return dec->guard.failure;
+    jpeg_finish_output(&dec->cinfo);
+    return EJ_OK;
+}
+
+// --- encoder -----------------------------------------------------------------------------
+
+typedef struct {
+    ej_guard guard;
+    struct jpeg_compress_struct cinfo;
+    struct jpeg_error_mgr jerr;
+    unsigned char *buffer;
+    unsigned long length;
+} ej_encoder;
+
+ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, int quality,
+                    int progressive, int chroma_444, uint8_t **out, unsigned long *out_length,
+                    char *message, size_t message_capacity) {
+    *out = NULL;
+    *out_length = 0;
+    if (width <= 0 || height <= 0 || (channels != 1 && channels != 3) || quality < 1 || quality > 100) {
+        snprintf(message, message_capacity, "invalid encoder arguments");
+        return EJ_ERR_USAGE;
+    }
+    ej_encoder *enc = calloc(1, sizeof *enc);
+    if (enc == NULL) {
+        snprintf(message, message_capacity, "out of memory");
+        return EJ_ERR_NO_MEMORY;
+    }
+    enc->cinfo.err = jpeg_std_error(&enc->jerr);
+    enc->jerr.error_exit = ej_error_exit;
+    enc->jerr.emit_message = ej_emit_message;
+    if (setjmp(enc->guard.jump)) {
+        ej_status failure = enc->guard.failure;
+        snprintf(message, message_capacity, "%s", enc->guard.message);
+        jpeg_destroy_compress(&enc->cinfo);
+        free(enc->buffer);
+        free(enc);
+        return failure;
+    }
+    jpeg_create_compress(&enc->cinfo);
+    enc->cinfo.client_data = &enc->guard;
+    jpeg_mem_dest(&enc->cinfo, &enc->buffer, &enc->length);
+    enc->cinfo.image_width = (JDIMENSION)width;
+    enc->cinfo.image_height = (JDIMENSION)height;
+    enc->cinfo.input_components = channels;
+    enc->cinfo.in_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_set_defaults(&enc->cinfo);
+    jpeg_set_quality(&enc->cinfo, quality, TRUE);
+    enc->cinfo.dct_method = JDCT_ISLOW;
+    if (channels == 3) {
+        int factor = chroma_444 ? 1 : 2;
+        enc->cinfo.comp_info[0].h_samp_factor = factor;
+        enc->cinfo.comp_info[0].v_samp_factor = factor;
+    }
+    if (progressive) jpeg_simple_progression(&enc->cinfo);
+    jpeg_start_compress(&enc->cinfo, TRUE);
+    size_t stride = (size_t)width * (size_t)channels;
+    while (enc->cinfo.next_scanline < enc->cinfo.image_height) {
+        JSAMPROW rows[16];
+        JDIMENSION count = enc->cinfo.image_height - enc->cinfo.next_scanline;
+        if (count > 16) count = 16;
+        for (JDIMENSION i = 0; i < count; i++)
+            rows[i] = (JSAMPROW)(pixels + (size_t)(enc->cinfo.next_scanline + i) * stride);
+        jpeg_write_scanlines(&enc->cinfo, rows, count);
+    }
+    jpeg_finish_compress(&enc->cinfo);
+    *out = enc->buffer;
+    *out_length = enc->length;
+    jpeg_destroy_compress(&enc->cinfo);
+    free(enc);
+    return EJ_OK;
+}

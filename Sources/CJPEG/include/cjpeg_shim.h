@@ -1,0 +1,90 @@
+// A setjmp-guarded wrapper around libjpeg-turbo. libjpeg reports errors by longjmp from its
+// error handler, which Swift cannot survive, so every libjpeg call happens inside this file
+// behind a setjmp and comes back as an `ej_status`. Warnings (truncated or corrupt data that
+// libjpeg would fill with grey) are turned into errors here too.
+#ifndef ENLARGER_CJPEG_SHIM_H
+#define ENLARGER_CJPEG_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    EJ_OK = 0,
+    EJ_ERR_NOT_JPEG,
+    EJ_ERR_TRUNCATED,
+    EJ_ERR_CORRUPT,
+    EJ_ERR_UNSUPPORTED,
+    EJ_ERR_TOO_LARGE,
+    EJ_ERR_TOO_MANY_SCANS,
+    EJ_ERR_CANCELLED,
+    EJ_ERR_NO_MEMORY,
+    EJ_ERR_USAGE,
+} ej_status;
+
+typedef enum {
+    EJ_COLOR_UNKNOWN = 0,
+    EJ_COLOR_GRAY,
+    EJ_COLOR_YCBCR,
+    EJ_COLOR_RGB,
+    EJ_COLOR_CMYK,
+    EJ_COLOR_YCCK,
+} ej_color;
+
+typedef struct {
+    int width;               // as stored in the SOF marker (before EXIF orientation)
+    int height;
+    int components;          // in the file: 1, 3 or 4
+    int color;               // an ej_color
+    int progressive;         // 1 for multi-scan (SOF2/SOF10)
+    int arithmetic;          // 1 for arithmetic coding (SOF9/SOF10)
+    int adobe_marker;        // 1 if an Adobe APP14 marker was seen (CMYK is then stored inverted)
+    const uint8_t *exif;     // the first APP1 "Exif\0\0" payload after its 6-byte header, or NULL
+    size_t exif_length;      // valid while the decoder lives
+} ej_info;
+
+/// Opaque decoder state (a jpeg_decompress_struct plus its jmp_buf and scratch rows).
+typedef struct ej_decoder ej_decoder;
+
+/// `cancel_flag` is polled (atomically) between iMCU rows and scanlines; it may be NULL.
+/// `max_scans` bounds the number of scans of a multi-scan file (0 = no bound).
+ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans);
+void ej_decoder_destroy(ej_decoder *dec);
+
+/// Parses the markers up to the first scan. `data` must outlive the decoder.
+ej_status ej_read_header(ej_decoder *dec, const uint8_t *data, size_t length, ej_info *info);
+
+/// Starts decompression at a DCT scale of `scale_num`/8 (1…8) and reports the output size.
+/// Output is 1 channel for grayscale files and 3 (RGB) for everything else: CMYK and YCCK
+/// are converted to RGB here.
+ej_status ej_start(ej_decoder *dec, int scale_num, int *out_width, int *out_height, int *out_channels);
+
+/// Decodes up to `max_rows` rows into `dst` (rows `stride` bytes apart).
+ej_status ej_read_rows(ej_decoder *dec, uint8_t *dst, size_t stride, int max_rows, int *rows_read);
+
+/// Reads to the end of the image, turning any trailing damage into an error.
+ej_status ej_finish(ej_decoder *dec);
+
+/// Buffered-image mode for progressive files: starts decompression without decoding every
+/// scan first, so that an early output pass can be taken as a preview.
+ej_status ej_start_buffered(ej_decoder *dec, int scale_num, int *out_width, int *out_height, int *out_channels);
+/// Consumes input until `scans` scans are complete (or the end of input); reports how many were.
+ej_status ej_consume_scans(ej_decoder *dec, int scans, int *scans_completed, int *reached_eoi);
+/// Begins an output pass showing the scans consumed so far; then `ej_read_rows` as usual.
+ej_status ej_start_output_pass(ej_decoder *dec);
+/// Ends the current output pass.
+ej_status ej_finish_output_pass(ej_decoder *dec);
+
+/// The message of the last failure (libjpeg's own text where it came from libjpeg).
+const char *ej_message(const ej_decoder *dec);
+
+/// Encodes interleaved 8-bit pixels (1 channel = grayscale, 3 = RGB) to a JPEG in memory.
+/// On success `*out` holds `*out_length` bytes to be released with `ej_free`.
+ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, int quality,
+                    int progressive, int chroma_444, uint8_t **out, unsigned long *out_length,
+                    char *message, size_t message_capacity);
+void ej_free(void *pointer);
+
+int32_t ej_atomic_load(const int32_t *p);
+void ej_atomic_store(int32_t *p, int32_t value);
+
+#endif

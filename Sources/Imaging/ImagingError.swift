@@ -1,0 +1,40 @@
+/// A failure of decoding, resizing or encoding: a stable machine-readable `code` and a
+/// human message (libjpeg's own text where it came from libjpeg).
+public struct ImagingError: Error, Equatable, Sendable, CustomStringConvertible {
+    public enum Code: String, Sendable, CaseIterable {
+        /// The bytes are not a JPEG (wrong magic); the message names what they look like.
+        case notJPEG
+        /// The input has zero bytes.
+        case empty
+        /// The data ends before the image does.
+        case truncated
+        /// Damaged markers, tables or entropy-coded data.
+        case corrupt
+        /// A valid JPEG this build cannot decode (12-bit, lossless, …).
+        case unsupported
+        /// Over a configured limit (pixels, input bytes) or libjpeg's own dimension limit.
+        case tooLarge
+        /// More progressive scans than the configured limit.
+        case tooManyScans
+        /// A target size or option that cannot be honoured.
+        case invalidArgument
+        /// The input path does not exist.
+        case notFound
+        /// The input path exists but cannot be read (permissions, a directory, I/O error).
+        case unreadable
+        /// The work was cancelled through its `CancellationFlag`.
+        case cancelled
+        /// Encoding the output failed.
+        case encodeFailed
+    }
+
+    public var code: Code
+    public var message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+}
