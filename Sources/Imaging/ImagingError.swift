@@ -26,6 +26,8 @@ public struct ImagingError: Error, Equatable, Sendable, CustomStringConvertible 
         case cancelled
         /// Encoding the output failed.
         case encodeFailed
+        /// Writing an output failed.
+        case writeFailed
     }
 
     public var code: Code

@@ -1,0 +1,66 @@
+import ArgumentParser
+import Imaging
+
+extension Fit: ExpressibleByArgument {}
+extension OutputFormat: ExpressibleByArgument {}
+extension Delivery: ExpressibleByArgument {}
+
+enum Chroma: String, ExpressibleByArgument, CaseIterable {
+    case c420 = "420", c444 = "444"
+}
+
+/// The resize options shared by `resize` and `submit`.
+struct ImageOptions: ParsableArguments {
+    @Option(name: .shortAndLong, help: "Target width in pixels (1…16384). With only one of width/height the aspect ratio is kept.")
+    var width: Int?
+
+    @Option(name: .shortAndLong, help: "Target height in pixels (1…16384).")
+    var height: Int?
+
+    @Option(help: "inside: fit within the box (default); cover: fill the box and crop the centre; fill: stretch to the box.")
+    var fit: Fit = .inside
+
+    @Flag(help: "Allow output larger than the source (off by default: never upscale).")
+    var enlarge = false
+
+    @Option(help: "JPEG quality 1…100.")
+    var quality: Int = 80
+
+    @Flag(help: "Write progressive JPEGs.")
+    var progressive = false
+
+    @Option(help: "JPEG chroma subsampling: 420 or 444.")
+    var chroma: Chroma = .c420
+
+    @Option(help: "Output format: jpeg, or pnm (binary PGM/PPM: lossless pixels).")
+    var format: OutputFormat = .jpeg
+
+    func validate() throws {
+        do { try resizeOptions.validate() } catch { throw ValidationError(error.message) }
+    }
+
+    var resizeOptions: ResizeOptions {
+        ResizeOptions(width: width, height: height, fit: fit, enlarge: enlarge, quality: quality,
+                      progressive: progressive, chroma444: chroma == .c444, format: format)
+    }
+}
+
+/// Decoder limits, configurable from every command that decodes.
+struct LimitOptions: ParsableArguments {
+    @Option(help: "Refuse images with more pixels than this (checked from the header).")
+    var maxPixels: Int = DecodeLimits().maxPixels
+
+    @Option(help: "Refuse inputs larger than this many bytes.")
+    var maxBytes: Int = DecodeLimits().maxInputBytes
+
+    @Option(help: "Refuse progressive JPEGs with more scans than this.")
+    var maxScans: Int = DecodeLimits().maxScans
+
+    func validate() throws {
+        guard maxPixels > 0, maxBytes > 0, maxScans > 0 else {
+            throw ValidationError("limits must be positive")
+        }
+    }
+
+    var limits: DecodeLimits { DecodeLimits(maxPixels: maxPixels, maxInputBytes: maxBytes, maxScans: maxScans) }
+}

@@ -1,0 +1,130 @@
+import ArgumentParser
+import Foundation
+import Imaging
+
+struct ResizeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "resize",
+        abstract: "Resize JPEG files locally, in one process (no broker needed).",
+        discussion: """
+            Writes OUT/<name>.<ext> for each input (and OUT/<name>.degraded.<ext> with --degraded), \
+            printing one line per file, or one JSON object per line with --json. Every input is \
+            processed; the exit code is 1 if any failed, and a failed input leaves no output file.
+
+            Example: enlarger resize photos/*.jpg --width 720 --height 588 --out thumbs
+            """
+    )
+
+    @Argument(help: "JPEG files to resize.")
+    var inputs: [String]
+
+    @OptionGroup var image: ImageOptions
+    @OptionGroup var limitOptions: LimitOptions
+
+    @Flag(help: "Also write the degraded (quick preview) result the service would stream first.")
+    var degraded = false
+
+    @Option(help: "Output directory (created if missing).")
+    var out: String
+
+    @Flag(help: "Print one JSON object per file.")
+    var json = false
+
+    func validate() throws {
+        var seen: [String: String] = [:]
+        for input in inputs {
+            let name = Self.outputName(input)
+            if let other = seen[name] {
+                throw ValidationError("'\(other)' and '\(input)' would both write '\(name)' in the output directory")
+            }
+            seen[name] = input
+        }
+    }
+
+    static func outputName(_ input: String) -> String {
+        ((input as NSString).lastPathComponent as NSString).deletingPathExtension
+    }
+
+    func run() throws {
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        let pipeline = ImagePipeline(limits: limitOptions.limits)
+        let options = image.resizeOptions
+        var failures = 0
+        for input in inputs {
+            do {
+                let line = try process(input, pipeline: pipeline, options: options)
+                print(line)
+            } catch {
+                failures += 1
+                let failure = error as? ImagingError ?? ImagingError(.unreadable, "\(error)")
+                if json {
+                    var object = JSONLine()
+                    object.add("input", input)
+                    var detail = JSONLine()
+                    detail.add("code", failure.code.rawValue)
+                    detail.add("message", failure.message)
+                    object.add("error", object: detail)
+                    print(object.text)
+                } else {
+                    FileHandle.standardError.write(Data("\(input): error \(failure.code.rawValue): \(failure.message)\n".utf8))
+                }
+            }
+        }
+        if failures > 0 { throw ExitCode(1) }
+    }
+
+    private func process(_ input: String, pipeline: ImagePipeline, options: ResizeOptions) throws -> String {
+        let bytes = try InputFile.read(path: input, maxBytes: pipeline.limits.maxInputBytes)
+        var preview: StageResult?
+        var final: StageResult?
+        try pipeline.run(bytes, options: options, delivery: degraded ? .progressive : .final) { result in
+            if result.stage == .degraded { preview = result } else { final = result }
+        }
+        guard let final else { throw ImagingError(.encodeFailed, "no final result") }
+        // Written only once everything succeeded: a failed input leaves no file behind.
+        let name = Self.outputName(input)
+        let path = (out as NSString).appendingPathComponent("\(name).\(options.format.fileExtension)")
+        try write(final.image.bytes, to: path)
+        var degradedPath: String?
+        if let preview {
+            let p = (out as NSString).appendingPathComponent("\(name).degraded.\(options.format.fileExtension)")
+            try write(preview.image.bytes, to: p)
+            degradedPath = p
+        }
+        let t = final.timings
+        if json {
+            var object = JSONLine()
+            object.add("input", input)
+            object.add("output", path)
+            object.add("width", final.image.width)
+            object.add("height", final.image.height)
+            object.add("bytes", final.image.bytes.count)
+            object.add("decode_ms", t.decodeMilliseconds)
+            object.add("resize_ms", t.resizeMilliseconds)
+            object.add("encode_ms", t.encodeMilliseconds)
+            if let preview, let degradedPath {
+                var d = JSONLine()
+                d.add("output", degradedPath)
+                d.add("width", preview.image.width)
+                d.add("height", preview.image.height)
+                d.add("bytes", preview.image.bytes.count)
+                d.add("source", preview.degradedSource?.rawValue ?? "")
+                object.add("degraded", object: d)
+            }
+            return object.text
+        }
+        let ms = { (v: Double) in String(format: "%.1f", v) }
+        return "\(input) -> \(path) \(final.image.width)x\(final.image.height) \(final.image.bytes.count) bytes "
+            + "(decode \(ms(t.decodeMilliseconds)) ms, resize \(ms(t.resizeMilliseconds)) ms, encode \(ms(t.encodeMilliseconds)) ms)"
+            + (degradedPath.map { " degraded -> \($0)" } ?? "")
+    }
+
+    private func write(_ bytes: [UInt8], to path: String) throws {
+        let url = URL(fileURLWithPath: path)
+        do {
+            try Data(bytes).write(to: url, options: .atomic)
+        } catch {
+            throw ImagingError(.writeFailed, "cannot write \(path): \(error.localizedDescription)")
+        }
+    }
+}

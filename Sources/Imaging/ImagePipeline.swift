@@ -1,0 +1,227 @@
+/// Which results a request wants.
+public enum Delivery: String, Sendable, CaseIterable {
+    /// A quick degraded result, then the final one (the default of the service).
+    case progressive
+    /// Only the final result.
+    case final
+    /// Only the degraded result (which is then the terminal one).
+    case degraded
+}
+
+public enum Stage: String, Sendable {
+    case degraded
+    case final
+}
+
+/// Where a degraded result came from: the cheapest honest source available.
+public enum DegradedSource: String, Sendable {
+    /// The JPEG thumbnail embedded in the EXIF block (no decode of the main image needed).
+    case exifThumbnail
+    /// An output pass over the first scans of a progressive JPEG.
+    case progressiveScans
+    /// The buffer decoded for the final, with a cheap filter before the Lanczos pass.
+    case decodedBuffer
+}
+
+/// Milliseconds spent per step for one stage.
+public struct StageTimings: Sendable, Equatable {
+    public var decodeMilliseconds = 0.0
+    public var resizeMilliseconds = 0.0
+    public var encodeMilliseconds = 0.0
+}
+
+public struct StageResult: Sendable {
+    public var stage: Stage
+    /// The last result of the request: nothing follows it.
+    public var isTerminal: Bool
+    public var image: EncodedImage
+    public var degradedSource: DegradedSource?
+    public var timings: StageTimings
+    /// The source image's displayed size.
+    public var sourceWidth: Int
+    public var sourceHeight: Int
+}
+
+/// decode → resize → encode for one JPEG, yielding a degraded result before the final when
+/// asked. The JPEG is decoded once: the degraded result comes from the EXIF thumbnail, the
+/// first progressive scans, or the very buffer the final is computed from.
+public struct ImagePipeline: Sendable {
+    public var limits: DecodeLimits
+    /// See `ResizePlan.defaultHeadroom`.
+    public var headroom: Double
+    /// JPEG quality of degraded results (they are replaced soon; small and fast matters more).
+    public var degradedQuality: Int
+    /// Progressive scans shown in a degraded result (the DC scan and the first AC scan).
+    public var previewScans = 2
+
+    public init(limits: DecodeLimits = DecodeLimits(), headroom: Double = ResizePlan.defaultHeadroom,
+                degradedQuality: Int = 60) {
+        self.limits = limits
+        self.headroom = headroom
+        self.degradedQuality = degradedQuality
+    }
+
+    /// Runs the pipeline on `input` (which must stay valid during the call). `emit` is
+    /// called on the calling thread once per result, degraded first; the last call has
+    /// `isTerminal == true`. Throws `ImagingError` (e.g. `.cancelled` once `cancel` is set).
+    public func run(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery = .final,
+                    cancel: CancellationFlag? = nil, emit: (StageResult) throws(ImagingError) -> Void) throws(ImagingError) {
+        var clock = Stopwatch()
+        let decoder = try JPEGDecoder(data: input, limits: limits, cancel: cancel)
+        let header = decoder.header
+        let plan = try ResizePlan.make(sourceWidth: header.width, sourceHeight: header.height,
+                                       orientation: header.orientation, options: options, headroom: headroom)
+        let oriented = header.orientedSize
+        func result(_ stage: Stage, _ image: EncodedImage, _ source: DegradedSource?, _ timings: StageTimings) -> StageResult {
+            StageResult(stage: stage, isTerminal: stage == .final || delivery == .degraded, image: image,
+                        degradedSource: source, timings: timings, sourceWidth: oriented.width, sourceHeight: oriented.height)
+        }
+        let wantsDegraded = delivery != .final
+        var timings = StageTimings()
+        let decoded: PixelBuffer
+
+        if wantsDegraded, let thumbnail = decoder.thumbnail,
+           let preview = thumbnailPreview(thumbnail, header: header, plan: plan, options: options, cancel: cancel) {
+            try cancel?.check()
+            try emit(result(.degraded, preview.image, .exifThumbnail, preview.timings))
+            if delivery == .degraded { return }
+            clock.reset()
+            decoded = try decoder.decode(scaleNumerator: plan.scaleNumerator)
+        } else if wantsDegraded && header.progressive {
+            let size = try decoder.startBuffered(scaleNumerator: plan.scaleNumerator)
+            let complete = try decoder.consume(scans: previewScans)
+            let early = try decoder.outputPass(width: size.width, height: size.height, channels: size.channels)
+            var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
+            let image = try finish(early, plan: plan, header: header, options: options, filter: .triangle,
+                                   quality: degradedQuality, cancel: cancel, timings: &previewTimings, clock: &clock)
+            try emit(result(.degraded, image, .progressiveScans, previewTimings))
+            if delivery == .degraded { return }
+            clock.reset()
+            if !complete { try decoder.consume(scans: 0) }
+            decoded = try decoder.outputPass(width: size.width, height: size.height, channels: size.channels)
+            try decoder.finishBuffered()
+        } else {
+            decoded = try decoder.decode(scaleNumerator: plan.scaleNumerator)
+            if wantsDegraded {
+                var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
+                timings.decodeMilliseconds = previewTimings.decodeMilliseconds
+                let image = try finish(decoded, plan: plan, header: header, options: options, filter: .triangle,
+                                       quality: degradedQuality, cancel: cancel, timings: &previewTimings, clock: &clock)
+                try emit(result(.degraded, image, .decodedBuffer, previewTimings))
+                if delivery == .degraded { return }
+            }
+        }
+        timings.decodeMilliseconds += clock.lap()
+        let image = try finish(decoded, plan: plan, header: header, options: options, filter: .lanczos3,
+                               quality: options.quality, cancel: cancel, timings: &timings, clock: &clock)
+        try emit(result(.final, image, nil, timings))
+    }
+
+    /// Convenience: the final result only.
+    public func resize(_ input: UnsafeRawBufferPointer, options: ResizeOptions,
+                       cancel: CancellationFlag? = nil) throws(ImagingError) -> StageResult {
+        var final: StageResult?
+        try run(input, options: options, delivery: .final, cancel: cancel) { final = $0 }
+        return final!
+    }
+
+    /// Resamples the plan's region of a decoded buffer, orients and encodes it.
+    private func finish(_ decoded: PixelBuffer, plan: ResizePlan, header: JPEGHeader, options: ResizeOptions,
+                        filter: ResampleFilter, quality: Int, cancel: CancellationFlag?,
+                        timings: inout StageTimings, clock: inout Stopwatch) throws(ImagingError) -> EncodedImage {
+        let region = Self.scale(plan.region, fromWidth: header.width, fromHeight: header.height,
+                                toWidth: decoded.width, toHeight: decoded.height)
+        let resized: PixelBuffer
+        if region == PixelRect(x: 0, y: 0, width: decoded.width, height: decoded.height)
+            && decoded.width == plan.storedOutputWidth && decoded.height == plan.storedOutputHeight {
+            resized = decoded
+        } else {
+            resized = try Resampler.resample(decoded, region: region, width: plan.storedOutputWidth,
+                                             height: plan.storedOutputHeight, filter: filter, cancel: cancel)
+        }
+        let upright = header.orientation.apply(to: resized)
+        timings.resizeMilliseconds += clock.lap()
+        try cancel?.check()
+        let image = try Encoder.encode(upright, format: options.format, quality: quality,
+                                       progressive: options.progressive, chroma444: options.chroma444)
+        timings.encodeMilliseconds += clock.lap()
+        return image
+    }
+
+    /// A degraded result from the EXIF thumbnail, or nil when the thumbnail is unusable
+    /// (undecodable, or its aspect ratio differs from the image's, as with letterboxed ones).
+    private func thumbnailPreview(_ bytes: [UInt8], header: JPEGHeader, plan: ResizePlan, options: ResizeOptions,
+                                  cancel: CancellationFlag?) -> (image: EncodedImage, timings: StageTimings)? {
+        var clock = Stopwatch()
+        return try? withBytes(bytes) { raw throws(ImagingError) -> (image: EncodedImage, timings: StageTimings)? in
+            let thumb = try JPEGDecoder(data: raw, limits: limits, cancel: cancel)
+            let (tw, th) = (thumb.header.width, thumb.header.height)
+            let aspect = Double(tw) / Double(th), expected = Double(header.width) / Double(header.height)
+            guard abs(aspect / expected - 1) < 0.02 else { return nil }
+            let pixels = try thumb.decode(scaleNumerator: 8)
+            var timings = StageTimings(decodeMilliseconds: clock.lap())
+            let region = Self.scale(plan.region, fromWidth: header.width, fromHeight: header.height, toWidth: tw, toHeight: th)
+            // Never enlarge the thumbnail: the degraded result may be smaller than the final.
+            let factor = min(1, Double(region.width) / Double(plan.storedOutputWidth),
+                             Double(region.height) / Double(plan.storedOutputHeight))
+            let width = max(1, Int((Double(plan.storedOutputWidth) * factor).rounded()))
+            let height = max(1, Int((Double(plan.storedOutputHeight) * factor).rounded()))
+            let resized = try Resampler.resample(pixels, region: region, width: width, height: height,
+                                                 filter: .lanczos3, cancel: cancel)
+            let upright = header.orientation.apply(to: resized)
+            timings.resizeMilliseconds = clock.lap()
+            let image = try Encoder.encode(upright, format: options.format, quality: degradedQuality,
+                                           progressive: false, chroma444: options.chroma444)
+            timings.encodeMilliseconds = clock.lap()
+            return (image, timings)
+        }
+    }
+
+    /// Maps a rectangle of a `fromWidth`×`fromHeight` image onto the same image at another
+    /// size, rounding outwards and clamping to the bounds.
+    static func scale(_ r: PixelRect, fromWidth: Int, fromHeight: Int, toWidth: Int, toHeight: Int) -> PixelRect {
+        if fromWidth == toWidth && fromHeight == toHeight { return r }
+        let x0 = r.x * toWidth / fromWidth, y0 = r.y * toHeight / fromHeight
+        let x1 = min(toWidth, ((r.x + r.width) * toWidth + fromWidth - 1) / fromWidth)
+        let y1 = min(toHeight, ((r.y + r.height) * toHeight + fromHeight - 1) / fromHeight)
+        return PixelRect(x: x0, y: y0, width: max(1, x1 - x0), height: max(1, y1 - y0))
+    }
+}
+
+extension ImagePipeline {
+    /// `run` over an array of bytes.
+    public func run(_ input: [UInt8], options: ResizeOptions, delivery: Delivery = .final,
+                    cancel: CancellationFlag? = nil, emit: (StageResult) throws(ImagingError) -> Void) throws(ImagingError) {
+        try withBytes(input) { raw throws(ImagingError) in
+            try run(raw, options: options, delivery: delivery, cancel: cancel, emit: emit)
+        }
+    }
+
+    /// Reads only the header (and EXIF) of a JPEG, checking the limits.
+    public func header(of input: UnsafeRawBufferPointer) throws(ImagingError) -> JPEGHeader {
+        try JPEGDecoder(data: input, limits: limits, cancel: nil).header
+    }
+}
+
+/// Monotonic lap timer.
+struct Stopwatch {
+    private var start = ContinuousClock.now
+
+    mutating func reset() { start = .now }
+
+    /// Milliseconds since the last lap (or reset), starting a new lap.
+    mutating func lap() -> Double {
+        let now = ContinuousClock.now
+        let elapsed = now - start
+        start = now
+        let (seconds, attoseconds) = elapsed.components
+        return Double(seconds) * 1e3 + Double(attoseconds) * 1e-15
+    }
+}
+
+/// `Array.withUnsafeBytes` keeping the typed error.
+func withBytes<R>(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(ImagingError) -> R) throws(ImagingError) -> R {
+    var result: Result<R, ImagingError>?
+    bytes.withUnsafeBytes { raw in result = Result { () throws(ImagingError) in try body(raw) } }
+    return try result!.get()
+}

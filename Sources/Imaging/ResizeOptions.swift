@@ -1,0 +1,82 @@
+/// How the output box is filled.
+public enum Fit: String, Sendable, CaseIterable {
+    /// Scale to fit inside the box, keeping the aspect ratio (the default).
+    case inside
+    /// Scale to cover the box, keeping the aspect ratio, then crop the centre to exactly the box.
+    case cover
+    /// Stretch to exactly the box.
+    case fill
+}
+
+public enum OutputFormat: String, Sendable, CaseIterable {
+    case jpeg
+    /// Binary PGM (gray) or PPM (RGB): lossless, for tests and for users who want pixels.
+    case pnm
+
+    public var fileExtension: String {
+        switch self {
+        case .jpeg: "jpg"
+        case .pnm: "pnm"
+        }
+    }
+}
+
+/// What the caller asks for. A nil axis is unconstrained; at least one must be given.
+public struct ResizeOptions: Sendable, Equatable {
+    /// The largest target accepted on either axis.
+    public static let maxDimension = 16384
+
+    public var width: Int?
+    public var height: Int?
+    public var fit: Fit = .inside
+    /// Allow the output to be larger than the (oriented) source.
+    public var enlarge = false
+    /// JPEG quality 1…100.
+    public var quality = 80
+    public var progressive = false
+    /// 4:4:4 chroma instead of the default 4:2:0.
+    public var chroma444 = false
+    public var format: OutputFormat = .jpeg
+
+    public init(width: Int? = nil, height: Int? = nil, fit: Fit = .inside, enlarge: Bool = false,
+                quality: Int = 80, progressive: Bool = false, chroma444: Bool = false, format: OutputFormat = .jpeg) {
+        self.width = width
+        self.height = height
+        self.fit = fit
+        self.enlarge = enlarge
+        self.quality = quality
+        self.progressive = progressive
+        self.chroma444 = chroma444
+        self.format = format
+    }
+
+    /// Throws `.invalidArgument` with a message naming the offending value.
+    public func validate() throws(ImagingError) {
+        if width == nil && height == nil {
+            throw ImagingError(.invalidArgument, "a target width or height is required")
+        }
+        for (name, value) in [("width", width), ("height", height)] {
+            if let value, value < 1 || value > Self.maxDimension {
+                throw ImagingError(.invalidArgument, "\(name) \(value) is out of range 1…\(Self.maxDimension)")
+            }
+        }
+        if quality < 1 || quality > 100 {
+            throw ImagingError(.invalidArgument, "quality \(quality) is out of range 1…100")
+        }
+    }
+}
+
+/// Limits checked from the header before any pixel memory is allocated.
+public struct DecodeLimits: Sendable, Equatable {
+    /// Above the largest real photo in common use (99.6 MP), below decompression bombs.
+    public var maxPixels = 1 << 27
+    public var maxInputBytes = 64 << 20
+    /// Bounds the work of progressive files with absurd scan counts.
+    public var maxScans = 256
+
+    public init(maxPixels: Int = 1 << 27, maxInputBytes: Int = 64 << 20, maxScans: Int = 256) {
+        self.maxPixels = maxPixels
+        self.maxInputBytes = maxInputBytes
+        self.maxScans = maxScans
+    }
+}

@@ -1,0 +1,141 @@
+import Foundation
+import XCTest
+@testable import Imaging
+
+final class DecoderTests: XCTestCase {
+    func testLimitsAreCheckedFromTheHeader() throws {
+        let photo = try Corpus.bytes("good", "sharp_2569067123_aca715a2ee_o.jpg")  // 2725×2225
+        XCTAssertThrowsError(try ImagePipeline(limits: DecodeLimits(maxPixels: 2725 * 2225 - 1)).resize(photo, options: .init(width: 10))) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .tooLarge)
+        }
+        XCTAssertNoThrow(try ImagePipeline(limits: DecodeLimits(maxPixels: 2725 * 2225)).resize(photo, options: .init(width: 10)))
+        XCTAssertThrowsError(try ImagePipeline(limits: DecodeLimits(maxInputBytes: photo.count - 1)).resize(photo, options: .init(width: 10))) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .tooLarge)
+        }
+    }
+
+    func testScanLimit() throws {
+        let progressive = try Corpus.bytes("good", "imagers_progressive_3.jpg")  // 11 scans, no EXIF thumbnail
+        // A degraded-only request reads just the first scans, so only a lower limit bites.
+        for (delivery, limit) in [(Delivery.final, 5), (.progressive, 5), (.degraded, 1)] {
+            XCTAssertThrowsError(try ImagePipeline(limits: DecodeLimits(maxScans: limit)).run(progressive, options: .init(width: 64), delivery: delivery) { _ in }) {
+                XCTAssertEqual(($0 as? ImagingError)?.code, .tooManyScans, "\(delivery)")
+            }
+        }
+        XCTAssertNoThrow(try ImagePipeline(limits: DecodeLimits(maxScans: 11)).resize(progressive, options: .init(width: 64)))
+    }
+
+    func testEmptyAndTinyInputs() {
+        for (bytes, code) in [([], ImagingError.Code.empty), ([0xFF], .notJPEG), ([0xFF, 0xD8], .truncated),
+                              ([0xFF, 0xD8, 0xFF], .truncated), (Array("GIF89a".utf8), .notJPEG)] as [([UInt8], ImagingError.Code)] {
+            XCTAssertThrowsError(try ImagePipeline().resize(bytes, options: .init(width: 10))) {
+                XCTAssertEqual(($0 as? ImagingError)?.code, code, "\(bytes)")
+            }
+        }
+    }
+
+    func testInputFileErrors() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-input-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let empty = dir.appendingPathComponent("empty.jpg")
+        FileManager.default.createFile(atPath: empty.path, contents: Data())
+        let big = dir.appendingPathComponent("big.jpg")
+        FileManager.default.createFile(atPath: big.path, contents: Data(count: 1000))
+        let cases: [(String, ImagingError.Code)] = [
+            (dir.appendingPathComponent("missing.jpg").path, .notFound),
+            (dir.path, .unreadable),
+            (empty.path, .empty),
+            (empty.path + "/below-a-file.jpg", .unreadable),
+            (big.path, .tooLarge),
+        ]
+        for (path, code) in cases {
+            XCTAssertThrowsError(try InputFile.read(path: path, maxBytes: 999)) {
+                XCTAssertEqual(($0 as? ImagingError)?.code, code, path)
+            }
+        }
+        XCTAssertEqual(try InputFile.read(path: big.path, maxBytes: 1000).count, 1000)
+    }
+
+    func testDegradedComesFromTheCheapestSource() throws {
+        let cases: [(String, DegradedSource)] = [
+            ("bimg_test_exif_full.jpg", .exifThumbnail),
+            ("jxltestdata_flower.png.im_q85_420_progr.jpg", .progressiveScans),
+            ("sharp_2569067123_aca715a2ee_o.jpg", .decodedBuffer),
+        ]
+        for (file, source) in cases {
+            var results: [StageResult] = []
+            try ImagePipeline().run(try Corpus.bytes("good", file), options: .init(width: 720, height: 588), delivery: .progressive) {
+                results.append($0)
+            }
+            XCTAssertEqual(results.map(\.stage), [.degraded, .final], file)
+            XCTAssertEqual(results.map(\.isTerminal), [false, true], file)
+            XCTAssertEqual(results[0].degradedSource, source, file)
+            XCTAssertLessThanOrEqual(results[0].image.width, results[1].image.width, file)
+            XCTAssertLessThanOrEqual(results[0].image.height, results[1].image.height, file)
+            // Same aspect ratio as the final, within rounding.
+            let a = Double(results[0].image.width) / Double(results[0].image.height)
+            let b = Double(results[1].image.width) / Double(results[1].image.height)
+            XCTAssertEqual(a, b, accuracy: 0.05 * b, file)
+
+            var only: [StageResult] = []
+            try ImagePipeline().run(try Corpus.bytes("good", file), options: .init(width: 720, height: 588), delivery: .degraded) {
+                only.append($0)
+            }
+            XCTAssertEqual(only.map(\.stage), [.degraded], file)
+            XCTAssertEqual(only.map(\.isTerminal), [true], file)
+        }
+    }
+
+    func testEncoderOptions() throws {
+        let bytes = try Corpus.bytes("good", "sharp_flowers.jpeg")
+        let progressive = try ImagePipeline().resize(bytes, options: .init(width: 200, progressive: true))
+        XCTAssertTrue(try ImagePipeline().header(of: progressive.image.bytes).progressive)
+        let baseline = try ImagePipeline().resize(bytes, options: .init(width: 200))
+        XCTAssertFalse(try ImagePipeline().header(of: baseline.image.bytes).progressive)
+        let small = try ImagePipeline().resize(bytes, options: .init(width: 200, quality: 20))
+        XCTAssertLessThan(small.image.bytes.count, baseline.image.bytes.count)
+        let full = try ImagePipeline().resize(bytes, options: .init(width: 200, chroma444: true))
+        XCTAssertGreaterThan(full.image.bytes.count, baseline.image.bytes.count)
+    }
+
+    func testPNMRoundTrip() throws {
+        var generator = SeededGenerator(seed: 3)
+        for channels in [1, 3] {
+            let image = PixelBuffer(width: 5, height: 3, channels: channels,
+                                    pixels: (0..<(15 * channels)).map { _ in UInt8.random(in: 0...255, using: &generator) })
+            XCTAssertEqual(try Encoder.decodePNM(try Encoder.pnm(image)), image)
+        }
+    }
+
+    func testPreCancelledWorkStopsAtTheFirstCheckpoint() throws {
+        let flag = CancellationFlag()
+        flag.cancel()
+        let bytes = try Corpus.bytes("good", "sharp_2569067123_aca715a2ee_o.jpg")
+        for delivery in Delivery.allCases {
+            XCTAssertThrowsError(try withBytes(bytes) { raw throws(ImagingError) in
+                try ImagePipeline().run(raw, options: .init(width: 100), delivery: delivery, cancel: flag) { _ in
+                    XCTFail("no result after cancel")
+                }
+            }) { XCTAssertEqual(($0 as? ImagingError)?.code, .cancelled) }
+        }
+    }
+
+    /// Cancels the 99.6 MP decode from another thread at several moments; every run must end
+    /// with `.cancelled` (the latency is measured by the cancel benchmark, not asserted here).
+    func testCancellationFromAnotherThreadDuringALargeDecode() throws {
+        let bytes = try Corpus.bytes("good", "thumbor_9643x10328.jpg")
+        for delayMilliseconds in [0, 5, 30] {
+            let flag = CancellationFlag()
+            let thread = Thread {
+                usleep(useconds_t(delayMilliseconds * 1000))
+                flag.cancel()
+            }
+            thread.start()
+            XCTAssertThrowsError(try withBytes(bytes) { raw throws(ImagingError) in
+                // Full-size output keeps the decode at scale 1: the longest the work can take.
+                try ImagePipeline().run(raw, options: .init(width: 9643, format: .pnm), cancel: flag) { _ in }
+            }) { XCTAssertEqual(($0 as? ImagingError)?.code, .cancelled, "cancel after \(delayMilliseconds) ms") }
+        }
+    }
+}
