@@ -69,9 +69,11 @@ final class ResizePlanTests: XCTestCase {
     func testShrinkOnLoadLeavesHeadroom() {
         struct Row { var region: (Int, Int); var output: (Int, Int); var numerator: Int; var line: UInt = #line }
         let rows: [Row] = [
-            Row(region: (2725, 2225), output: (720, 588), numerator: 4),
+            Row(region: (2725, 2225), output: (720, 588), numerator: 8),
+            Row(region: (2725, 2225), output: (680, 556), numerator: 4),
             Row(region: (4000, 6000), output: (480, 720), numerator: 2),
-            Row(region: (4032, 3024), output: (588, 441), numerator: 2),
+            Row(region: (4032, 3024), output: (588, 441), numerator: 4),
+            Row(region: (4032, 3024), output: (252, 189), numerator: 1),
             Row(region: (9643, 10328), output: (100, 100), numerator: 1),
             Row(region: (1000, 1000), output: (1000, 1000), numerator: 8),
             Row(region: (600, 450), output: (300, 225), numerator: 8),
@@ -79,7 +81,8 @@ final class ResizePlanTests: XCTestCase {
         ]
         for row in rows {
             let n = ResizePlan.shrinkOnLoad(region: PixelRect(x: 0, y: 0, width: row.region.0, height: row.region.1),
-                                            outputWidth: row.output.0, outputHeight: row.output.1, headroom: 1.5)
+                                            outputWidth: row.output.0, outputHeight: row.output.1,
+                                            headroom: ResizePlan.defaultHeadroom)
             XCTAssertEqual(n, row.numerator, line: row.line)
             // Whatever was chosen, the decoded region is never smaller than the output.
             XCTAssertGreaterThanOrEqual(ResizePlan.scaledLength(row.region.0, numerator: n), row.output.0, line: row.line)

@@ -1,0 +1,30 @@
+/// The broker's policy: queue bound, liveness and retry rules, memory limits. Shared by the
+/// core (which enforces it) and the service (which sizes its sockets from it).
+public struct BrokerConfiguration: Sendable {
+    /// Accepted requests that may wait for a worker; a Submit beyond it is answered at once
+    /// with `Rejected{OVERLOADED}`.
+    public var queueLimit: Int = 1024
+    /// How often the broker sends heartbeats to workers, and how often clients and workers
+    /// must show signs of life.
+    public var heartbeatInterval: Duration = .seconds(1)
+    /// Heartbeat intervals of silence after which a worker is dead, or a client with live
+    /// requests has vanished.
+    public var heartbeatLiveness: Int = 3
+    /// Times a request is re-dispatched after losing its worker; after that it fails with
+    /// `WORKER_LOST`. The default 2 means at most 3 attempts.
+    public var maxRetries: Int = 2
+    /// Largest source image accepted; larger ones are `Rejected{TOO_LARGE}`.
+    public var maxInputBytes: Int = 64 << 20
+    /// Ended request ids remembered, so a late Cancel is answered `FINISHED` rather than
+    /// `UNKNOWN`: at most this many, for at most `endedRequestMemoryDuration`.
+    public var endedRequestMemoryLimit: Int = 4096
+    public var endedRequestMemoryDuration: Duration = .seconds(60)
+    /// How long a cancelled job keeps its worker's credit while waiting for `JobCancelled`.
+    /// After that the credit is given back (and the timeout counted) even without the ack.
+    public var cancelAckTimeout: Duration = .seconds(30)
+
+    public init() {}
+
+    /// Silence after which a peer is considered gone.
+    var peerTimeout: Duration { heartbeatInterval * heartbeatLiveness }
+}

@@ -1,0 +1,55 @@
+/// A bounded, time-limited memory of request ids that ended, so that a Cancel arriving just
+/// after the end is answered `FINISHED` rather than `UNKNOWN`. Oldest entries go first,
+/// either when too many are held or when they are too old.
+struct EndedRequests {
+    private struct Entry {
+        let requestID: String
+        let endedAt: MonotonicInstant
+        let serial: UInt64
+    }
+
+    private var order: [Entry] = []
+    private var head = 0
+    private var nextSerial: UInt64 = 0
+    // The newest entry per id: an id can be reused once its request has ended, so the same
+    // id may be in `order` more than once and only its newest entry counts.
+    private var newest: [String: Entry] = [:]
+    private let limit: Int
+    private let lifetime: Duration
+
+    init(limit: Int, lifetime: Duration) {
+        self.limit = max(limit, 0)
+        self.lifetime = lifetime
+    }
+
+    var count: Int { newest.count }
+
+    mutating func remember(_ requestID: String, at now: MonotonicInstant) {
+        guard limit > 0 else { return }
+        let entry = Entry(requestID: requestID, endedAt: now, serial: nextSerial)
+        nextSerial += 1
+        order.append(entry)
+        newest[requestID] = entry
+        while order.count - head > limit { dropOldest() }
+    }
+
+    func contains(_ requestID: String, at now: MonotonicInstant) -> Bool {
+        guard let entry = newest[requestID] else { return false }
+        return now.duration(since: entry.endedAt) <= lifetime
+    }
+
+    mutating func expire(at now: MonotonicInstant) {
+        while head < order.count, now.duration(since: order[head].endedAt) > lifetime { dropOldest() }
+    }
+
+    private mutating func dropOldest() {
+        let oldest = order[head]
+        if newest[oldest.requestID]?.serial == oldest.serial { newest[oldest.requestID] = nil }
+        head += 1
+        // Compact once the consumed prefix dominates, keeping appends amortised O(1).
+        if head > 64 && head * 2 > order.count {
+            order.removeFirst(head)
+            head = 0
+        }
+    }
+}

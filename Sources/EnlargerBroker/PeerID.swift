@@ -1,0 +1,25 @@
+/// A peer of the broker as its ROUTER socket knows it: the routing id libzmq gives the
+/// connection (or the one the peer set). Unique per connection, not per process.
+public struct PeerID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let bytes: [UInt8]
+
+    public init(_ bytes: [UInt8]) {
+        self.bytes = bytes
+    }
+
+    public static func < (lhs: PeerID, rhs: PeerID) -> Bool {
+        lhs.bytes.lexicographicallyPrecedes(rhs.bytes)
+    }
+
+    /// Lower-case hex, as shown in status replies and logs.
+    public var description: String {
+        let digits: [UInt8] = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}

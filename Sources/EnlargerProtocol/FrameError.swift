@@ -1,0 +1,36 @@
+/// Why a multipart message could not be decoded. The broker answers it with
+/// `Error{MALFORMED}` (or `Rejected{MALFORMED}` when `requestID` says which Submit it was).
+public struct FrameError: Error, Equatable, Sendable, CustomStringConvertible {
+    public enum Reason: String, Sendable {
+        /// Fewer than two frames: no tag or no header.
+        case missingHeader
+        /// The first frame is not this protocol's tag.
+        case wrongTag
+        /// The header frame is larger than `WireLimits.maxHeaderBytes`.
+        case oversizeHeader
+        /// The header frame is not a valid protobuf encoding of the envelope.
+        case undecodableHeader
+        /// The envelope's `kind` is unset or a kind this version does not know.
+        case unknownKind
+        /// A request id that is empty, longer than 64 bytes or not UTF-8.
+        case invalidRequestID
+        /// The kind carries a payload frame and there is none.
+        case missingPayload
+        /// More frames than the kind carries.
+        case extraFrames
+    }
+
+    public let reason: Reason
+    /// Human-readable detail, suitable for the `message` of an Error reply.
+    public let message: String
+    /// The request id the header named, when the header decoded and the id was valid.
+    public let requestID: String?
+
+    public init(_ reason: Reason, _ message: String, requestID: String? = nil) {
+        self.reason = reason
+        self.message = message
+        self.requestID = requestID
+    }
+
+    public var description: String { "\(reason.rawValue): \(message)" }
+}

@@ -1,0 +1,74 @@
+/// A message from a worker to the broker (`ENL-W1`), decoded and validated.
+///
+/// `Payload` is the frame type: a JobResult's image frame is handed over as is.
+public enum WorkerToBrokerMessage<Payload> {
+    case ready(Enlarger_V1_Ready)
+    case heartbeat
+    case jobStarted(Enlarger_V1_JobStarted)
+    /// Carries the encoded output image.
+    case jobResult(Enlarger_V1_JobResult, image: Payload)
+    case jobFailed(Enlarger_V1_JobFailed)
+    case jobCancelled(Enlarger_V1_JobCancelled)
+    case disconnect
+
+    public func encoded() -> OutgoingMessage<Payload> {
+        var header = Enlarger_V1_WorkerToBroker()
+        var payload: Payload?
+        switch self {
+        case .ready(let message): header.ready = message
+        case .heartbeat: header.heartbeat = .init()
+        case .jobStarted(let message): header.jobStarted = message
+        case .jobResult(let message, let image):
+            header.jobResult = message
+            payload = image
+        case .jobFailed(let message): header.jobFailed = message
+        case .jobCancelled(let message): header.jobCancelled = message
+        case .disconnect: header.disconnect = .init()
+        }
+        return OutgoingMessage(tag: .worker, header: header, payload: payload)
+    }
+}
+
+extension WorkerToBrokerMessage where Payload: FrameBytes {
+    /// Decodes `[tag][header][payload?]` (without the routing id). Checks the framing only;
+    /// whether the job and attempt make sense is the broker's business.
+    public init(frames: some RandomAccessCollection<Payload>) throws(FrameError) {
+        let header = try FrameDecoding.header(Enlarger_V1_WorkerToBroker.self, tag: .worker, frames: frames)
+        switch header.kind {
+        case .jobResult(let result)?:
+            self = .jobResult(result, image: try FrameDecoding.payload(of: "JobResult", in: frames))
+        case .ready(let ready)?: self = try .checked(.ready(ready), frames)
+        case .heartbeat?: self = try .checked(.heartbeat, frames)
+        case .jobStarted(let started)?: self = try .checked(.jobStarted(started), frames)
+        case .jobFailed(let failed)?: self = try .checked(.jobFailed(failed), frames)
+        case .jobCancelled(let cancelled)?: self = try .checked(.jobCancelled(cancelled), frames)
+        case .disconnect?: self = try .checked(.disconnect, frames)
+        case nil: throw FrameDecoding.unknownKind(header)
+        }
+    }
+
+    /// `message` once it is known that no payload frame came with it.
+    private static func checked(
+        _ message: Self, _ frames: some RandomAccessCollection<Payload>
+    ) throws(FrameError) -> Self {
+        try FrameDecoding.checkNoPayload(of: message.kindName, in: frames)
+        return message
+    }
+}
+
+extension WorkerToBrokerMessage {
+    var kindName: String {
+        switch self {
+        case .ready: "Ready"
+        case .heartbeat: "Heartbeat"
+        case .jobStarted: "JobStarted"
+        case .jobResult: "JobResult"
+        case .jobFailed: "JobFailed"
+        case .jobCancelled: "JobCancelled"
+        case .disconnect: "Disconnect"
+        }
+    }
+}
+
+extension WorkerToBrokerMessage: Equatable where Payload: Equatable {}
+extension WorkerToBrokerMessage: Sendable where Payload: Sendable {}

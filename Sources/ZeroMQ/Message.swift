@@ -1,0 +1,80 @@
+import CZeroMQ
+
+/// One message frame, owning a `zmq_msg_t`.
+///
+/// A received frame is handed over as is, so a large payload can travel from one socket to
+/// another without its bytes being copied: `Socket.send(_:_:)` sends a `zmq_msg_copy` of
+/// it, which shares the buffer by reference count and leaves this message intact (so it
+/// can be sent again, for instance to retry a job on another worker).
+///
+/// Not thread-safe; a message may be handed from one thread to another but is used by one
+/// thread at a time.
+public final class Message {
+    // The zmq_msg_t lives at a fixed address: libzmq forbids copying it bitwise.
+    let pointer: UnsafeMutablePointer<zmq_msg_t>
+
+    /// An empty frame.
+    public init() {
+        pointer = .allocate(capacity: 1)
+        zmq_msg_init(pointer)
+    }
+
+    /// A frame of `count` uninitialised bytes, to be filled with `withUnsafeMutableBytes`
+    /// (so an encoder can write straight into the frame it will send).
+    public init(count: Int) {
+        pointer = .allocate(capacity: 1)
+        // zmq_msg_init_size only fails with ENOMEM, which Swift treats as fatal everywhere.
+        precondition(zmq_msg_init_size(pointer, count) == 0, "zmq_msg_init_size(\(count)) failed")
+    }
+
+    /// A frame holding a copy of `bytes`.
+    public convenience init(copying bytes: UnsafeRawBufferPointer) {
+        self.init(count: bytes.count)
+        if let source = bytes.baseAddress, bytes.count > 0 {
+            zmq_msg_data(pointer).copyMemory(from: source, byteCount: bytes.count)
+        }
+    }
+
+    /// A frame holding a copy of `bytes`.
+    public convenience init(_ bytes: [UInt8]) {
+        self.init(count: bytes.count)
+        bytes.withUnsafeBytes { source in
+            if let base = source.baseAddress, source.count > 0 {
+                zmq_msg_data(pointer).copyMemory(from: base, byteCount: source.count)
+            }
+        }
+    }
+
+    /// A frame holding the UTF-8 bytes of `string`.
+    public convenience init(_ string: String) {
+        self.init(Array(string.utf8))
+    }
+
+    deinit {
+        zmq_msg_close(pointer)
+        pointer.deallocate()
+    }
+
+    /// Number of bytes in the frame.
+    public var count: Int { zmq_msg_size(pointer) }
+
+    /// Whether more frames of the same multipart message follow (valid after a receive).
+    public var hasMore: Bool { zmq_msg_more(pointer) != 0 }
+
+    /// Calls `body` with the frame's bytes, valid only during the call.
+    public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try body(UnsafeRawBufferPointer(start: zmq_msg_data(pointer), count: zmq_msg_size(pointer)))
+    }
+
+    /// Calls `body` with the frame's bytes for writing, valid only during the call. Only
+    /// for a frame this thread created and has not sent: a received or sent frame may share
+    /// its buffer with other messages.
+    public func withUnsafeMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
+        try body(UnsafeMutableRawBufferPointer(start: zmq_msg_data(pointer), count: zmq_msg_size(pointer)))
+    }
+
+    /// A copy of the frame's bytes.
+    public var bytes: [UInt8] {
+        withUnsafeBytes { Array($0) }
+    }
+}

@@ -1,0 +1,175 @@
+import EnlargerProtocol
+import XCTest
+
+@testable import EnlargerBroker
+
+/// Heartbeats, dead and departing workers, retries, vanished clients.
+final class BrokerCoreLivenessTests: XCTestCase {
+    let alice: PeerID = "client-alice"
+    let w1: PeerID = "worker-1"
+    let w2: PeerID = "worker-2"
+    let w3: PeerID = "worker-3"
+
+    private func harness() -> CoreHarness {
+        CoreHarness {
+            $0.heartbeatInterval = .milliseconds(100)
+            $0.heartbeatLiveness = 3
+        }
+    }
+
+    /// Advances one heartbeat interval at a time; `alive` peers send a heartbeat (or ping)
+    /// at every step, the others stay silent.
+    private func pass(
+        _ intervals: Int, _ broker: inout CoreHarness, alive workers: [PeerID] = [], clients: [PeerID] = []
+    ) {
+        for _ in 0..<intervals {
+            for worker in workers { broker.worker(worker, .heartbeat) }
+            for client in clients { broker.client(client, .ping) }
+            broker.advance(by: .milliseconds(100))
+        }
+        broker.discardPongs()
+    }
+
+    func testBrokerHeartbeatsRegisteredWorkers() {
+        var broker = harness()
+        broker.ready(w1)
+        broker.advance(by: .milliseconds(100))
+        XCTAssertEqual(broker.toWorkers.map(\.command.summary), ["heartbeat"])
+        XCTAssertEqual(broker.core.nextDeadline, broker.now + .milliseconds(100))
+    }
+
+    func testSilentWorkerIsLostAndItsJobRetriedWithANewAttempt() {
+        var broker = harness()
+        broker.ready(w1)
+        broker.submit(alice, "a")
+        let first = broker.jobs(for: w1)[0]
+        broker.ready(w2)
+
+        pass(4, &broker, alive: [w2], clients: [alice])
+        XCTAssertEqual(broker.core.totals.workersLost, 1)
+        let retry = broker.jobs(for: w2)
+        XCTAssertEqual(retry.map(\.jobID), [first.jobID])
+        XCTAssertEqual(retry.map(\.attempt), [2])
+
+        // The lost worker wakes up: it is a stranger now, told to re-register.
+        broker.finish(w1, first)
+        XCTAssertEqual(broker.commands(for: w1).map(\.summary), ["disconnect"])
+        // A frame naming the old attempt, even from the current holder, is late.
+        broker.result(w2, retry[0], .final, terminal: true, attempt: 1)
+        XCTAssertEqual(broker.core.totals.lateResultsDropped, 2)
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a"])
+
+        broker.finish(w2, retry[0])
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["result a final terminal"])
+        XCTAssertTrue(broker.core.isIdle)
+    }
+
+    func testThreeLostAttemptsFailWithWorkerLost() {
+        var broker = harness()
+        broker.submit(alice, "poison")
+        var attempts: [UInt32] = []
+        for worker in [w1, w2, w3] {
+            let jobs = broker.ready(worker)
+            attempts += jobs.map(\.attempt)
+            pass(4, &broker, clients: [alice])
+        }
+        XCTAssertEqual(attempts, [1, 2, 3])
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted poison", "failed poison workerLost"])
+        XCTAssertEqual(broker.core.totals.workersLost, 3)
+        XCTAssertEqual(broker.core.totals.jobsRequeued, 2)
+        XCTAssertTrue(broker.core.isIdle)
+    }
+
+    func testGracefulDisconnectHandsJobsBackWithoutUsingRetries() {
+        var broker = harness()
+        broker.submit(alice, "a")
+        broker.submit(alice, "b")
+        for round in 1...5 {
+            let worker = PeerID(Array("drainer-\(round)".utf8))
+            let jobs = broker.ready(worker, capacity: 2)
+            XCTAssertEqual(jobs.map(\.requestID), ["a", "b"], "handed-back jobs keep their order")
+            XCTAssertEqual(jobs.map(\.attempt), [UInt32(round), UInt32(round)])
+            broker.worker(worker, .disconnect)
+        }
+        XCTAssertEqual(broker.core.totals.workersDisconnected, 5)
+        XCTAssertEqual(broker.core.totals.workersLost, 0)
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "accepted b"])
+        XCTAssertEqual(broker.core.status(now: broker.now).queueDepth, 2)
+    }
+
+    func testRetryAfterADegradedResultAsksForTheFinalOnly() {
+        var broker = harness()
+        broker.ready(w1)
+        broker.submit(alice, "a")
+        let first = broker.jobs(for: w1)[0]
+        broker.result(w1, first, .degraded, terminal: false)
+        broker.worker(w1, .disconnect)
+        let retry = broker.ready(w2)
+        XCTAssertEqual(retry.map(\.delivery), [.final])
+        broker.result(w2, retry[0], .degraded, terminal: false)
+        XCTAssertEqual(broker.commands(for: w2).map(\.summary), ["error malformed"])
+        broker.finish(w2, retry[0])
+        XCTAssertEqual(
+            broker.events(for: alice).map(\.summary), ["accepted a", "result a degraded", "result a final terminal"])
+    }
+
+    func testReadyFromAKnownWorkerResetsIt() {
+        var broker = harness()
+        broker.ready(w1)
+        broker.submit(alice, "a")
+        let first = broker.jobs(for: w1)[0]
+        let again = broker.ready(w1, capacity: 1)
+        XCTAssertEqual(again.map(\.attempt), [2], "the job it held was lost and dispatched afresh")
+        XCTAssertEqual(broker.core.totals.workersLost, 1)
+        broker.finish(w1, first)
+        XCTAssertEqual(broker.core.totals.lateResultsDropped, 1)
+        broker.finish(w1, again[0])
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "result a final terminal"])
+    }
+
+    func testUnreachableWorkerIsLostAtOnce() {
+        var broker = harness()
+        broker.ready(w1)
+        broker.ready(w2)
+        broker.submit(alice, "a")
+        XCTAssertEqual(broker.jobs(for: w1).count, 1)
+        broker.workerUnreachable(w1)
+        XCTAssertEqual(broker.jobs(for: w2).map(\.attempt), [2])
+        XCTAssertEqual(broker.core.totals.unroutable, 1)
+    }
+
+    func testSilentClientVanishesAndItsWorkIsStopped() {
+        var broker = harness()
+        broker.ready(w1)
+        broker.submit(alice, "running")
+        broker.submit(alice, "waiting")
+        let job = broker.jobs(for: w1)[0]
+        _ = broker.events(for: alice)
+
+        pass(4, &broker, alive: [w1])
+        XCTAssertEqual(broker.events(for: alice), [], "nothing is sent to a vanished client")
+        XCTAssertEqual(broker.commands(for: w1).map(\.summary), ["cancelJob \(job.jobID) #1"])
+        XCTAssertEqual(broker.core.totals.cancelled, 2)
+        XCTAssertEqual(broker.core.totals.clientsVanished, 1)
+        XCTAssertTrue(broker.takeReports().contains(.clientVanished(alice, cancelled: 2)))
+        broker.worker(w1, .jobCancelled(.with { $0.jobID = job.jobID; $0.attempt = 1 }))
+        XCTAssertTrue(broker.core.isIdle)
+    }
+
+    func testPingingClientStaysAliveWhileItsRequestWaits() {
+        var broker = harness()
+        broker.submit(alice, "a")
+        pass(10, &broker, clients: [alice])
+        XCTAssertEqual(broker.core.liveRequestCount, 1)
+        XCTAssertEqual(broker.core.totals.clientsVanished, 0)
+    }
+
+    func testUnreachableClientIsTreatedAsVanished() {
+        var broker = harness()
+        broker.submit(alice, "a")
+        broker.clientUnreachable(alice)
+        XCTAssertEqual(broker.core.totals.cancelled, 1)
+        XCTAssertEqual(broker.core.totals.unroutable, 1)
+        XCTAssertTrue(broker.core.isIdle)
+    }
+}

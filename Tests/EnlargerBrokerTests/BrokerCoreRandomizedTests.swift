@@ -1,0 +1,597 @@
+import EnlargerProtocol
+import Foundation
+import XCTest
+
+@testable import EnlargerBroker
+
+/// Thousands of random interleavings of submits, cancels (from the submitter and from other
+/// clients), worker results, failures, deaths, departures, stale frames, garbage and time,
+/// checked against the broker's invariants from the outside (what the peers receive) and
+/// the inside (the core's own bookkeeping).
+///
+/// The seed is printed; replay a failure with `ENLARGER_BROKER_SEED=<seed>` (and
+/// `ENLARGER_BROKER_RUNS=1` to replay only the failing run, whose seed the failure names).
+/// `ENLARGER_BROKER_RUNS` and `ENLARGER_BROKER_STEPS` scale the test.
+final class BrokerCoreRandomizedTests: XCTestCase {
+    func testRandomInterleavingsKeepTheInvariants() {
+        let environment = ProcessInfo.processInfo.environment
+        let seed = environment["ENLARGER_BROKER_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...UInt64(UInt32.max))
+        let runs = environment["ENLARGER_BROKER_RUNS"].flatMap { Int($0) } ?? 150
+        let steps = environment["ENLARGER_BROKER_STEPS"].flatMap { Int($0) } ?? 400
+        print("BrokerCore randomized test: ENLARGER_BROKER_SEED=\(seed), \(runs) runs of \(steps) steps")
+
+        var totalAccepted: UInt64 = 0
+        for run in 0..<runs {
+            let runSeed = seed &+ UInt64(run)
+            let simulation = Simulation(seed: runSeed)
+            simulation.run(steps: steps)
+            totalAccepted += simulation.broker.totals.accepted
+            if !simulation.problems.isEmpty {
+                let shown = simulation.problems.prefix(10).joined(separator: "\n  ")
+                XCTFail("run \(run) failed; replay with ENLARGER_BROKER_SEED=\(runSeed) ENLARGER_BROKER_RUNS=1\n  \(shown)")
+                return
+            }
+        }
+        XCTAssertGreaterThan(totalAccepted, UInt64(runs), "the simulation should accept plenty of requests")
+    }
+}
+
+/// A small, fast, seedable generator (SplitMix64), so every run replays exactly.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) {
+        state = seed
+    }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    mutating func chance(_ probability: Double) -> Bool {
+        Double.random(in: 0..<1, using: &self) < probability
+    }
+}
+
+private final class Simulation {
+    // MARK: Simulated peers
+
+    struct SimClient {
+        let peer: PeerID
+        var asleep = false
+    }
+
+    struct HeldJob {
+        let job: Enlarger_V1_Job
+        var cancelled = false
+        var started = false
+        var degradedSent = false
+    }
+
+    struct SimWorker {
+        let peer: PeerID
+        var capacity = 1
+        /// The broker has it registered (as far as the test can tell from what it observed).
+        var registered = false
+        var frozen = false
+        /// Jobs the broker counts against this worker's credit, in arrival order.
+        var jobs: [HeldJob] = []
+        /// Attempts the worker held in an earlier life; it may still send frames about them.
+        var zombies: [Enlarger_V1_Job] = []
+    }
+
+    // MARK: What the clients have seen
+
+    struct Track {
+        let delivery: Enlarger_V1_Delivery
+        var degraded = false
+    }
+
+    var rng: SplitMix64
+    var now = MonotonicInstant(nanoseconds: 5_000_000_000)
+    var broker: BrokerCore<Bytes>
+    var clients: [SimClient]
+    var workers: [SimWorker] = []
+    /// Live requests as the clients see them: request id → (owner, track).
+    var live: [String: (owner: PeerID, track: Track)] = [:]
+    /// Submits sent in the current step, awaiting their first answer.
+    var pendingSubmits: [(peer: PeerID, requestID: String, delivery: Enlarger_V1_Delivery)] = []
+    var expectedErrors: [PeerID: Int] = [:]
+    var accepted = 0
+    var endedLoudly = 0
+    var endedSilently = 0
+    var problems: [String] = []
+    var step = 0
+
+    let requestIDs = (0..<10).map { "r\($0)" }
+    let heartbeat = Duration.milliseconds(100)
+
+    init(seed: UInt64) {
+        rng = SplitMix64(seed: seed)
+        var configuration = BrokerConfiguration()
+        configuration.heartbeatInterval = heartbeat
+        configuration.heartbeatLiveness = 3
+        configuration.queueLimit = 6
+        configuration.maxInputBytes = 64
+        configuration.cancelAckTimeout = .seconds(2)
+        configuration.endedRequestMemoryLimit = 8
+        configuration.endedRequestMemoryDuration = .seconds(1)
+        broker = BrokerCore(configuration: configuration, now: now)
+        clients = (0..<3).map { SimClient(peer: PeerID(Array("client-\($0)".utf8))) }
+    }
+
+    func problem(_ text: String) {
+        problems.append("step \(step): \(text)")
+    }
+
+    // MARK: Running
+
+    func run(steps: Int) {
+        addWorker()
+        for index in 0..<steps {
+            step = index
+            randomStep()
+            checkInside()
+            if !problems.isEmpty { return }
+        }
+        drain()
+        checkEnd()
+    }
+
+    private func randomStep() {
+        let roll = Int.random(in: 0..<100, using: &rng)
+        switch roll {
+        case 0..<24: submit()
+        case 24..<34: cancel()
+        case 34..<66: workerActs()
+        case 66..<70: addWorker()
+        case 70..<72: resetWorker()
+        case 72..<74: workerDisconnects()
+        case 74..<76: toggleFreeze()
+        case 76..<79: reregister()
+        case 79..<83: zombieFrame()
+        case 83..<86: garbage()
+        case 86..<88: toggleSleep()
+        case 88..<89: unreachable()
+        case 89..<91: status()
+        default: timePasses(upTo: 250)
+        }
+    }
+
+    // MARK: Client behaviour
+
+    private func awakeClient() -> SimClient? {
+        clients.filter { !$0.asleep }.randomElement(using: &rng)
+    }
+
+    private func submit() {
+        guard let client = awakeClient() else { return }
+        let requestID = requestIDs.randomElement(using: &rng)!
+        let delivery = [Enlarger_V1_Delivery.progressive, .final, .degraded].randomElement(using: &rng)!
+        var submit = Enlarger_V1_Submit()
+        submit.requestID = requestID
+        submit.spec.width = rng.chance(0.03) ? 0 : 100
+        submit.delivery = delivery
+        let image = Bytes(repeating: 0xD8, count: rng.chance(0.03) ? 65 : 8)
+        pendingSubmits.append((client.peer, requestID, delivery))
+        send(client: client.peer, ClientToBrokerMessage.submit(submit, image: image).encoded().frames)
+        if let pending = pendingSubmits.first {
+            problem("Submit \(pending.requestID) from \(pending.peer) got no first answer")
+            pendingSubmits.removeAll()
+        }
+    }
+
+    private func cancel() {
+        guard let client = awakeClient() else { return }
+        let requestID = requestIDs.randomElement(using: &rng)!
+        let owner = live[requestID]?.owner
+        let actions = broker.clientFrames(
+            from: client.peer, ClientToBrokerMessage<Bytes>.cancel(.with { $0.requestID = requestID }).encoded().frames,
+            now: now)
+        let summaries = actions.compactMap { action -> String? in
+            guard case .sendToClient(let peer, let message) = action,
+                  let event = try? BrokerToClientMessage(frames: message.frames),
+                  event.requestID == requestID
+            else { return nil }
+            return "\(peer) \(event.summary)"
+        }
+        perform(actions)
+        let ack = summaries.last ?? "none"
+        if let owner {
+            if summaries != ["\(owner) cancelled \(requestID)", "\(client.peer) cancelAck \(requestID) cancelled"] {
+                problem("cancel of live \(requestID) answered \(summaries)")
+            }
+        } else if !ack.hasSuffix("finished") && !ack.hasSuffix("unknown") {
+            problem("cancel of ended \(requestID) answered \(summaries)")
+        }
+    }
+
+    private func toggleSleep() {
+        let index = Int.random(in: 0..<clients.count, using: &rng)
+        clients[index].asleep.toggle()
+    }
+
+    // MARK: Worker behaviour
+
+    private func addWorker() {
+        let peer = PeerID(Array("worker-\(workers.count)".utf8))
+        workers.append(SimWorker(peer: peer))
+        register(workers.count - 1)
+    }
+
+    private func register(_ index: Int) {
+        workers[index].capacity = Int.random(in: 1...3, using: &rng)
+        workers[index].registered = true
+        workers[index].frozen = false
+        workers[index].zombies += workers[index].jobs.map(\.job)
+        workers[index].jobs = []
+        let ready = Enlarger_V1_Ready.with {
+            $0.capacity = UInt32(workers[index].capacity)
+            $0.workerName = "sim"
+        }
+        send(worker: workers[index].peer, WorkerToBrokerMessage<Bytes>.ready(ready).encoded().frames)
+    }
+
+    private func activeWorkerIndex(withJobs: Bool = false) -> Int? {
+        workers.indices.filter {
+            workers[$0].registered && !workers[$0].frozen && (!withJobs || !workers[$0].jobs.isEmpty)
+        }.randomElement(using: &rng)
+    }
+
+    private func resetWorker() {
+        guard let index = activeWorkerIndex() else { return }
+        register(index)
+    }
+
+    private func reregister() {
+        guard let index = workers.indices.filter({ !workers[$0].registered && !workers[$0].frozen })
+            .randomElement(using: &rng)
+        else { return }
+        register(index)
+    }
+
+    private func workerDisconnects() {
+        guard let index = activeWorkerIndex() else { return }
+        workers[index].registered = false
+        workers[index].zombies += workers[index].jobs.map(\.job)
+        workers[index].jobs = []
+        send(worker: workers[index].peer, WorkerToBrokerMessage<Bytes>.disconnect.encoded().frames)
+    }
+
+    private func toggleFreeze() {
+        guard let index = workers.indices.randomElement(using: &rng) else { return }
+        workers[index].frozen.toggle()
+    }
+
+    private func workerActs() {
+        guard let index = activeWorkerIndex(withJobs: true) else { return }
+        let position = Int.random(in: 0..<workers[index].jobs.count, using: &rng)
+        let held = workers[index].jobs[position]
+        let job = held.job
+        let peer = workers[index].peer
+
+        if held.cancelled {
+            // Usually the ack; sometimes the job finished before the worker saw the cancel.
+            workers[index].jobs.remove(at: position)
+            if rng.chance(0.7) {
+                send(worker: peer, WorkerToBrokerMessage<Bytes>.jobCancelled(.with {
+                    $0.jobID = job.jobID
+                    $0.attempt = job.attempt
+                }).encoded().frames)
+            } else {
+                sendResult(peer, job, stage: job.delivery == .degraded ? .degraded : .final, terminal: true)
+            }
+            return
+        }
+
+        let roll = Int.random(in: 0..<10, using: &rng)
+        if !held.started && roll < 3 {
+            workers[index].jobs[position].started = true
+            send(worker: peer, WorkerToBrokerMessage<Bytes>.jobStarted(.with {
+                $0.jobID = job.jobID
+                $0.attempt = job.attempt
+            }).encoded().frames)
+        } else if job.delivery == .progressive && !held.degradedSent && roll < 6 {
+            workers[index].jobs[position].degradedSent = true
+            sendResult(peer, job, stage: .degraded, terminal: false)
+        } else if roll < 9 {
+            workers[index].jobs.remove(at: position)
+            sendResult(peer, job, stage: job.delivery == .degraded ? .degraded : .final, terminal: true)
+        } else {
+            workers[index].jobs.remove(at: position)
+            send(worker: peer, WorkerToBrokerMessage<Bytes>.jobFailed(.with {
+                $0.jobID = job.jobID
+                $0.attempt = job.attempt
+                $0.code = .corrupt
+                $0.message = "simulated"
+            }).encoded().frames)
+        }
+    }
+
+    private func sendResult(_ peer: PeerID, _ job: Enlarger_V1_Job, stage: Enlarger_V1_Stage, terminal: Bool) {
+        let result = Enlarger_V1_JobResult.with {
+            $0.jobID = job.jobID
+            $0.attempt = job.attempt
+            $0.stage = stage
+            $0.width = 100
+            $0.height = 50
+            $0.terminal = terminal
+        }
+        send(worker: peer, WorkerToBrokerMessage.jobResult(result, image: Bytes([1, 2, 3])).encoded().frames)
+    }
+
+    /// A frame about an attempt the worker held in an earlier life: always late, never
+    /// forwarded, whatever happened to the request since.
+    private func zombieFrame() {
+        guard let index = workers.indices.filter({ !workers[$0].frozen && !workers[$0].zombies.isEmpty })
+            .randomElement(using: &rng)
+        else { return }
+        let job = workers[index].zombies.randomElement(using: &rng)!
+        let before = broker.totals.lateResultsDropped
+        sendResult(workers[index].peer, job, stage: .final, terminal: true)
+        if broker.totals.lateResultsDropped != before + 1 {
+            problem("zombie frame for job \(job.jobID) #\(job.attempt) was not counted as late")
+        }
+    }
+
+    private func garbage() {
+        let frames: [Bytes] = [Array("ENL-C1".utf8), [0xFF, 0x01]]
+        if rng.chance(0.5), let client = awakeClient() {
+            expectedErrors[client.peer, default: 0] += 1
+            send(client: client.peer, frames)
+        } else if let index = activeWorkerIndex() {
+            expectedErrors[workers[index].peer, default: 0] += 1
+            send(worker: workers[index].peer, frames)
+        }
+        if !expectedErrors.isEmpty { problem("malformed input not answered with Error: \(expectedErrors)") }
+        expectedErrors.removeAll()
+    }
+
+    private func unreachable() {
+        if rng.chance(0.5) {
+            let client = clients.randomElement(using: &rng)!
+            perform(broker.clientUnreachable(client.peer, now: now))
+        } else if let index = activeWorkerIndex() {
+            perform(broker.workerUnreachable(workers[index].peer, now: now))
+        }
+    }
+
+    private func status() {
+        let status = broker.status(now: now)
+        for worker in status.workers where worker.inFlight > worker.capacity {
+            problem("status shows worker \(worker.id) with \(worker.inFlight) of \(worker.capacity)")
+        }
+        if status.queueDepth > status.queueLimit + UInt32(workers.count * 3) {
+            problem("queue depth \(status.queueDepth) beyond limit plus requeued work")
+        }
+    }
+
+    /// Peers that are awake send their heartbeats (now and then one is missed), then time
+    /// moves on and the core ticks.
+    private func timePasses(upTo milliseconds: Int) {
+        for client in clients where !client.asleep && live.values.contains(where: { $0.owner == client.peer }) {
+            if rng.chance(0.9) { send(client: client.peer, ClientToBrokerMessage<Bytes>.ping.encoded().frames) }
+        }
+        for worker in workers where worker.registered && !worker.frozen {
+            if rng.chance(0.9) { send(worker: worker.peer, WorkerToBrokerMessage<Bytes>.heartbeat.encoded().frames) }
+        }
+        now = now + .milliseconds(Int.random(in: 0...milliseconds, using: &rng))
+        perform(broker.tick(now: now))
+    }
+
+    // MARK: Moving frames and checking what comes back
+
+    private func send(client peer: PeerID, _ frames: [Bytes]) {
+        perform(broker.clientFrames(from: peer, frames, now: now))
+    }
+
+    private func send(worker peer: PeerID, _ frames: [Bytes]) {
+        perform(broker.workerFrames(from: peer, frames, now: now))
+    }
+
+    private func perform(_ actions: [BrokerAction<Bytes>]) {
+        for action in actions {
+            switch action {
+            case .sendToClient(let peer, let message):
+                guard let event = try? BrokerToClientMessage(frames: message.frames) else {
+                    problem("undecodable message to client \(peer)")
+                    continue
+                }
+                observe(event, by: peer)
+            case .sendToWorker(let peer, let message):
+                guard let command = try? BrokerToWorkerMessage(frames: message.frames) else {
+                    problem("undecodable message to worker \(peer)")
+                    continue
+                }
+                observe(command, by: peer)
+            case .report(let report):
+                observe(report)
+            }
+        }
+    }
+
+    private func observe(_ event: BrokerToClientMessage<Bytes>, by peer: PeerID) {
+        let id = event.requestID ?? ""
+        let owner = live[id]?.owner
+        switch event {
+        case .accepted:
+            guard let index = pendingSubmits.firstIndex(where: { $0.peer == peer && $0.requestID == id }) else {
+                return problem("unexpected \(event.summary) to \(peer)")
+            }
+            let pending = pendingSubmits.remove(at: index)
+            if owner != nil { problem("\(id) accepted while live for \(owner!)") }
+            live[id] = (peer, Track(delivery: pending.delivery))
+            accepted += 1
+        case .rejected:
+            answerSubmit(id, peer, event)
+        case .failed(let failed) where failed.code == .duplicateID:
+            answerSubmit(id, peer, event)
+            if owner == nil { problem("duplicate refused for \(id), which is not live") }
+        case .started:
+            if owner != peer { problem("\(event.summary) to \(peer), owner \(String(describing: owner))") }
+        case .result(let result, _) where !result.terminal:
+            guard owner == peer, let track = live[id]?.track else {
+                return problem("\(event.summary) to \(peer) after the end or to a stranger")
+            }
+            if result.stage != .degraded || track.delivery != .progressive || track.degraded {
+                problem("non-terminal \(event.summary) breaks delivery \(track.delivery)")
+            }
+            live[id]?.track.degraded = true
+        case .result, .failed, .cancelled:
+            guard owner == peer, let track = live[id]?.track else {
+                return problem("terminal \(event.summary) to \(peer), owner \(String(describing: owner))")
+            }
+            if case .result(let result, _) = event, result.stage != (track.delivery == .degraded ? .degraded : .final) {
+                problem("terminal \(event.summary) does not fit delivery \(track.delivery)")
+            }
+            live[id] = nil
+            endedLoudly += 1
+        case .error:
+            if expectedErrors[peer, default: 0] == 0 { problem("unexpected error to client \(peer)") }
+            expectedErrors[peer] = expectedErrors[peer]! - 1 == 0 ? nil : expectedErrors[peer]! - 1
+        case .cancelAck, .statusReply, .pong:
+            break
+        }
+    }
+
+    private func answerSubmit(_ id: String, _ peer: PeerID, _ event: BrokerToClientMessage<Bytes>) {
+        guard let index = pendingSubmits.firstIndex(where: { $0.peer == peer && $0.requestID == id }) else {
+            return problem("unexpected \(event.summary) to \(peer)")
+        }
+        pendingSubmits.remove(at: index)
+    }
+
+    private func observe(_ command: BrokerToWorkerMessage<Bytes>, by peer: PeerID) {
+        guard let index = workers.firstIndex(where: { $0.peer == peer }) else {
+            return problem("\(command.summary) to unknown worker \(peer)")
+        }
+        switch command {
+        case .job(let job, _):
+            if !workers[index].registered { problem("job sent to unregistered \(peer)") }
+            if workers[index].jobs.count >= workers[index].capacity {
+                problem("credit exceeded on \(peer): \(workers[index].jobs.count) of \(workers[index].capacity)")
+            }
+            if workers[index].jobs.contains(where: { $0.job.jobID == job.jobID }) {
+                problem("job \(job.jobID) sent twice to \(peer)")
+            }
+            workers[index].jobs.append(HeldJob(job: job))
+        case .cancelJob(let cancel):
+            guard let position = workers[index].jobs.firstIndex(where: {
+                $0.job.jobID == cancel.jobID && $0.job.attempt == cancel.attempt
+            }) else {
+                return problem("\(command.summary) for a job \(peer) does not hold")
+            }
+            workers[index].jobs[position].cancelled = true
+        case .disconnect:
+            if workers[index].registered { problem("registered \(peer) was sent Disconnect") }
+            workers[index].registered = false
+            workers[index].zombies += workers[index].jobs.map(\.job)
+            workers[index].jobs = []
+        case .error:
+            if expectedErrors[peer, default: 0] == 0 { problem("unexpected error to worker \(peer)") }
+            expectedErrors[peer] = expectedErrors[peer]! - 1 == 0 ? nil : expectedErrors[peer]! - 1
+        case .heartbeat:
+            break
+        }
+    }
+
+    private func observe(_ report: BrokerReport) {
+        switch report {
+        case .clientVanished(let peer, let cancelled):
+            let mine = live.filter { $0.value.owner == peer }.map(\.key)
+            if mine.count != cancelled { problem("client \(peer) vanished with \(mine.count) live, broker says \(cancelled)") }
+            for id in mine { live[id] = nil }
+            endedSilently += mine.count
+        case .workerLost(let peer, _, _, _), .workerLeft(let peer, _):
+            guard let index = workers.firstIndex(where: { $0.peer == peer }) else { return }
+            workers[index].registered = false
+            workers[index].zombies += workers[index].jobs.map(\.job)
+            workers[index].jobs = []
+        case .cancelAckTimedOut(let peer, let jobID):
+            guard let index = workers.firstIndex(where: { $0.peer == peer }) else { return }
+            workers[index].zombies += workers[index].jobs.filter { $0.job.jobID == jobID }.map(\.job)
+            workers[index].jobs.removeAll { $0.job.jobID == jobID }
+        case .workerRegistered(let peer, _, _):
+            guard let index = workers.firstIndex(where: { $0.peer == peer }) else { return }
+            workers[index].registered = true
+        case .malformed:
+            break
+        }
+    }
+
+    // MARK: Invariants
+
+    private func checkInside() {
+        var harness = CoreHarness()
+        harness.core = broker
+        for inconsistency in harness.inconsistencies { problem(inconsistency) }
+        if broker.liveRequestCount != live.count {
+            problem("broker has \(broker.liveRequestCount) live requests, clients see \(live.count)")
+        }
+        for worker in workers where worker.registered {
+            guard let index = broker.workerIndex[worker.peer] else {
+                problem("\(worker.peer) should be registered")
+                continue
+            }
+            let held = broker.workers[index]
+            if held.inFlight != worker.jobs.count {
+                problem("\(worker.peer): broker counts \(held.inFlight) in flight, worker holds \(worker.jobs.count)")
+            }
+        }
+    }
+
+    /// Everyone wakes up and behaves until every request has ended.
+    private func drain() {
+        for index in clients.indices { clients[index].asleep = false }
+        for index in workers.indices { workers[index].frozen = false }
+        addWorker()
+        for round in 0..<400 {
+            step = 100_000 + round
+            for index in workers.indices where !workers[index].registered { register(index) }
+            for index in workers.indices {
+                while !workers[index].jobs.isEmpty && workers[index].registered {
+                    let before = workers[index].jobs.count
+                    finishFirstJob(of: index)
+                    if workers[index].jobs.count >= before { break }
+                }
+            }
+            timePasses(upTo: 50)
+            checkInside()
+            if broker.isIdle && live.isEmpty || !problems.isEmpty { return }
+        }
+    }
+
+    private func finishFirstJob(of index: Int) {
+        let held = workers[index].jobs.removeFirst()
+        let job = held.job
+        if held.cancelled {
+            send(worker: workers[index].peer, WorkerToBrokerMessage<Bytes>.jobCancelled(.with {
+                $0.jobID = job.jobID
+                $0.attempt = job.attempt
+            }).encoded().frames)
+        } else {
+            sendResult(workers[index].peer, job, stage: job.delivery == .degraded ? .degraded : .final, terminal: true)
+        }
+    }
+
+    private func checkEnd() {
+        guard problems.isEmpty else { return }
+        if !broker.isIdle { problem("broker not idle at the end: \(broker.status(now: now))") }
+        if !live.isEmpty { problem("requests never ended: \(live.keys.sorted())") }
+        if accepted != endedLoudly + endedSilently {
+            problem("\(accepted) accepted but \(endedLoudly) + \(endedSilently) ended")
+        }
+        let totals = broker.totals
+        if totals.accepted != UInt64(accepted) { problem("totals.accepted \(totals.accepted) vs \(accepted) seen") }
+        if totals.accepted != totals.finished + totals.failed + totals.cancelled {
+            problem("accepted \(totals.accepted) != finished + failed + cancelled in \(totals)")
+        }
+        if totals.submitted != totals.accepted + totals.rejected + totals.duplicateIds {
+            problem("submitted \(totals.submitted) != accepted + rejected + duplicates in \(totals)")
+        }
+    }
+}

@@ -1,0 +1,197 @@
+import EnlargerProtocol
+import Foundation
+import Logging
+import XCTest
+import ZeroMQ
+
+@testable import EnlargerBroker
+
+/// The I/O loop over real `ipc://` sockets, with raw DEALER sockets playing client and worker.
+final class BrokerServiceTests: XCTestCase {
+    private var directory: URL!
+    private var context: Context!
+
+    override func setUpWithError() throws {
+        context = try Context()
+        directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("broker-tests-\(UUID().uuidString.prefix(8))", isDirectory: true)
+        try FileManager.default.createDirectory(
+            at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    private func startBroker() throws -> (BrokerService, BrokerThread) {
+        var configuration = BrokerService.Configuration(
+            clientsEndpoint: "ipc://\(directory.path)/clients.sock",
+            workersEndpoint: "ipc://\(directory.path)/workers.sock")
+        configuration.broker.heartbeatInterval = .milliseconds(100)
+        configuration.shutdownGrace = .milliseconds(50)
+        var logger = Logger(label: "broker-test")
+        logger.logLevel = .critical
+        let service = try BrokerService(configuration: configuration, logger: logger)
+        return (service, service.startInBackground())
+    }
+
+    private func dealer(_ endpoint: String) throws -> Socket {
+        let socket = try Socket(context, .dealer)
+        try socket.connect(endpoint)
+        return socket
+    }
+
+    private func send(_ frames: OutgoingMessage<[UInt8]>, on socket: Socket) throws {
+        try socket.send(multipart: frames.frames.map { Message($0) })
+    }
+
+    /// The next message on `socket`, failing the test after five seconds.
+    private func receive(_ socket: Socket, file: StaticString = #filePath, line: UInt = #line) throws -> [Message] {
+        var poller = Poller()
+        poller.register(socket)
+        guard try poller.poll(timeout: .seconds(5)) > 0 else {
+            XCTFail("nothing received", file: file, line: line)
+            throw ZMQError(code: EAGAIN, operation: "test receive")
+        }
+        return try socket.receiveMultipart()
+    }
+
+    private func clientEvent(_ socket: Socket) throws -> BrokerToClientMessage<Message> {
+        try BrokerToClientMessage(frames: receive(socket))
+    }
+
+    /// The next worker command other than a heartbeat.
+    private func workerCommand(_ socket: Socket) throws -> BrokerToWorkerMessage<Message> {
+        while true {
+            let command = try BrokerToWorkerMessage(frames: receive(socket))
+            if case .heartbeat = command { continue }
+            return command
+        }
+    }
+
+    /// Asks for status until `condition` holds (messages on different connections are not
+    /// ordered with each other), failing after five seconds.
+    @discardableResult
+    private func waitUntil(
+        _ client: Socket, file: StaticString = #filePath, line: UInt = #line,
+        _ condition: (Enlarger_V1_StatusReply) -> Bool
+    ) throws -> Enlarger_V1_StatusReply {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while true {
+            try send(ClientToBrokerMessage<[UInt8]>.statusRequest.encoded(), on: client)
+            guard case .statusReply(let status) = try clientEvent(client) else {
+                XCTFail("expected a status reply", file: file, line: line)
+                return Enlarger_V1_StatusReply()
+            }
+            if condition(status) { return status }
+            if ContinuousClock.now > deadline {
+                XCTFail("condition not reached: \(status)", file: file, line: line)
+                return status
+            }
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+    }
+
+    func testRequestTravelsFromClientToWorkerAndBack() throws {
+        let (service, thread) = try startBroker()
+        let worker = try dealer(service.workersEndpoint)
+        let client = try dealer(service.clientsEndpoint)
+        let source = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+
+        try send(WorkerToBrokerMessage<[UInt8]>.ready(.with { $0.capacity = 1; $0.workerName = "raw" }).encoded(), on: worker)
+        try waitUntil(client) { $0.workers.count == 1 }
+
+        let submit = Enlarger_V1_Submit.with {
+            $0.requestID = "photo-1"
+            $0.spec.width = 64
+        }
+        try send(ClientToBrokerMessage.submit(submit, image: source).encoded(), on: client)
+        guard case .accepted(let accepted) = try clientEvent(client) else { return XCTFail("not accepted") }
+        XCTAssertEqual(accepted.requestID, "photo-1")
+
+        guard case .job(let job, let image) = try workerCommand(worker) else { return XCTFail("no job") }
+        XCTAssertEqual(job.requestID, "photo-1")
+        XCTAssertEqual(image.bytes, source, "the image crosses the broker intact")
+
+        for (stage, terminal) in [(Enlarger_V1_Stage.degraded, false), (.final, true)] {
+            let result = Enlarger_V1_JobResult.with {
+                $0.jobID = job.jobID
+                $0.attempt = job.attempt
+                $0.stage = stage
+                $0.width = 64
+                $0.height = 48
+                $0.terminal = terminal
+            }
+            try send(WorkerToBrokerMessage.jobResult(result, image: [UInt8](repeating: terminal ? 2 : 1, count: 5000)).encoded(), on: worker)
+        }
+        guard case .result(let degraded, let preview) = try clientEvent(client),
+              case .result(let final, let output) = try clientEvent(client)
+        else { return XCTFail("results missing") }
+        XCTAssertEqual([degraded.stage, final.stage], [.degraded, .final])
+        XCTAssertEqual([degraded.terminal, final.terminal], [false, true])
+        XCTAssertEqual(preview.bytes, [UInt8](repeating: 1, count: 5000))
+        XCTAssertEqual(output.bytes, [UInt8](repeating: 2, count: 5000))
+
+        // Garbage gets an error, and the broker carries on.
+        try client.send(multipart: [Message("not a tag"), Message([1, 2, 3])])
+        guard case .error(let error) = try clientEvent(client) else { return XCTFail("no error reply") }
+        XCTAssertEqual(error.code, .malformed)
+
+        try send(ClientToBrokerMessage<[UInt8]>.statusRequest.encoded(), on: client)
+        guard case .statusReply(let status) = try clientEvent(client) else { return XCTFail("no status") }
+        XCTAssertEqual(status.workers.map(\.name), ["raw"])
+        XCTAssertEqual(status.totals.finished, 1)
+        XCTAssertEqual(status.totals.malformedDropped, 1)
+
+        // On stop, live requests fail and workers are told to leave.
+        try send(ClientToBrokerMessage.submit(submit, image: source).encoded(), on: client)
+        guard case .accepted = try clientEvent(client), case .job = try workerCommand(worker) else {
+            return XCTFail("second request not dispatched")
+        }
+        try thread.stopAndWait()
+        guard case .failed(let failed) = try clientEvent(client) else { return XCTFail("no shutdown failure") }
+        XCTAssertEqual(failed.code, .brokerShutdown)
+        guard case .disconnect = try workerCommand(worker) else { return XCTFail("no disconnect") }
+    }
+
+    func testDepartedClientIsCountedAndTheBrokerCarriesOn() throws {
+        let (service, thread) = try startBroker()
+        defer { XCTAssertNoThrow(try thread.stopAndWait()) }
+        let worker = try dealer(service.workersEndpoint)
+        try send(WorkerToBrokerMessage<[UInt8]>.ready(.with { $0.capacity = 1 }).encoded(), on: worker)
+        try waitUntil(try dealer(service.clientsEndpoint)) { $0.workers.count == 1 }
+
+        let leaver = try dealer(service.clientsEndpoint)
+        let submit = Enlarger_V1_Submit.with {
+            $0.requestID = "orphan"
+            $0.spec.height = 10
+            $0.delivery = .final
+        }
+        try send(ClientToBrokerMessage.submit(submit, image: [0xFF, 0xD8]).encoded(), on: leaver)
+        guard case .accepted = try clientEvent(leaver), case .job(let job, _) = try workerCommand(worker) else {
+            return XCTFail("not dispatched")
+        }
+        leaver.close()
+        Thread.sleep(forTimeInterval: 0.2)  // let libzmq notice the closed connection
+
+        let result = Enlarger_V1_JobResult.with {
+            $0.jobID = job.jobID
+            $0.attempt = job.attempt
+            $0.stage = .final
+            $0.terminal = true
+        }
+        try send(WorkerToBrokerMessage.jobResult(result, image: [1]).encoded(), on: worker)
+
+        let status = try waitUntil(try dealer(service.clientsEndpoint)) { $0.totals.unroutable > 0 }
+        XCTAssertEqual(status.totals.unroutable, 1)
+        XCTAssertEqual(status.totals.finished, 1)
+    }
+
+    func testStopReturnsPromptlyWhenIdle() throws {
+        let (_, thread) = try startBroker()
+        let started = ContinuousClock.now
+        try thread.stopAndWait()
+        XCTAssertLessThan(ContinuousClock.now - started, .seconds(1))
+        try thread.stopAndWait()
+    }
+}

@@ -1,0 +1,251 @@
+import EnlargerProtocol
+import XCTest
+
+@testable import EnlargerBroker
+
+typealias Bytes = [UInt8]
+typealias ClientEvent = BrokerToClientMessage<Bytes>
+typealias WorkerCommand = BrokerToWorkerMessage<Bytes>
+
+/// Drives a `BrokerCore<[UInt8]>` with a hand-made clock and collects what it sends, decoded
+/// with the protocol's own decoders (so the broker's output framing is checked too).
+struct CoreHarness {
+    var core: BrokerCore<Bytes>
+    var now = MonotonicInstant(nanoseconds: 1_000_000_000)
+    private(set) var toClients: [(peer: PeerID, event: ClientEvent)] = []
+    private(set) var toWorkers: [(peer: PeerID, command: WorkerCommand)] = []
+    private(set) var reports: [BrokerReport] = []
+
+    static let jpeg: Bytes = [0xFF, 0xD8, 0xFF, 0xDB, 0x00, 0x43, 0x00]
+    static let image: Bytes = [0x50, 0x35, 0x0A]
+
+    init(_ configure: (inout BrokerConfiguration) -> Void = { _ in }) {
+        var configuration = BrokerConfiguration()
+        configure(&configuration)
+        core = BrokerCore(configuration: configuration, now: now)
+    }
+
+    var configuration: BrokerConfiguration { core.configuration }
+
+    // MARK: Feeding events
+
+    mutating func client(_ peer: PeerID, _ message: ClientToBrokerMessage<Bytes>) {
+        clientFrames(peer, message.encoded().frames)
+    }
+
+    mutating func clientFrames(_ peer: PeerID, _ frames: [Bytes]) {
+        record(core.clientFrames(from: peer, frames, now: now))
+    }
+
+    mutating func worker(_ peer: PeerID, _ message: WorkerToBrokerMessage<Bytes>) {
+        workerFrames(peer, message.encoded().frames)
+    }
+
+    mutating func workerFrames(_ peer: PeerID, _ frames: [Bytes]) {
+        record(core.workerFrames(from: peer, frames, now: now))
+    }
+
+    mutating func advance(by duration: Duration) {
+        now = now + duration
+        record(core.tick(now: now))
+    }
+
+    mutating func clientUnreachable(_ peer: PeerID) {
+        record(core.clientUnreachable(peer, now: now))
+    }
+
+    mutating func workerUnreachable(_ peer: PeerID) {
+        record(core.workerUnreachable(peer, now: now))
+    }
+
+    mutating func shutdown() {
+        record(core.shutdown(now: now))
+    }
+
+    mutating func record(_ actions: [BrokerAction<Bytes>]) {
+        for action in actions {
+            switch action {
+            case .sendToClient(let peer, let message):
+                do {
+                    toClients.append((peer, try ClientEvent(frames: message.frames)))
+                } catch {
+                    XCTFail("broker sent an undecodable client message: \(error)")
+                }
+            case .sendToWorker(let peer, let message):
+                do {
+                    toWorkers.append((peer, try WorkerCommand(frames: message.frames)))
+                } catch {
+                    XCTFail("broker sent an undecodable worker message: \(error)")
+                }
+            case .report(let report):
+                reports.append(report)
+            }
+        }
+    }
+
+    // MARK: Collecting what was sent
+
+    /// Everything sent to `peer` since the last call, in order.
+    mutating func events(for peer: PeerID) -> [ClientEvent] {
+        let (mine, others) = toClients.partitioned { $0.peer == peer }
+        toClients = others
+        return mine.map(\.event)
+    }
+
+    /// Everything but heartbeats sent to worker `peer` since the last call, in order.
+    mutating func commands(for peer: PeerID) -> [WorkerCommand] {
+        let (mine, others) = toWorkers.partitioned { $0.peer == peer }
+        toWorkers = others
+        return mine.map(\.command).filter { if case .heartbeat = $0 { false } else { true } }
+    }
+
+    mutating func discardPongs() {
+        toClients.removeAll { if case .pong = $0.event { true } else { false } }
+    }
+
+    mutating func takeReports() -> [BrokerReport] {
+        defer { reports = [] }
+        return reports
+    }
+
+    /// The jobs sent to `peer` since the last call (other commands are discarded).
+    mutating func jobs(for peer: PeerID) -> [Enlarger_V1_Job] {
+        commands(for: peer).compactMap { if case .job(let job, _) = $0 { job } else { nil } }
+    }
+
+    // MARK: Common conversations
+
+    /// Registers a worker and returns the jobs dispatched to it at once.
+    @discardableResult
+    mutating func ready(_ peer: PeerID, capacity: UInt32 = 1, name: String = "w") -> [Enlarger_V1_Job] {
+        worker(peer, .ready(.with { $0.capacity = capacity; $0.workerName = name; $0.pid = 7 }))
+        return jobs(for: peer)
+    }
+
+    mutating func submit(
+        _ peer: PeerID, _ requestID: String, delivery: Enlarger_V1_Delivery = .progressive, image: Bytes = jpeg
+    ) {
+        client(peer, .submit(Self.submitMessage(requestID, delivery: delivery), image: image))
+    }
+
+    mutating func cancel(_ peer: PeerID, _ requestID: String) {
+        client(peer, .cancel(.with { $0.requestID = requestID }))
+    }
+
+    mutating func result(
+        _ peer: PeerID, _ job: Enlarger_V1_Job, _ stage: Enlarger_V1_Stage, terminal: Bool, attempt: UInt32? = nil
+    ) {
+        worker(peer, .jobResult(.with {
+            $0.jobID = job.jobID
+            $0.attempt = attempt ?? job.attempt
+            $0.stage = stage
+            $0.width = 32
+            $0.height = 24
+            $0.format = job.spec.format
+            $0.terminal = terminal
+        }, image: Self.image))
+    }
+
+    mutating func finish(_ peer: PeerID, _ job: Enlarger_V1_Job) {
+        result(peer, job, .final, terminal: true)
+    }
+
+    static func submitMessage(_ requestID: String, delivery: Enlarger_V1_Delivery = .progressive) -> Enlarger_V1_Submit {
+        .with {
+            $0.requestID = requestID
+            $0.spec.width = 64
+            $0.delivery = delivery
+        }
+    }
+
+    /// Internal consistency of the core's state; empty when all is well.
+    var inconsistencies: [String] {
+        var problems: [String] = []
+        var queued: [UInt64] = []
+        var probe = core.queue
+        while let jobID = probe.popFirst() { queued.append(jobID) }
+        if Set(queued).count != queued.count { problems.append("a job is queued twice") }
+        for jobID in queued where core.requests[jobID]?.worker != nil || core.requests[jobID] == nil {
+            problems.append("queued job \(jobID) is not a live, unassigned request")
+        }
+        for (jobID, request) in core.requests {
+            if core.jobIDsByRequestID[request.requestID] != jobID { problems.append("index mismatch for \(jobID)") }
+            if core.clients[request.client]?.jobIDs.contains(jobID) != true {
+                problems.append("client of \(jobID) does not list it")
+            }
+            if let worker = request.worker {
+                guard let index = core.workerIndex[worker] else {
+                    problems.append("job \(jobID) held by unregistered worker")
+                    continue
+                }
+                if core.workers[index].jobs[jobID] != request.attempt {
+                    problems.append("job \(jobID) attempt not on its worker")
+                }
+            } else if !queued.contains(jobID) {
+                problems.append("unassigned job \(jobID) is not queued")
+            }
+        }
+        if core.jobIDsByRequestID.count != core.requests.count { problems.append("stale request id index") }
+        for (index, worker) in core.workers.enumerated() {
+            if core.workerIndex[worker.id] != index { problems.append("worker index mismatch") }
+            if worker.inFlight > worker.capacity { problems.append("worker \(worker.id) over capacity") }
+            for jobID in worker.jobs.keys where core.requests[jobID]?.worker != worker.id {
+                problems.append("worker \(worker.id) holds job \(jobID) that is not assigned to it")
+            }
+            for jobID in worker.tombstones.keys where core.requests[jobID] != nil {
+                problems.append("tombstone for live job \(jobID)")
+            }
+        }
+        for (peer, client) in core.clients where client.jobIDs.isEmpty {
+            problems.append("client \(peer) tracked without requests")
+        }
+        return problems
+    }
+}
+
+extension Array {
+    func partitioned(_ belongsInFirst: (Element) -> Bool) -> ([Element], [Element]) {
+        var first: [Element] = []
+        var second: [Element] = []
+        for element in self {
+            if belongsInFirst(element) { first.append(element) } else { second.append(element) }
+        }
+        return (first, second)
+    }
+}
+
+extension PeerID: ExpressibleByStringLiteral {
+    public init(stringLiteral value: String) {
+        self.init(Array(value.utf8))
+    }
+}
+
+// Compact descriptions of events, so tests can compare whole conversations at a glance.
+extension BrokerToClientMessage {
+    var summary: String {
+        switch self {
+        case .accepted(let m): "accepted \(m.requestID)"
+        case .started(let m): "started \(m.requestID) #\(m.attempt)"
+        case .result(let m, _): "result \(m.requestID) \(m.stage)\(m.terminal ? " terminal" : "")"
+        case .failed(let m): "failed \(m.requestID) \(m.code)"
+        case .cancelled(let m): "cancelled \(m.requestID)"
+        case .rejected(let m): "rejected \(m.requestID) \(m.code)"
+        case .cancelAck(let m): "cancelAck \(m.requestID) \(m.outcome)"
+        case .statusReply: "status"
+        case .pong: "pong"
+        case .error(let m): "error \(m.code)"
+        }
+    }
+}
+
+extension BrokerToWorkerMessage {
+    var summary: String {
+        switch self {
+        case .job(let m, _): "job \(m.jobID) #\(m.attempt) \(m.delivery)"
+        case .cancelJob(let m): "cancelJob \(m.jobID) #\(m.attempt)"
+        case .heartbeat: "heartbeat"
+        case .disconnect: "disconnect"
+        case .error(let m): "error \(m.code)"
+        }
+    }
+}

@@ -1,0 +1,49 @@
+import EnlargerProtocol
+import XCTest
+
+final class ResizeSpecValidationTests: XCTestCase {
+    private func spec(_ configure: (inout Enlarger_V1_ResizeSpec) -> Void) -> Enlarger_V1_ResizeSpec {
+        var spec = Enlarger_V1_ResizeSpec()
+        configure(&spec)
+        return spec
+    }
+
+    private func problem(_ spec: Enlarger_V1_ResizeSpec) -> String? {
+        do {
+            try spec.validate()
+            return nil
+        } catch {
+            return error.message
+        }
+    }
+
+    func testDefaultsWithOneAxisAreValid() {
+        XCTAssertNil(problem(spec { $0.width = 1 }))
+        XCTAssertNil(problem(spec { $0.height = 65_535 }))
+        XCTAssertNil(problem(spec { $0.width = 100; $0.height = 100; $0.fit = .cover; $0.quality = 100 }))
+        XCTAssertEqual(spec { $0.width = 1 }.effectiveQuality, 80)
+        XCTAssertEqual(spec { $0.quality = 55 }.effectiveQuality, 55)
+    }
+
+    func testOutOfRangeValuesAreInvalid() {
+        XCTAssertNotNil(problem(spec { _ in }), "no axis set")
+        XCTAssertNotNil(problem(spec { $0.width = 65_536 }))
+        XCTAssertNotNil(problem(spec { $0.width = 10; $0.height = 70_000 }))
+        XCTAssertNotNil(problem(spec { $0.width = 10; $0.quality = 101 }))
+        XCTAssertNotNil(problem(spec { $0.width = 10; $0.fit = .UNRECOGNIZED(9) }))
+        XCTAssertNotNil(problem(spec { $0.width = 10; $0.chroma = .UNRECOGNIZED(9) }))
+        XCTAssertNotNil(problem(spec { $0.width = 10; $0.format = .UNRECOGNIZED(9) }))
+    }
+
+    func testDeliveryDecidesFinality() {
+        XCTAssertEqual(Enlarger_V1_Delivery.progressive.isTerminal(.degraded), false)
+        XCTAssertEqual(Enlarger_V1_Delivery.progressive.isTerminal(.final), true)
+        XCTAssertEqual(Enlarger_V1_Delivery.final.isTerminal(.final), true)
+        XCTAssertNil(Enlarger_V1_Delivery.final.isTerminal(.degraded))
+        XCTAssertEqual(Enlarger_V1_Delivery.degraded.isTerminal(.degraded), true)
+        XCTAssertNil(Enlarger_V1_Delivery.degraded.isTerminal(.final))
+        XCTAssertNil(Enlarger_V1_Delivery.progressive.isTerminal(.unspecified))
+        XCTAssertThrowsError(try Enlarger_V1_Delivery.UNRECOGNIZED(5).validate())
+        XCTAssertNoThrow(try Enlarger_V1_Delivery.degraded.validate())
+    }
+}
