@@ -18,18 +18,21 @@ public struct EncodedImage: Sendable, Equatable {
 public enum Encoder {
     /// Encodes gray or RGB pixels. JPEG output carries no metadata (orientation is already
     /// applied, so no tag is needed); PNM output is binary PGM (gray) or PPM (RGB).
+    /// `cancel` is polled every few rows (JPEG) or megabytes (PNM).
     public static func encode(_ image: PixelBuffer, format: OutputFormat, quality: Int = 80,
-                              progressive: Bool = false, chroma444: Bool = false) throws(ImagingError) -> EncodedImage {
+                              progressive: Bool = false, chroma444: Bool = false,
+                              cancel: CancellationFlag? = nil) throws(ImagingError) -> EncodedImage {
         switch format {
         case .jpeg:
-            let bytes = try jpeg(image, quality: quality, progressive: progressive, chroma444: chroma444)
+            let bytes = try jpeg(image, quality: quality, progressive: progressive, chroma444: chroma444, cancel: cancel)
             return EncodedImage(bytes: bytes, width: image.width, height: image.height, format: .jpeg)
         case .pnm:
-            return EncodedImage(bytes: try pnm(image), width: image.width, height: image.height, format: .pnm)
+            return EncodedImage(bytes: try pnm(image, cancel: cancel), width: image.width, height: image.height, format: .pnm)
         }
     }
 
-    public static func jpeg(_ image: PixelBuffer, quality: Int, progressive: Bool, chroma444: Bool) throws(ImagingError) -> [UInt8] {
+    public static func jpeg(_ image: PixelBuffer, quality: Int, progressive: Bool, chroma444: Bool,
+                            cancel: CancellationFlag? = nil) throws(ImagingError) -> [UInt8] {
         guard image.channels == 1 || image.channels == 3 else {
             throw ImagingError(.encodeFailed, "JPEG output needs 1 or 3 channels, not \(image.channels)")
         }
@@ -38,8 +41,10 @@ public enum Encoder {
         var message = [CChar](repeating: 0, count: 256)
         let status = image.pixels.withUnsafeBufferPointer { pixels in
             ej_encode(pixels.baseAddress, Int32(image.width), Int32(image.height), Int32(image.channels),
-                      Int32(quality), progressive ? 1 : 0, chroma444 ? 1 : 0, &output, &length, &message, message.count)
+                      Int32(quality), progressive ? 1 : 0, chroma444 ? 1 : 0, cancel?.storage, &output, &length,
+                      &message, message.count)
         }
+        if status == EJ_ERR_CANCELLED { throw ImagingError(.cancelled, "cancelled") }
         guard status == EJ_OK, let output else {
             let text = message.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
             throw ImagingError(.encodeFailed, text.isEmpty ? "JPEG encoding failed" : text)
@@ -48,16 +53,33 @@ public enum Encoder {
         return Array(UnsafeBufferPointer(start: output, count: Int(length)))
     }
 
-    public static func pnm(_ image: PixelBuffer) throws(ImagingError) -> [UInt8] {
+    public static func pnm(_ image: PixelBuffer, cancel: CancellationFlag? = nil) throws(ImagingError) -> [UInt8] {
         let magic: String
         switch image.channels {
         case 1: magic = "P5"
         case 3: magic = "P6"
         default: throw ImagingError(.encodeFailed, "PNM output needs 1 or 3 channels, not \(image.channels)")
         }
-        var bytes = Array("\(magic)\n\(image.width) \(image.height)\n255\n".utf8)
-        bytes.reserveCapacity(bytes.count + image.pixels.count)
-        bytes.append(contentsOf: image.pixels)
+        let header = Array("\(magic)\n\(image.width) \(image.height)\n255\n".utf8)
+        let chunk = 4 << 20
+        var cancelled = false
+        let bytes = [UInt8](unsafeUninitializedCapacity: header.count + image.pixels.count) { out, count in
+            count = out.count
+            _ = out.initialize(from: header)
+            image.pixels.withUnsafeBufferPointer { pixels in
+                var done = 0
+                while done < pixels.count {
+                    if cancel?.isCancelled == true {
+                        cancelled = true
+                        return
+                    }
+                    let n = min(chunk, pixels.count - done)
+                    (out.baseAddress! + header.count + done).initialize(from: pixels.baseAddress! + done, count: n)
+                    done += n
+                }
+            }
+        }
+        if cancelled { throw ImagingError(.cancelled, "cancelled") }
         return bytes
     }
 

@@ -66,6 +66,15 @@ public struct ImagePipeline: Sendable {
     /// `isTerminal == true`. Throws `ImagingError` (e.g. `.cancelled` once `cancel` is set).
     public func run(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery = .final,
                     cancel: CancellationFlag? = nil, emit: (StageResult) throws(ImagingError) -> Void) throws(ImagingError) {
+        // Owned here so that the big buffer is freed off this thread, whatever the outcome.
+        var decoded: PixelBuffer?
+        defer { if decoded != nil { BufferReaper.release(&decoded!.pixels) } }
+        try run(input, options: options, delivery: delivery, cancel: cancel, decoded: &decoded, emit: emit)
+    }
+
+    private func run(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery,
+                     cancel: CancellationFlag?, decoded: inout PixelBuffer?,
+                     emit: (StageResult) throws(ImagingError) -> Void) throws(ImagingError) {
         var clock = Stopwatch()
         let decoder = try JPEGDecoder(data: input, limits: limits, cancel: cancel)
         let header = decoder.header
@@ -78,7 +87,6 @@ public struct ImagePipeline: Sendable {
         }
         let wantsDegraded = delivery != .final
         var timings = StageTimings()
-        let decoded: PixelBuffer
 
         if wantsDegraded, let thumbnail = decoder.thumbnail,
            let preview = thumbnailPreview(thumbnail, header: header, plan: plan, options: options, cancel: cancel) {
@@ -105,14 +113,14 @@ public struct ImagePipeline: Sendable {
             if wantsDegraded {
                 var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
                 timings.decodeMilliseconds = previewTimings.decodeMilliseconds
-                let image = try finish(decoded, plan: plan, header: header, options: options, filter: .triangle,
+                let image = try finish(decoded!, plan: plan, header: header, options: options, filter: .triangle,
                                        quality: degradedQuality, cancel: cancel, timings: &previewTimings, clock: &clock)
                 try emit(result(.degraded, image, .decodedBuffer, previewTimings))
                 if delivery == .degraded { return }
             }
         }
         timings.decodeMilliseconds += clock.lap()
-        let image = try finish(decoded, plan: plan, header: header, options: options, filter: .lanczos3,
+        let image = try finish(decoded!, plan: plan, header: header, options: options, filter: .lanczos3,
                                quality: options.quality, cancel: cancel, timings: &timings, clock: &clock)
         try emit(result(.final, image, nil, timings))
     }
@@ -143,7 +151,7 @@ public struct ImagePipeline: Sendable {
         timings.resizeMilliseconds += clock.lap()
         try cancel?.check()
         let image = try Encoder.encode(upright, format: options.format, quality: quality,
-                                       progressive: options.progressive, chroma444: options.chroma444)
+                                       progressive: options.progressive, chroma444: options.chroma444, cancel: cancel)
         timings.encodeMilliseconds += clock.lap()
         return image
     }

@@ -111,7 +111,7 @@ final class JPEGDecoder {
         let stride = width * channels
         var failure: ImagingError?
         // Uninitialised: the decoder writes every byte, and zero-filling 300 MB costs real time.
-        let pixels = [UInt8](unsafeUninitializedCapacity: stride * height) { buffer, count in
+        var pixels = [UInt8](unsafeUninitializedCapacity: stride * height) { buffer, count in
             count = buffer.count
             var row = 0
             while row < height {
@@ -133,7 +133,10 @@ final class JPEGDecoder {
                 row += Int(got)
             }
         }
-        if let failure { throw failure }
+        if let failure {
+            BufferReaper.release(&pixels)
+            throw failure
+        }
         return PixelBuffer(width: width, height: height, channels: channels, pixels: pixels)
     }
 
