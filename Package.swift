@@ -6,6 +6,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "enlarger", targets: ["EnlargerCLI"]),
+        .executable(name: "imaging-fuzzer", targets: ["ImagingFuzzer"]),
         .library(name: "Imaging", targets: ["Imaging"]),
         .library(name: "Enlarger", targets: ["Enlarger"]),
     ],
@@ -43,14 +44,25 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // libFuzzer entry point over decode → resize → encode (see its main.swift).
+        .executableTarget(name: "ImagingFuzzer", dependencies: ["Imaging"]),
 
         .testTarget(name: "ImagingTests", dependencies: ["Imaging"]),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
         .testTarget(name: "EnlargerProtocolTests", dependencies: ["EnlargerProtocol"]),
-        .testTarget(name: "EnlargerBrokerTests", dependencies: ["EnlargerBroker", "EnlargerProtocol"]),
+        .testTarget(
+            name: "EnlargerBrokerTests",
+            dependencies: ["EnlargerBroker", "EnlargerProtocol", "ZeroMQ", .product(name: "Logging", package: "swift-log")]
+        ),
+        .testTarget(name: "EnlargerWorkerTests", dependencies: ["EnlargerWorker", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "Imaging"]),
+        .testTarget(name: "EnlargerClientTests", dependencies: ["Enlarger", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ"]),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Imaging"]
+            dependencies: [
+                "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Imaging",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ]
         ),
     ]
 )

@@ -1,0 +1,153 @@
+import Enlarger
+import EnlargerBroker
+import EnlargerWorker
+import Foundation
+import Imaging
+import Logging
+import XCTest
+
+/// A broker and workers over real ipc sockets in a private directory per test: the broker
+/// on a thread of the test process, workers either as threads (`WorkerService`) or as
+/// `enlarger worker` processes (for kill -9 and SIGSTOP).
+final class Cluster: @unchecked Sendable {
+    let directory: URL
+    let clientsEndpoint: String
+    let workersEndpoint: String
+    let heartbeat: Duration
+    private let broker: BrokerThread
+    private var threadWorkers: [WorkerService.Handle] = []
+    private(set) var processWorkers: [Process] = []
+
+    init(_ test: XCTestCase, heartbeat: Duration = .milliseconds(200), queueLimit: Int = 1024) throws {
+        directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("enlarger-e2e-\(UUID().uuidString.prefix(8))", isDirectory: true)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        clientsEndpoint = "ipc://\(directory.path)/clients.sock"
+        workersEndpoint = "ipc://\(directory.path)/workers.sock"
+        self.heartbeat = heartbeat
+        var configuration = BrokerService.Configuration(clientsEndpoint: clientsEndpoint, workersEndpoint: workersEndpoint)
+        configuration.broker.heartbeatInterval = heartbeat
+        configuration.broker.queueLimit = queueLimit
+        var logger = Logger(label: "test.broker")
+        logger.logLevel = .error
+        broker = try BrokerService(configuration: configuration, logger: logger).startInBackground()
+        test.addTeardownBlock { [self] in shutdown() }
+    }
+
+    /// Starts `count` in-process workers.
+    func startThreadWorkers(_ count: Int, concurrency: Int) throws {
+        var logger = Logger(label: "test.worker")
+        logger.logLevel = .error
+        for index in 0..<count {
+            let configuration = WorkerConfiguration(brokerEndpoint: workersEndpoint, concurrency: concurrency,
+                                                    heartbeatInterval: heartbeat, name: "thread-\(index)", logger: logger)
+            threadWorkers.append(try WorkerService(configuration: configuration).start())
+        }
+    }
+
+    /// Starts `count` `enlarger worker` processes.
+    func startProcessWorkers(_ count: Int, concurrency: Int) throws {
+        for index in 0..<count {
+            let process = Process()
+            process.executableURL = Cluster.enlargerBinary
+            process.arguments = ["worker", "--broker", workersEndpoint, "--concurrency", "\(concurrency)",
+                                 "--heartbeat-ms", "\(Int(milliseconds(heartbeat)))", "--name", "process-\(index)"]
+            try process.run()
+            processWorkers.append(process)
+        }
+    }
+
+    func client() throws -> EnlargerClient {
+        try EnlargerClient(brokerEndpoint: clientsEndpoint,
+                           configuration: .init(heartbeatInterval: heartbeat, missedHeartbeats: 5))
+    }
+
+    /// Waits until the broker reports `count` workers, returning the last status.
+    @discardableResult
+    func waitForWorkers(_ count: Int, client: EnlargerClient, timeout: Duration = .seconds(20)) async throws -> BrokerStatus {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let status = try await client.status()
+            if status.workers.count == count { return status }
+            if ContinuousClock.now > deadline {
+                throw ClusterError("\(status.workers.count) workers registered, expected \(count)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    /// Waits until nothing is queued or in flight anywhere (cancel acks included).
+    func waitUntilIdle(client: EnlargerClient, timeout: Duration = .seconds(30)) async throws -> BrokerStatus {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let status = try await client.status()
+            if status.queueDepth == 0 && status.inFlight == 0 && status.workers.allSatisfy({ $0.inFlight == 0 }) {
+                return status
+            }
+            if ContinuousClock.now > deadline {
+                throw ClusterError("not idle: queue \(status.queueDepth), in flight \(status.inFlight)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    func shutdown() {
+        for process in processWorkers where process.isRunning {
+            kill(process.processIdentifier, SIGCONT)
+            process.terminate()
+            process.waitUntilExit()
+        }
+        processWorkers.removeAll()
+        for worker in threadWorkers { try? worker.stop() }
+        threadWorkers.removeAll()
+        try? broker.stopAndWait()
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    /// The `enlarger` executable built beside the test bundle.
+    static let enlargerBinary: URL = {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("enlarger")
+    }()
+}
+
+struct ClusterError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+func milliseconds(_ d: Duration) -> Double {
+    let (s, a) = d.components
+    return Double(s) * 1e3 + Double(a) * 1e-15
+}
+
+/// The shared JPEG corpus beside the repository (`../shared/corpus`), or `ENLARGER_CORPUS`.
+enum Corpus {
+    static let root: URL = {
+        if let path = ProcessInfo.processInfo.environment["ENLARGER_CORPUS"] { return URL(fileURLWithPath: path) }
+        return URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("shared/corpus")
+    }()
+
+    static func good(_ file: String) throws -> [UInt8] {
+        [UInt8](try Data(contentsOf: root.appendingPathComponent("good").appendingPathComponent(file)))
+    }
+
+    static func bad(_ file: String) throws -> [UInt8] {
+        [UInt8](try Data(contentsOf: root.appendingPathComponent("bad").appendingPathComponent(file)))
+    }
+}
+
+/// SplitMix64: deterministic, so a randomised test replays from its printed seed.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

@@ -1,0 +1,217 @@
+import Enlarger
+import EnlargerProtocol
+import Foundation
+import Imaging
+import SwiftProtobuf
+import XCTest
+import ZeroMQ
+
+/// The product over real sockets: broker, workers and the client library.
+final class EndToEndTests: XCTestCase {
+    /// The displayed size the pipeline itself computes for a file and options.
+    private func expectedSize(_ bytes: [UInt8], _ options: ResizeOptions) throws -> (Int, Int) {
+        let header = try bytes.withUnsafeBytes { try ImagePipeline().header(of: $0) }
+        let oriented = header.orientedSize
+        let box = ResizePlan.outputBox(sourceWidth: oriented.width, sourceHeight: oriented.height, options: options)
+        return (box.width, box.height)
+    }
+
+    func testDegradedThenFinalOnCorpusPhotos() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(2, concurrency: 1)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(2, client: client)
+        let options = ResizeOptions(width: 720, height: 588)
+        let files = ["bimg_test_exif_full.jpg", "jxltestdata_flower.png.im_q85_420_progr.jpg",
+                     "sharp_2569067123_aca715a2ee_o.jpg", "sharp_Landscape_6.jpg", "libvips_cd1.1.jpg"]
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for file in files {
+                let bytes = try Corpus.good(file)
+                let expected = try expectedSize(bytes, options)
+                group.addTask {
+                    var events: [RequestEvent] = []
+                    for try await event in client.submit(ResizeRequest(id: "e2e-\(file)", image: bytes, options: options)) {
+                        events.append(event)
+                    }
+                    XCTAssertEqual(events.count, 4, "\(file): \(events.map(\.name))")
+                    guard events.count == 4, case .accepted = events[0], case .started(1) = events[1],
+                          case .degraded(let degraded) = events[2], case .final(let final) = events[3] else {
+                        return XCTFail("\(file): unexpected events \(events.map(\.name))")
+                    }
+                    XCTAssertEqual(final.width, expected.0, file)
+                    XCTAssertEqual(final.height, expected.1, file)
+                    let header = try final.bytes.withUnsafeBytes { try ImagePipeline().header(of: $0) }
+                    XCTAssertEqual(header.width, expected.0, file)
+                    XCTAssertEqual(header.height, expected.1, file)
+                    XCTAssertLessThanOrEqual(degraded.width, final.width, file)
+                    XCTAssertLessThanOrEqual(degraded.height, final.height, file)
+                }
+            }
+            try await group.waitForAll()
+        }
+        let status = try await cluster.waitUntilIdle(client: client)
+        XCTAssertEqual(status.totals.finished, UInt64(files.count))
+        XCTAssertEqual(status.workers.reduce(0) { $0 + $1.capacity }, 2)
+        await client.close()
+    }
+
+    func testDeliveryModesAndFailures() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(1, client: client)
+        let photo = try Corpus.good("sharp_flowers.jpeg")
+        let options = ResizeOptions(width: 300)
+
+        let finalOnly = try await collect(client.submit(ResizeRequest(image: photo, options: options, delivery: .final)))
+        XCTAssertEqual(finalOnly.map(\.name), ["accepted", "started", "final"])
+        let degradedOnly = try await collect(client.submit(ResizeRequest(image: photo, options: options, delivery: .degraded)))
+        XCTAssertEqual(degradedOnly.map(\.name), ["accepted", "started", "degraded"])
+
+        // A bad image fails with its imaging code; the worker and broker keep serving.
+        do {
+            _ = try await collect(client.submit(ResizeRequest(image: try Corpus.bad("sharp_truncated.jpg"), options: options)))
+            XCTFail("a truncated JPEG must fail")
+        } catch let error as EnlargerClientError {
+            guard case .failed(.truncated, let message) = error else { return XCTFail("unexpected \(error)") }
+            XCTAssertFalse(message.isEmpty)
+        }
+        let resized = try await client.resize(photo, options: options)
+        XCTAssertEqual(resized.width, 300)
+
+        // Cancel answers: unknown id, finished request.
+        let unknown = try await client.cancel("never-submitted")
+        XCTAssertEqual(unknown, .unknown)
+        _ = try await collect(client.submit(ResizeRequest(id: "done-1", image: photo, options: options, delivery: .final)))
+        let finished = try await client.cancel("done-1")
+        XCTAssertEqual(finished, .finished)
+        await client.close()
+    }
+
+    func testDuplicateLiveIDFromAnotherConnectionIsRefused() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 1)
+        let first = try cluster.client(), second = try cluster.client()
+        try await cluster.waitForWorkers(1, client: first)
+        // A slow job keeps the id live while the duplicate arrives.
+        let slow = try Corpus.good("bimg_vertical.jpg")
+        let original = first.submit(ResizeRequest(id: "dup", image: slow, options: .init(width: 2000), delivery: .final))
+        var iterator = original.makeAsyncIterator()
+        let accepted = try await iterator.next()
+        XCTAssertEqual(accepted?.name, "accepted")
+        do {
+            _ = try await collect(second.submit(ResizeRequest(id: "dup", image: slow, options: .init(width: 100))))
+            XCTFail("the duplicate must be refused")
+        } catch let error as EnlargerClientError {
+            guard case .duplicateID = error else { return XCTFail("unexpected \(error)") }
+        }
+        var rest: [String] = []
+        while let event = try await iterator.next() { rest.append(event.name) }
+        XCTAssertEqual(rest, ["started", "final"], "the first request is untouched")
+        await first.close()
+        await second.close()
+    }
+
+    /// Every kind of malformed input on both broker sockets, each followed by a good request
+    /// that still succeeds.
+    func testMalformedInputNeverStopsTheBroker() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 1)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(1, client: client)
+        let photo = try Corpus.good("ljt_testorig.jpg")
+        let context = try Context()
+        let raw = try Socket(context, .dealer)
+        try raw.connect(cluster.clientsEndpoint)
+        let rawWorker = try Socket(context, .dealer)
+        try rawWorker.connect(cluster.workersEndpoint)
+        defer {
+            raw.close()
+            rawWorker.close()
+        }
+
+        var submit = Enlarger_V1_ClientToBroker()
+        submit.submit.requestID = "raw-1"
+        submit.submit.spec.width = 10
+        let submitHeader: [UInt8] = try submit.serializedBytes()
+        var ready = Enlarger_V1_WorkerToBroker()
+        ready.ready.capacity = 1
+        let readyHeader: [UInt8] = try ready.serializedBytes()
+        let emptyHeader: [UInt8] = try Enlarger_V1_ClientToBroker().serializedBytes()
+        let clientTag = ProtocolTag.client.bytes, workerTag = ProtocolTag.worker.bytes
+
+        let cases: [(String, Socket, [[UInt8]], expectReply: Bool)] = [
+            ("wrong tag", raw, [Array("HTTP/1.1".utf8), submitHeader, photo], true),
+            ("garbage protobuf", raw, [clientTag, [0xFF, 0xFF, 0xFF, 0x01], photo], true),
+            ("tag only", raw, [clientTag], true),
+            ("submit without its payload", raw, [clientTag, submitHeader], true),
+            ("extra frames", raw, [clientTag, submitHeader, photo, photo], true),
+            ("no message kind", raw, [clientTag, emptyHeader], true),
+            ("worker message on the client socket", raw, [workerTag, readyHeader], true),
+            ("client message on the worker socket", rawWorker, [clientTag, submitHeader, photo], false),
+            ("garbage on the worker socket", rawWorker, [workerTag, [0x08, 0x96]], false),
+            ("empty frame", raw, [[]], true),
+        ]
+        for (name, socket, frames, expectReply) in cases {
+            for (index, frame) in frames.enumerated() {
+                XCTAssertTrue(try socket.send(frame, index < frames.count - 1 ? .more : []), name)
+            }
+            if expectReply {
+                let reply = try receive(raw, timeout: .seconds(5))
+                XCTAssertNotNil(reply, "\(name): the sender is told")
+                if let reply {
+                    let message = try BrokerToClientMessage<[UInt8]>(frames: reply.map(\.bytes))
+                    switch message {
+                    case .error(let error): XCTAssertEqual(error.code, .malformed, name)
+                    case .rejected(let rejected): XCTAssertEqual(rejected.code, .malformed, name)
+                    default: XCTFail("\(name): unexpected reply \(message)")
+                    }
+                }
+            }
+            let result = try await client.resize(photo, options: .init(width: 50))
+            XCTAssertEqual(result.width, 50, "a good request after \(name)")
+        }
+        let status = try await client.status()
+        XCTAssertGreaterThanOrEqual(status.totals.malformedDropped, UInt64(cases.count - 1))
+        await client.close()
+    }
+
+    func testUnreachableBrokerFailsInBoundedTime() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-nobroker-\(UUID().uuidString)")
+        let client = try EnlargerClient(brokerEndpoint: "ipc://\(directory.path)/none.sock",
+                                        configuration: .init(heartbeatInterval: .milliseconds(100), missedHeartbeats: 3))
+        let start = ContinuousClock.now
+        do {
+            _ = try await client.resize(try Corpus.good("ljt_testorig.jpg"), options: .init(width: 10))
+            XCTFail("no broker: the request must fail")
+        } catch let error as EnlargerClientError {
+            XCTAssertEqual(error, .brokerUnreachable)
+        }
+        XCTAssertLessThan(ContinuousClock.now - start, .seconds(5))
+        await client.close()
+    }
+
+    private func collect(_ events: RequestEvents) async throws -> [RequestEvent] {
+        var all: [RequestEvent] = []
+        for try await event in events { all.append(event) }
+        return all
+    }
+
+    private func receive(_ socket: Socket, timeout: Duration) throws -> [ZeroMQ.Message]? {
+        var poller = Poller()
+        _ = poller.register(socket)
+        guard try poller.poll(timeout: timeout) > 0 else { return nil }
+        return try socket.receiveMultipart()
+    }
+}
+
+extension RequestEvent {
+    var name: String {
+        switch self {
+        case .accepted: "accepted"
+        case .started: "started"
+        case .degraded: "degraded"
+        case .final: "final"
+        }
+    }
+}

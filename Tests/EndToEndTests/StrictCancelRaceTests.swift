@@ -1,0 +1,199 @@
+import Enlarger
+import Foundation
+import Imaging
+import Synchronization
+import XCTest
+
+/// Hammers strict cancel over real sockets: thousands of requests, each cancelled (or not)
+/// at a random moment — before dispatch, during decode, between degraded and final, right
+/// after final — half of the cancels from a second client connection. Seeded and replayable:
+///   ENLARGER_RACE_SEED=N ENLARGER_RACE_REQUESTS=1000000 swift test --filter StrictCancelRaceTests
+final class StrictCancelRaceTests: XCTestCase {
+    enum CancelPlan: CaseIterable {
+        case none, immediately, afterDelay, afterDegraded, afterFinal
+    }
+
+    struct Plan {
+        var id: String
+        var image: Int
+        var delivery: Delivery
+        var cancel: CancelPlan
+        var fromSecondClient: Bool
+        var delayMicroseconds: Int
+    }
+
+    /// What happened to one request, as its consumer saw it.
+    struct Outcome {
+        var events: [String] = []
+        var ending = ""
+        var violations: [String] = []
+    }
+
+    /// Set once the submitting client's `cancel(id)` has returned.
+    final class CancelMark: Sendable {
+        let returned = Atomic<Bool>(false)
+    }
+
+    func testStrictCancelUnderRandomRaces() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let seed = environment["ENLARGER_RACE_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...999_999)
+        let count = environment["ENLARGER_RACE_REQUESTS"].flatMap(Int.init) ?? 10_000
+        print("strict-cancel race: seed \(seed), \(count) requests (replay with ENLARGER_RACE_SEED=\(seed))")
+
+        // Small images keep 10,000 requests quick; the mix covers every degraded source and
+        // one larger photo so that cancels also land mid-decode.
+        let images = try [
+            Corpus.good("ljt_testorig.jpg"),                      // baseline: degraded from the decoded buffer
+            Corpus.good("gofuzz_video-001.q50.420.progressive.jpeg"), // progressive: degraded from early scans
+            Corpus.good("exifsamples_32-lens_data.jpeg"),         // EXIF thumbnail
+            Corpus.good("jpegdecoder_jpg-size-33x33.jpg"),
+            Corpus.good("sharp_flowers.jpeg"),                    // 1920×1080: a longer decode
+        ]
+        var generator = SeededGenerator(seed: seed)
+        let plans = (0..<count).map { index in
+            Plan(id: "race-\(seed)-\(index)",
+                 image: Int.random(in: 0..<100, using: &generator) < 5 ? 4 : Int.random(in: 0..<4, using: &generator),
+                 delivery: [Delivery.progressive, .progressive, .progressive, .final, .degraded].randomElement(using: &generator)!,
+                 cancel: [CancelPlan.none, .none, .immediately, .afterDelay, .afterDelay, .afterDegraded, .afterFinal]
+                    .randomElement(using: &generator)!,
+                 fromSecondClient: Bool.random(using: &generator),
+                 delayMicroseconds: Int.random(in: 0...3000, using: &generator))
+        }
+
+        let cluster = try Cluster(self, heartbeat: .milliseconds(500), queueLimit: 4096)
+        try cluster.startThreadWorkers(2, concurrency: 2)
+        let submitter = try cluster.client(), canceller = try cluster.client()
+        try await cluster.waitForWorkers(2, client: submitter)
+        let options = ResizeOptions(width: 48, height: 48)
+
+        var failures: [String] = []
+        var endings: [String: Int] = [:]
+        try await withThrowingTaskGroup(of: (Plan, Outcome).self) { group in
+            var next = 0
+            func add() {
+                let plan = plans[next]
+                next += 1
+                group.addTask {
+                    await Self.run(plan, image: images[plan.image], options: options, submitter: submitter, canceller: canceller)
+                }
+            }
+            while next < min(256, plans.count) { add() }
+            for try await (plan, outcome) in group {
+                endings[outcome.ending, default: 0] += 1
+                for violation in outcome.violations {
+                    failures.append("\(plan.id) \(plan.cancel) second=\(plan.fromSecondClient) \(plan.delivery): "
+                                    + "\(violation); events \(outcome.events) ending \(outcome.ending)")
+                }
+                if next < plans.count { add() }
+            }
+        }
+        print("strict-cancel race endings: \(endings.sorted { $0.key < $1.key })")
+        XCTAssertTrue(failures.isEmpty, "seed \(seed): \(failures.count) violations, first: \(failures.prefix(5))")
+
+        // Nothing is left anywhere: the broker holds no request, no worker holds a job.
+        let status = try await cluster.waitUntilIdle(client: submitter)
+        let t = status.totals
+        XCTAssertEqual(t.accepted, UInt64(count), "every request was accepted (no overload in this test)")
+        XCTAssertEqual(t.finished + t.failed + t.cancelled, t.accepted, "exactly one terminal event per accepted request")
+        XCTAssertEqual(t.failed, 0)
+        XCTAssertEqual(status.clients <= 2, true)
+        await submitter.close()
+        await canceller.close()
+    }
+
+    /// Submits one request, consumes its events and cancels per the plan, checking every
+    /// invariant the consumer can observe.
+    static func run(_ plan: Plan, image: [UInt8], options: ResizeOptions, submitter: EnlargerClient,
+                    canceller: EnlargerClient) async -> (Plan, Outcome) {
+        var outcome = Outcome()
+        let mark = CancelMark()
+        let cancelClient = plan.fromSecondClient ? canceller : submitter
+        @Sendable func cancel() async {
+            _ = try? await cancelClient.cancel(plan.id)
+            if !plan.fromSecondClient { mark.returned.store(true, ordering: .sequentiallyConsistent) }
+        }
+        let events = submitter.submit(ResizeRequest(id: plan.id, image: image, options: options, delivery: plan.delivery))
+        var side: Task<Void, Never>?
+        switch plan.cancel {
+        case .immediately:
+            side = Task { await cancel() }
+        case .afterDelay:
+            side = Task {
+                try? await Task.sleep(for: .microseconds(plan.delayMicroseconds))
+                await cancel()
+            }
+        default:
+            break
+        }
+
+        var iterator = events.makeAsyncIterator()
+        var terminal = false
+        var cancelledInline = false
+        while true {
+            // A cancel that returned before next() was called must leave nothing to deliver.
+            let cancelReturnedBefore = mark.returned.load(ordering: .sequentiallyConsistent)
+            let event: RequestEvent?
+            do {
+                event = try await iterator.next()
+            } catch {
+                if terminal { outcome.violations.append("error after the terminal event: \(error)") }
+                if cancelReturnedBefore { outcome.violations.append("error delivered after cancel returned: \(error)") }
+                switch error {
+                case .cancelled:
+                    if !plan.fromSecondClient || plan.cancel == .none {
+                        outcome.violations.append("cancelled without a cancel from another connection")
+                    }
+                    outcome.ending = "cancelled-by-other"
+                default:
+                    outcome.violations.append("unexpected failure \(error)")
+                    outcome.ending = "failed"
+                }
+                break
+            }
+            guard let event else {
+                if outcome.ending.isEmpty {
+                    // Ending silently is what a cancel through this client looks like, and only that.
+                    if plan.cancel == .none || plan.fromSecondClient {
+                        outcome.violations.append("sequence ended without a terminal event or a cancel")
+                    }
+                    outcome.ending = "cancelled-here"
+                }
+                break
+            }
+            outcome.events.append(event.name)
+            if cancelReturnedBefore { outcome.violations.append("\(event.name) delivered after cancel returned") }
+            if terminal { outcome.violations.append("\(event.name) after the terminal event") }
+            switch event {
+            case .accepted, .started:
+                break
+            case .degraded:
+                if outcome.events.filter({ $0 == "degraded" }).count > 1 { outcome.violations.append("two degraded results") }
+                if plan.delivery == .final { outcome.violations.append("degraded for a final-only request") }
+                if plan.delivery == .degraded {
+                    terminal = true
+                    outcome.ending = "degraded"
+                } else if plan.cancel == .afterDegraded && !cancelledInline {
+                    cancelledInline = true
+                    await cancel()
+                }
+            case .final:
+                if plan.delivery == .degraded { outcome.violations.append("final for a degraded-only request") }
+                terminal = true
+                outcome.ending = "final"
+                if plan.cancel == .afterFinal {
+                    // The request has ended: the broker must say so and nothing may follow.
+                    if let result = try? await cancelClient.cancel(plan.id), result == .cancelled {
+                        outcome.violations.append("cancel after final answered cancelled")
+                    }
+                    if !plan.fromSecondClient { mark.returned.store(true, ordering: .sequentiallyConsistent) }
+                }
+            }
+        }
+        await side?.value
+        if outcome.ending.isEmpty { outcome.violations.append("no ending recorded") }
+        if plan.cancel == .none && !(outcome.ending == "final" || outcome.ending == "degraded") {
+            outcome.violations.append("an uncancelled request did not end with its result")
+        }
+        return (plan, outcome)
+    }
+}
