@@ -39,7 +39,7 @@ let package = Package(
         .executableTarget(
             name: "EnlargerCLI",
             dependencies: [
-                "Imaging", "Enlarger", "EnlargerBroker", "EnlargerWorker",
+                "Imaging", "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -342,8 +342,8 @@ typedef struct {
 } ej_encoder;
 
 ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, int quality,
-                    int progressive, int chroma_444, uint8_t **out, unsigned long *out_length,
-                    char *message, size_t message_capacity) {
+                    int progressive, int chroma_444, const int32_t *cancel_flag, uint8_t **out,
+                    unsigned long *out_length, char *message, size_t message_capacity) {
     *out = NULL;
     *out_length = 0;
     if (width <= 0 || height <= 0 || (channels != 1 && channels != 3) || quality < 1 || quality > 100) {
@@ -385,6 +385,8 @@ ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, 
     jpeg_start_compress(&enc->cinfo, TRUE);
     size_t stride = (size_t)width * (size_t)channels;
     while (enc->cinfo.next_scanline < enc->cinfo.image_height) {
+        if (cancel_flag != NULL && ej_atomic_load(cancel_flag) != 0)
+            ej_fail_with((j_common_ptr)&enc->cinfo, EJ_ERR_CANCELLED, "cancelled");
         JSAMPROW rows[16];
         JDIMENSION count = enc->cinfo.image_height - enc->cinfo.next_scanline;
         if (count > 16) count = 16;

@@ -1,10 +1,13 @@
 import ArgumentParser
 
 @main
-struct EnlargerCommand: ParsableCommand {
+struct EnlargerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "enlarger",
         abstract: "Resize JPEGs, alone or as a ZeroMQ job service (broker + workers) with degraded-then-final results and strict cancel.",
-        subcommands: [ResizeCommand.self]
+        subcommands: [
+            ServeCommand.self, SubmitCommand.self, CancelCommand.self, StatusCommand.self,
+            BrokerCommand.self, WorkerCommand.self, ResizeCommand.self, BenchCommand.self,
+        ]
     )
 }

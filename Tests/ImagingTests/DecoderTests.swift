@@ -39,9 +39,9 @@ final class DecoderTests: XCTestCase {
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
         let empty = dir.appendingPathComponent("empty.jpg")
-        FileManager.default.createFile(atPath: empty.path, contents: Data())
+        XCTAssertTrue(FileManager.default.createFile(atPath: empty.path, contents: Data()))
         let big = dir.appendingPathComponent("big.jpg")
-        FileManager.default.createFile(atPath: big.path, contents: Data(count: 1000))
+        XCTAssertTrue(FileManager.default.createFile(atPath: big.path, contents: Data(count: 1000)))
         let cases: [(String, ImagingError.Code)] = [
             (dir.appendingPathComponent("missing.jpg").path, .notFound),
             (dir.path, .unreadable),

@@ -78,10 +78,11 @@ ej_status ej_finish_output_pass(ej_decoder *dec);
 const char *ej_message(const ej_decoder *dec);
 
 /// Encodes interleaved 8-bit pixels (1 channel = grayscale, 3 = RGB) to a JPEG in memory.
-/// On success `*out` holds `*out_length` bytes to be released with `ej_free`.
+/// On success `*out` holds `*out_length` bytes to be released with `ej_free`. `cancel_flag`
+/// (may be NULL) is polled every 16 rows.
 ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, int quality,
-                    int progressive, int chroma_444, uint8_t **out, unsigned long *out_length,
-                    char *message, size_t message_capacity);
+                    int progressive, int chroma_444, const int32_t *cancel_flag, uint8_t **out,
+                    unsigned long *out_length, char *message, size_t message_capacity);
 void ej_free(void *pointer);
 
 int32_t ej_atomic_load(const int32_t *p);

@@ -1,0 +1,16 @@
+# Shared by the benchmark scripts: builds the release binary and lists the photos.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+corpus="${ENLARGER_CORPUS:-$repo/../shared/corpus}"
+ENLARGER_BENCH_DEPS=1 "$repo/scripts/setup"
+(cd "$repo" && swift build -c release --product enlarger >&2)
+enlarger="$(cd "$repo" && swift build -c release --show-bin-path)/enlarger"
+
+# The real photos of at least 6 MP in the good corpus (the 99.6 MP synthetic file is a flat
+# colour, not a photo, and is left out).
+photos() {
+    awk -F'\t' -v dir="$corpus/good" 'NR > 1 && $5 * $6 >= 6000000 && $11 !~ /synthetic/ { print dir "/" $1 }' \
+        "$corpus/good/MANIFEST.tsv"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

@@ -1,0 +1,60 @@
+import EnlargerProtocol
+import ZeroMQ
+
+/// Why a request, a cancel or a status call did not succeed.
+public enum EnlargerClientError: Error, Equatable, Sendable {
+    /// The broker ended the request with `Failed` (a bad image, a lost worker, …). Terminal.
+    case failed(Code, String)
+    /// The broker refused the Submit before accepting it (overloaded, invalid argument, too
+    /// large, shutting down), or this client refused it for an invalid `ResizeOptions`.
+    case rejected(Code, String)
+    /// Another live request holds this request id: one submitted through this client (refused
+    /// without asking the broker) or through another connection (the broker's `Failed{DUPLICATE_ID}`).
+    case duplicateID(String)
+    /// The request was cancelled through another connection. (A cancel through this client
+    /// ends the request's events silently instead; see `RequestEvents`.)
+    case cancelled
+    /// The request id is not 1 to 64 bytes of UTF-8.
+    case invalidRequestID(String)
+    /// The message could not be handed to the broker within `missedHeartbeats` heartbeat
+    /// intervals: no broker is listening at the endpoint.
+    case brokerUnreachable
+    /// The broker fell silent for `missedHeartbeats` heartbeat intervals while the request
+    /// was live.
+    case brokerLost
+    /// The client was closed before the request ended.
+    case closed
+    /// The client's socket failed; the client is closed.
+    case transport(ZMQError)
+
+    /// The broker's machine-readable reason, as in common.proto's `ErrorCode`.
+    public enum Code: String, Sendable, Equatable {
+        case duplicateID, workerLost, overloaded, malformed, invalidArgument, notJPEG, empty, truncated,
+             corrupt, unsupported, tooLarge, tooManyScans, encodeFailed, `internal`, brokerShutdown
+        /// A code this version of the library does not know.
+        case unknown
+    }
+}
+
+extension EnlargerClientError.Code {
+    init(_ code: Enlarger_V1_ErrorCode) {
+        switch code {
+        case .duplicateID: self = .duplicateID
+        case .workerLost: self = .workerLost
+        case .overloaded: self = .overloaded
+        case .malformed: self = .malformed
+        case .invalidArgument: self = .invalidArgument
+        case .notJpeg: self = .notJPEG
+        case .empty: self = .empty
+        case .truncated: self = .truncated
+        case .corrupt: self = .corrupt
+        case .unsupported: self = .unsupported
+        case .tooLarge: self = .tooLarge
+        case .tooManyScans: self = .tooManyScans
+        case .encodeFailed: self = .encodeFailed
+        case .internal: self = .internal
+        case .brokerShutdown: self = .brokerShutdown
+        case .unspecified, .UNRECOGNIZED: self = .unknown
+        }
+    }
+}

@@ -1,0 +1,66 @@
+import Imaging
+
+/// One step in the life of a request, as the broker reported it.
+public enum RequestEvent: Sendable, Equatable {
+    /// The broker accepted the request and queued it.
+    case accepted
+    /// A worker began the request; `attempt` grows when it is retried on another worker.
+    case started(attempt: Int)
+    /// A fast approximation at the requested size. The last event when the delivery is
+    /// `.degraded`; otherwise a `.final` follows.
+    case degraded(EncodedImage)
+    /// The high-quality result; always the last event.
+    case final(EncodedImage)
+}
+
+/// The events of one submitted request, in order: `.accepted`, `.started`…, at most one
+/// `.degraded`, then the terminal result; the sequence finishes right after the terminal
+/// event. A request that ends without a result throws `EnlargerClientError` instead (after
+/// the events received before it): `.failed`, `.rejected`, `.duplicateID`, `.cancelled`
+/// (by another connection), `.brokerUnreachable`, `.brokerLost` or `.closed`.
+///
+/// **Cancel.** Once `EnlargerClient.cancel(id)` has been called for the request, or the
+/// task iterating the sequence has been cancelled (which sends the same cancel to the
+/// broker), the sequence simply ends: `next()` returns `nil`, with no further element and no
+/// error, even if events had already been received and were waiting to be taken.
+///
+/// One task iterates a sequence at a time. A request whose sequence is dropped unfinished
+/// stays live at the broker until it ends; cancel it to stop the work.
+public struct RequestEvents: AsyncSequence, Sendable {
+    public typealias Element = RequestEvent
+    public typealias Failure = EnlargerClientError
+
+    /// The request id, as submitted.
+    public var id: String { channel.id }
+
+    let channel: RequestChannel
+    let registry: RequestRegistry
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(channel: channel, registry: registry)
+    }
+
+    public struct Iterator: AsyncIteratorProtocol {
+        let channel: RequestChannel
+        let registry: RequestRegistry
+
+        public mutating func next() async throws(EnlargerClientError) -> RequestEvent? {
+            try await next(isolation: nil)
+        }
+
+        public mutating func next(
+            isolation actor: isolated (any Actor)?
+        ) async throws(EnlargerClientError) -> RequestEvent? {
+            let step = await withTaskCancellationHandler {
+                await channel.next()
+            } onCancel: { [channel, registry] in
+                registry.cancel(channel.id, waiter: nil)
+            }
+            switch step {
+            case .event(let event): return event
+            case .failure(let error): throw error
+            case .end: return nil
+            }
+        }
+    }
+}

@@ -1,0 +1,83 @@
+import EnlargerProtocol
+import Foundation
+import Imaging
+
+/// One JPEG to resize, as submitted to the broker.
+public struct ResizeRequest: Sendable {
+    /// Chosen by the producer: 1 to 64 bytes of UTF-8, unique among the broker's live
+    /// requests. A random UUID by default.
+    public var id: String
+    /// The source JPEG.
+    public var image: [UInt8]
+    public var options: ResizeOptions
+    public var delivery: Delivery
+
+    public init(id: String = UUID().uuidString, image: [UInt8], options: ResizeOptions,
+                delivery: Delivery = .progressive) {
+        self.id = id
+        self.image = image
+        self.options = options
+        self.delivery = delivery
+    }
+
+    /// The Submit header, or the error the request fails with before anything is sent.
+    func wireSubmit() throws(EnlargerClientError) -> Enlarger_V1_Submit {
+        try Self.validate(id: id)
+        do throws(ImagingError) {
+            try options.validate()
+        } catch {
+            throw .rejected(.invalidArgument, error.message)
+        }
+        var submit = Enlarger_V1_Submit()
+        submit.requestID = id
+        // `validate()` has bounded every number to the wire's ranges.
+        submit.spec.width = UInt32(options.width ?? 0)
+        submit.spec.height = UInt32(options.height ?? 0)
+        submit.spec.fit = switch options.fit {
+        case .inside: .inside
+        case .cover: .cover
+        case .fill: .fill
+        }
+        submit.spec.enlarge = options.enlarge
+        submit.spec.quality = UInt32(options.quality)
+        submit.spec.progressive = options.progressive
+        submit.spec.chroma = options.chroma444 ? .yuv444 : .yuv420
+        submit.spec.format = switch options.format {
+        case .jpeg: .jpeg
+        case .pnm: .pnm
+        }
+        submit.delivery = switch delivery {
+        case .progressive: .progressive
+        case .final: .final
+        case .degraded: .degraded
+        }
+        return submit
+    }
+
+    /// Throws `.invalidRequestID` unless `id` is 1 to 64 bytes of UTF-8 (a Swift string
+    /// always is UTF-8, so only the length can be wrong).
+    static func validate(id: String) throws(EnlargerClientError) {
+        guard (1...WireLimits.maxRequestIDBytes).contains(id.utf8.count) else {
+            throw .invalidRequestID(
+                "request id must be 1 to \(WireLimits.maxRequestIDBytes) bytes of UTF-8, got \(id.utf8.count) bytes")
+        }
+    }
+}
+
+/// The broker's answer to `EnlargerClient.cancel(_:)`.
+public enum CancelResult: Sendable, Equatable {
+    /// The cancel ended the request; its submitter was told `Cancelled`.
+    case cancelled
+    /// The request had already ended (with a result, a failure or an earlier cancel).
+    case finished
+    /// No live or recently ended request has this id.
+    case unknown
+
+    init(_ outcome: Enlarger_V1_CancelAck.Outcome) {
+        switch outcome {
+        case .cancelled: self = .cancelled
+        case .finished: self = .finished
+        case .unknown, .unspecified, .UNRECOGNIZED: self = .unknown
+        }
+    }
+}

@@ -1,0 +1,146 @@
+import ArgumentParser
+import Enlarger
+import Foundation
+import Imaging
+
+/// Prints whole lines from concurrent tasks without interleaving them.
+final class LinePrinter: Sendable {
+    private let lock = NSLock()
+    func line(_ text: String) {
+        lock.lock()
+        defer { lock.unlock() }
+        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+    }
+    func error(_ text: String) {
+        lock.lock()
+        defer { lock.unlock() }
+        FileHandle.standardError.write(Data((text + "\n").utf8))
+    }
+}
+
+extension EnlargerClientError {
+    /// The stable code and message printed for a failed request.
+    var codeAndMessage: (code: String, message: String) {
+        switch self {
+        case .failed(let code, let message), .rejected(let code, let message): (code.rawValue, message)
+        case .duplicateID(let message): ("duplicateID", message)
+        case .cancelled: ("cancelled", "cancelled by another connection")
+        case .invalidRequestID(let message): ("invalidRequestID", message)
+        case .brokerUnreachable: ("brokerUnreachable", "no broker answered; is `enlarger serve` running?")
+        case .brokerLost: ("brokerLost", "the broker stopped answering while the request was live")
+        case .closed: ("closed", "the client was closed")
+        case .transport(let error): ("transport", "\(error)")
+        }
+    }
+
+    /// The `event` a failure is reported as.
+    var eventName: String {
+        switch self {
+        case .rejected: "rejected"
+        case .cancelled: "cancelled"
+        default: "failed"
+        }
+    }
+}
+
+struct StatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show the broker's workers, capacity, queue depth, requests in flight and totals."
+    )
+
+    @OptionGroup var service: ServiceOptions
+
+    @Flag(help: "Print one JSON object.")
+    var json = false
+
+    func run() async throws {
+        let status: BrokerStatus
+        do {
+            status = try await withEnlargerClient(brokerEndpoint: service.clientEndpoint) { try await $0.status() }
+        } catch let error as EnlargerClientError {
+            throw ValidationError("\(service.clientEndpoint): \(error.codeAndMessage.message)")
+        }
+        let t = status.totals
+        let totals: [(String, UInt64)] = [
+            ("submitted", t.submitted), ("accepted", t.accepted), ("finished", t.finished), ("failed", t.failed),
+            ("cancelled", t.cancelled), ("rejected", t.rejected), ("duplicate_ids", t.duplicateIDs),
+            ("late_results_dropped", t.lateResultsDropped), ("malformed_dropped", t.malformedDropped),
+            ("workers_lost", t.workersLost), ("workers_disconnected", t.workersDisconnected),
+            ("jobs_requeued", t.jobsRequeued), ("clients_vanished", t.clientsVanished), ("unroutable", t.unroutable),
+        ]
+        if json {
+            var object = JSONLine()
+            object.add("workers", status.workers.count)
+            object.add("capacity", status.workers.reduce(0) { $0 + $1.capacity })
+            object.add("queue_depth", status.queueDepth)
+            object.add("queue_limit", status.queueLimit)
+            object.add("in_flight", status.inFlight)
+            object.add("clients", status.clients)
+            var counters = JSONLine()
+            for (name, value) in totals { counters.add(name, Int(value)) }
+            object.add("totals", object: counters)
+            var list: [String] = []
+            for worker in status.workers {
+                var w = JSONLine()
+                w.add("name", worker.name)
+                w.add("pid", worker.pid)
+                w.add("capacity", worker.capacity)
+                w.add("in_flight", worker.inFlight)
+                w.add("last_seen_ms", milliseconds(worker.lastSeen))
+                list.append(w.text)
+            }
+            print(object.text.dropLast() + ",\"worker_list\":[" + list.joined(separator: ",") + "]}")
+            return
+        }
+        print("broker \(service.clientEndpoint): up \(Int(milliseconds(status.uptime) / 1000)) s, \(status.clients) clients")
+        print("workers \(status.workers.count), capacity \(status.workers.reduce(0) { $0 + $1.capacity }), "
+              + "in flight \(status.inFlight), queue \(status.queueDepth)/\(status.queueLimit)")
+        for worker in status.workers {
+            print("  \(worker.name) pid \(worker.pid): \(worker.inFlight)/\(worker.capacity) busy, "
+                  + "heard \(Int(milliseconds(worker.lastSeen))) ms ago")
+        }
+        print("totals: " + totals.map { "\($0.0) \($0.1)" }.joined(separator: ", "))
+    }
+}
+
+struct CancelCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "cancel",
+        abstract: "Cancel requests by id, whichever connection submitted them.",
+        discussion: "Prints, per id: cancelled, finished (it had already ended) or unknown."
+    )
+
+    @Argument(help: "Request ids.")
+    var ids: [String]
+
+    @OptionGroup var service: ServiceOptions
+
+    @Flag(help: "Print one JSON object per id: id and result.")
+    var json = false
+
+    func run() async throws {
+        try await withEnlargerClient(brokerEndpoint: service.clientEndpoint) { client in
+            for id in ids {
+                let result: String
+                do {
+                    switch try await client.cancel(id) {
+                    case .cancelled: result = "cancelled"
+                    case .finished: result = "finished"
+                    case .unknown: result = "unknown"
+                    }
+                } catch let error as EnlargerClientError {
+                    throw ValidationError("\(id): \(error.codeAndMessage.message)")
+                }
+                if json {
+                    var line = JSONLine()
+                    line.add("id", id)
+                    line.add("result", result)
+                    print(line.text)
+                } else {
+                    print("\(id): \(result)")
+                }
+            }
+        }
+    }
+}

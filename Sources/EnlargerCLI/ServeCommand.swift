@@ -1,0 +1,155 @@
+import ArgumentParser
+import EnlargerBroker
+import Foundation
+import Logging
+import Synchronization
+
+struct ServeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the whole service on this host: a broker plus N worker processes over ipc:// sockets.",
+        discussion: """
+            The sockets live in a private runtime directory (mode 0700; default \
+            \(RuntimeDirectory.defaultPath), or $ENLARGER_RUNTIME_DIR), where the client commands \
+            (submit, cancel, status) find them by default. A worker process that dies is restarted. \
+            Ctrl-C or SIGTERM stops everything cleanly: workers hand their jobs back, live \
+            requests fail with BROKER_SHUTDOWN, the sockets are removed.
+
+            Example: enlarger serve --workers 2, then from another terminal: \
+            enlarger submit photo.jpg --width 720 --height 588 --out thumbs
+            """
+    )
+
+    @Option(help: "Worker processes to run.")
+    var workers = 2
+
+    @Option(help: "Jobs each worker runs at once (default: active cores divided among the workers, at least 1).")
+    var concurrency: Int?
+
+    @Option(help: "Private directory for the sockets (default: \(RuntimeDirectory.defaultPath)).")
+    var runtimeDir: String?
+
+    @OptionGroup var brokerOptions: BrokerOptions
+    @OptionGroup var limitOptions: LimitOptions
+
+    func validate() throws {
+        guard (1...256).contains(workers) else { throw ValidationError("--workers must be 1…256") }
+        if let concurrency, !(1...1024).contains(concurrency) { throw ValidationError("--concurrency must be 1…1024") }
+    }
+
+    func run() throws {
+        let logger = Logger(label: "enlarger.serve")
+        let directory = RuntimeDirectory(path: runtimeDir ?? RuntimeDirectory.defaultPath)
+        try directory.prepare()
+        let lock = try directory.lock()
+        defer { close(lock) }
+        // Under the lock no other serve uses these paths: leftovers are from a crash.
+        unlink(directory.clientsSocket)
+        unlink(directory.workersSocket)
+        defer {
+            unlink(directory.clientsSocket)
+            unlink(directory.workersSocket)
+        }
+
+        let service = try BrokerService(
+            configuration: brokerOptions.configuration(clients: directory.clientsEndpoint, workers: directory.workersEndpoint),
+            logger: Logger(label: "enlarger.broker"))
+        let broker = service.startInBackground()
+
+        let perWorker = concurrency ?? max(1, ProcessInfo.processInfo.activeProcessorCount / workers)
+        let supervisor = WorkerSupervisor(count: workers, logger: logger) { index in
+            ["worker", "--broker", directory.workersEndpoint, "--concurrency", "\(perWorker)",
+             "--name", "serve-\(index)", "--heartbeat-ms", "\(brokerOptions.heartbeatMs)",
+             "--max-pixels", "\(limitOptions.maxPixels)", "--max-bytes", "\(limitOptions.maxBytes)",
+             "--max-scans", "\(limitOptions.maxScans)", "--parent-pid", "\(getpid())"]
+        }
+        try supervisor.start()
+
+        let stopRequested = DispatchSemaphore(value: 0)
+        let signals = onTerminationSignals { _ in stopRequested.signal() }
+        defer { signals.forEach { $0.cancel() } }
+        print("enlarger serve: clients connect to \(directory.clientsEndpoint); \(workers) workers × \(perWorker) jobs; Ctrl-C stops")
+        stopRequested.wait()
+
+        logger.info("stopping: workers first, so that they hand their jobs back")
+        supervisor.stop(grace: .seconds(5))
+        try broker.stopAndWait()
+        logger.info("stopped")
+    }
+}
+
+/// Keeps N `enlarger worker` processes running, restarting one that exits unexpectedly
+/// (with a back-off that grows while it keeps dying quickly).
+final class WorkerSupervisor: Sendable {
+    private struct Slot {
+        var process: Process?
+        var restarts = 0
+        var startedAt = ContinuousClock.now
+    }
+
+    private let count: Int
+    private let arguments: @Sendable (Int) -> [String]
+    private let logger: Logger
+    private let executable: URL
+    private let state: Mutex<(slots: [Slot], stopping: Bool)>
+
+    init(count: Int, logger: Logger, arguments: @escaping @Sendable (Int) -> [String]) {
+        self.count = count
+        self.arguments = arguments
+        self.logger = logger
+        executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        state = Mutex((slots: Array(repeating: Slot(), count: count), stopping: false))
+    }
+
+    func start() throws {
+        for index in 0..<count { try launch(index) }
+    }
+
+    private func launch(_ index: Int) throws {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments(index)
+        process.terminationHandler = { [weak self] finished in self?.exited(index, finished) }
+        let launched: Bool = state.withLock { state in
+            guard !state.stopping else { return false }
+            state.slots[index].process = process
+            state.slots[index].startedAt = .now
+            return true
+        }
+        if launched { try process.run() }
+    }
+
+    private func exited(_ index: Int, _ process: Process) {
+        let delay: Duration? = state.withLock { state in
+            guard !state.stopping, state.slots[index].process === process else { return nil }
+            let quick = ContinuousClock.now - state.slots[index].startedAt < .seconds(10)
+            state.slots[index].restarts = quick ? state.slots[index].restarts + 1 : 0
+            return .milliseconds(min(30_000, 250 << min(state.slots[index].restarts, 7)))
+        }
+        guard let delay else { return }
+        logger.warning("worker exited; restarting", metadata: [
+            "worker": "\(index)", "status": "\(process.terminationStatus)",
+            "reason": "\(process.terminationReason == .uncaughtSignal ? "signal" : "exit")", "in": "\(delay)"])
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(delay.components.seconds * 1000
+            + delay.components.attoseconds / 1_000_000_000_000_000))) { [self] in
+            do { try launch(index) } catch { logger.error("cannot restart worker \(index): \(error)") }
+        }
+    }
+
+    /// SIGTERM to every worker (a graceful leave), SIGKILL to those still running after `grace`.
+    func stop(grace: Duration) {
+        let processes = state.withLock { state in
+            state.stopping = true
+            return state.slots.compactMap(\.process)
+        }
+        for process in processes where process.isRunning { process.terminate() }
+        let deadline = ContinuousClock.now + grace
+        for process in processes {
+            while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
+            if process.isRunning {
+                kill(process.processIdentifier, SIGKILL)
+                process.waitUntilExit()
+            }
+        }
+    }
+}

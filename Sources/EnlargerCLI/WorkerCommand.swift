@@ -1,0 +1,66 @@
+import ArgumentParser
+import Dispatch
+import EnlargerWorker
+import Foundation
+import Logging
+
+struct WorkerCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "worker",
+        abstract: "Run a worker: take resize jobs from a broker and stream back degraded, then final results.",
+        discussion: """
+            The worker connects to the broker's worker endpoint, announces how many jobs it runs \
+            at once (--concurrency) and processes them on that many threads, sending a quick \
+            degraded result before the final one when the job asks for it. A cancelled job \
+            stops at its next checkpoint and sends nothing more.
+
+            If the broker falls silent for three heartbeat intervals, or restarts, the worker \
+            drops its jobs (the broker retries them elsewhere) and registers again. SIGINT or \
+            SIGTERM stops it gracefully: it tells the broker it is leaving, so its jobs are \
+            re-queued at once, and exits.
+
+            Example: enlarger worker --broker ipc:///run/enlarger/workers.sock --concurrency 4
+            """
+    )
+
+    @Option(help: "The broker's worker endpoint, e.g. ipc:///run/enlarger/workers.sock or tcp://broker:5571.")
+    var broker: String
+
+    @Option(help: "Jobs run at once, one thread each (1…1024; default: the number of active cores).")
+    var concurrency: Int?
+
+    @Option(help: "Name shown in the broker's status, at most 256 bytes (default: the host name).")
+    var name: String?
+
+    @Option(help: "Heartbeat interval in milliseconds; the broker is presumed gone after 3 silent intervals.")
+    var heartbeatMs = 1000
+
+    @OptionGroup var limitOptions: LimitOptions
+
+    private var workerConfiguration: WorkerConfiguration {
+        WorkerConfiguration(brokerEndpoint: broker,
+                            concurrency: concurrency ?? ProcessInfo.processInfo.activeProcessorCount,
+                            heartbeatInterval: .milliseconds(heartbeatMs),
+                            name: name ?? ProcessInfo.processInfo.hostName,
+                            limits: limitOptions.limits, logger: Logger(label: "enlarger.worker"))
+    }
+
+    func validate() throws {
+        if let problem = workerConfiguration.problem { throw ValidationError(problem) }
+    }
+
+    func run() throws {
+        let service = try WorkerService(configuration: workerConfiguration)
+        // Signals become a graceful stop; the handlers run on a dispatch queue, not in a
+        // signal context, so they may post to the service.
+        let signalSources = [SIGINT, SIGTERM].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { service.stop() }
+            source.resume()
+            return source
+        }
+        defer { signalSources.forEach { $0.cancel() } }
+        try service.run()
+    }
+}

@@ -1,0 +1,83 @@
+import EnlargerProtocol
+import Imaging
+
+// Conversions between the wire types and the Imaging pipeline's types. The broker has
+// validated the spec already; anything this version cannot honour still ends the job with
+// INVALID_ARGUMENT rather than a guess.
+
+extension ResizeOptions {
+    init(_ spec: Enlarger_V1_ResizeSpec) throws(ImagingError) {
+        let fit: Fit
+        switch spec.fit {
+        case .inside: fit = .inside
+        case .cover: fit = .cover
+        case .fill: fit = .fill
+        case .UNRECOGNIZED(let value): throw ImagingError(.invalidArgument, "unknown fit \(value)")
+        }
+        let format: OutputFormat
+        switch spec.format {
+        case .jpeg: format = .jpeg
+        case .pnm: format = .pnm
+        case .UNRECOGNIZED(let value): throw ImagingError(.invalidArgument, "unknown format \(value)")
+        }
+        let chroma444: Bool
+        switch spec.chroma {
+        case .yuv420: chroma444 = false
+        case .yuv444: chroma444 = true
+        case .UNRECOGNIZED(let value): throw ImagingError(.invalidArgument, "unknown chroma \(value)")
+        }
+        self.init(
+            width: spec.width == 0 ? nil : Int(spec.width),
+            height: spec.height == 0 ? nil : Int(spec.height),
+            fit: fit, enlarge: spec.enlarge, quality: Int(spec.effectiveQuality),
+            progressive: spec.progressive, chroma444: chroma444, format: format)
+    }
+}
+
+extension Imaging.Delivery {
+    init(_ delivery: Enlarger_V1_Delivery) throws(ImagingError) {
+        switch delivery {
+        case .progressive: self = .progressive
+        case .final: self = .final
+        case .degraded: self = .degraded
+        case .UNRECOGNIZED(let value): throw ImagingError(.invalidArgument, "unknown delivery \(value)")
+        }
+    }
+}
+
+extension Enlarger_V1_Stage {
+    init(_ stage: Imaging.Stage) {
+        switch stage {
+        case .degraded: self = .degraded
+        case .final: self = .final
+        }
+    }
+}
+
+extension Enlarger_V1_ImageFormat {
+    init(_ format: OutputFormat) {
+        switch format {
+        case .jpeg: self = .jpeg
+        case .pnm: self = .pnm
+        }
+    }
+}
+
+extension Enlarger_V1_ErrorCode {
+    /// The wire code for a pipeline failure: decoder errors map one to one, anything else
+    /// (which a job cannot cause by its input) is INTERNAL.
+    init(_ code: ImagingError.Code) {
+        switch code {
+        case .notJPEG: self = .notJpeg
+        case .empty: self = .empty
+        case .truncated: self = .truncated
+        case .corrupt: self = .corrupt
+        case .unsupported: self = .unsupported
+        case .tooLarge: self = .tooLarge
+        case .tooManyScans: self = .tooManyScans
+        case .invalidArgument: self = .invalidArgument
+        case .encodeFailed: self = .encodeFailed
+        case .notFound, .unreadable, .writeFailed, .cancelled: self = .internal
+        }
+    }
+}

@@ -1,0 +1,91 @@
+import Dispatch
+import Foundation
+import Synchronization
+import ZeroMQ
+
+/// A worker process's service: connects a DEALER to the broker's worker endpoint, takes up
+/// to `configuration.concurrency` jobs at once and streams their results back.
+///
+/// **Threads.** `run()` turns the calling thread into the worker's I/O thread, the only one
+/// that calls ZeroMQ; `configuration.concurrency` job threads run the image pipeline and post
+/// their results back to it through a mailbox.
+///
+/// **Protocol duties** (see worker.proto): `Ready{capacity}` on every new connection, a
+/// heartbeat every interval, `JobStarted` then the results the job's delivery asks for, and
+/// exactly one terminal frame per job (terminal `JobResult`, `JobFailed` or `JobCancelled`).
+/// After a `CancelJob` reaches the I/O thread nothing more is sent for the job but
+/// `JobCancelled`, once its thread has stopped at the pipeline's next checkpoint.
+///
+/// **Liveness.** When the broker is silent for `missedHeartbeats` intervals, or sends
+/// `Disconnect`, the worker abandons its jobs without a word about them, replaces its socket
+/// and sends `Ready` again (so it rejoins a restarted broker).
+///
+/// **Stopping.** `stop()`, from any thread, makes `run()` send `Disconnect` (the broker
+/// re-queues this worker's jobs), stop the jobs, wait for the job threads and return.
+public final class WorkerService: Sendable {
+    public let configuration: WorkerConfiguration
+    private let mailbox: Mailbox<WorkerMail>
+    private let hasRun = Atomic<Bool>(false)
+
+    /// - Precondition: `configuration.problem == nil`.
+    public init(configuration: WorkerConfiguration) throws(ZMQError) {
+        if let problem = configuration.problem { preconditionFailure("invalid worker configuration: \(problem)") }
+        self.configuration = configuration
+        mailbox = try Mailbox()
+    }
+
+    /// Serves the broker on the calling thread until `stop()`; then leaves gracefully and
+    /// returns. Throws when a ZeroMQ call fails (an unusable endpoint, for instance). Call
+    /// it once.
+    public func run() throws(ZMQError) {
+        precondition(!hasRun.exchange(true, ordering: .relaxed), "WorkerService.run() called twice")
+        try WorkerLoop(configuration: configuration, mailbox: mailbox).run()
+    }
+
+    /// Asks `run()` to leave gracefully. Safe from any thread (a signal handler's queue, for
+    /// instance), at any time, also before `run()` has started.
+    public func stop() {
+        mailbox.post(.stop)
+    }
+
+    /// Runs the service on a new thread; for tests and for embedding.
+    public func start() -> Handle {
+        let handle = Handle(service: self)
+        let thread = Thread { [self] in
+            let outcome = Result { () throws(ZMQError) in try run() }
+            handle.finish(outcome)
+        }
+        thread.name = "enlarger-worker-io"
+        thread.start()
+        return handle
+    }
+
+    /// A service running on its own thread (see `start()`).
+    public final class Handle: Sendable {
+        private let service: WorkerService
+        private let outcome = Mutex<Result<Void, ZMQError>?>(nil)
+        private let finished = DispatchSemaphore(value: 0)
+
+        init(service: WorkerService) {
+            self.service = service
+        }
+
+        fileprivate func finish(_ result: Result<Void, ZMQError>) {
+            outcome.withLock { $0 = result }
+            finished.signal()
+        }
+
+        /// Stops the service gracefully and waits until its thread has finished.
+        public func stop() throws(ZMQError) {
+            service.stop()
+            try wait()
+        }
+
+        /// Blocks until `run()` has returned; rethrows its error.
+        public func wait() throws(ZMQError) {
+            finished.wait()
+            finished.signal()  // later waits return at once
+            try outcome.withLock { $0! }.get()
+        }
+    }
+}
