@@ -2,11 +2,11 @@ import ArgumentParser
 import Foundation
 import Imaging
 
-struct BenchCommand: ParsableCommand {
+struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
         abstract: "Measure Enlarger itself (the side-by-side comparisons live in Benchmarks/).",
-        subcommands: [CancelLatency.self, BenchBroker.self]
+        subcommands: [CancelLatency.self, BenchWorkerCancel.self, BenchCancelRoundTrip.self, BenchBroker.self]
     )
 }
 

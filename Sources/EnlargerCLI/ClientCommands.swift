@@ -59,7 +59,7 @@ struct StatusCommand: AsyncParsableCommand {
         do {
             status = try await withEnlargerClient(brokerEndpoint: service.clientEndpoint) { try await $0.status() }
         } catch let error as EnlargerClientError {
-            throw ValidationError("\(service.clientEndpoint): \(error.codeAndMessage.message)")
+            throw CLIError("\(service.clientEndpoint): \(error.codeAndMessage.message)")
         }
         let t = status.totals
         let totals: [(String, UInt64)] = [
@@ -130,7 +130,7 @@ struct CancelCommand: AsyncParsableCommand {
                     case .unknown: result = "unknown"
                     }
                 } catch let error as EnlargerClientError {
-                    throw ValidationError("\(id): \(error.codeAndMessage.message)")
+                    throw CLIError("\(id): \(error.codeAndMessage.message)")
                 }
                 if json {
                     var line = JSONLine()

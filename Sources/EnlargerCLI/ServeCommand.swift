@@ -68,7 +68,8 @@ struct ServeCommand: ParsableCommand {
         let stopRequested = DispatchSemaphore(value: 0)
         let signals = onTerminationSignals { _ in stopRequested.signal() }
         defer { signals.forEach { $0.cancel() } }
-        print("enlarger serve: clients connect to \(directory.clientsEndpoint); \(workers) workers × \(perWorker) jobs; Ctrl-C stops")
+        FileHandle.standardOutput.write(Data(
+            "enlarger serve: clients connect to \(directory.clientsEndpoint); \(workers) workers × \(perWorker) jobs; Ctrl-C stops\n".utf8))
         stopRequested.wait()
 
         logger.info("stopping: workers first, so that they hand their jobs back")

@@ -40,14 +40,14 @@ struct RuntimeDirectory {
     /// privacy comes from the directory), refusing one owned by someone else.
     func prepare() throws {
         if mkdir(path, 0o700) != 0 && errno != EEXIST {
-            throw ValidationError("cannot create runtime directory \(path): \(String(cString: strerror(errno)))")
+            throw CLIError("cannot create runtime directory \(path): \(String(cString: strerror(errno)))")
         }
         var info = stat()
         guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
-            throw ValidationError("runtime directory \(path) is not a directory")
+            throw CLIError("runtime directory \(path) is not a directory")
         }
         guard info.st_uid == getuid() else {
-            throw ValidationError("runtime directory \(path) belongs to another user")
+            throw CLIError("runtime directory \(path) belongs to another user")
         }
         if info.st_mode & 0o777 != 0o700 { chmod(path, 0o700) }
     }
@@ -56,13 +56,20 @@ struct RuntimeDirectory {
     /// a second `serve` cannot silently steal the first one's ipc sockets.
     func lock() throws -> Int32 {
         let fd = open(path + "/serve.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw ValidationError("cannot open \(path)/serve.lock: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw CLIError("cannot open \(path)/serve.lock: \(String(cString: strerror(errno)))") }
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
             close(fd)
-            throw ValidationError("another `enlarger serve` is running with runtime directory \(path)")
+            throw CLIError("another `enlarger serve` is running with runtime directory \(path)")
         }
         return fd
     }
+}
+
+/// A failure of a command at run time: printed as `Error: message` without the usage text
+/// (ArgumentParser's `ValidationError` is for bad arguments).
+struct CLIError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
 }
 
 /// Runs `handler` on SIGINT and SIGTERM (on a dispatch queue, not in signal context).

@@ -35,6 +35,9 @@ struct WorkerCommand: ParsableCommand {
     @Option(help: "Heartbeat interval in milliseconds; the broker is presumed gone after 3 silent intervals.")
     var heartbeatMs = 1000
 
+    @Option(help: ArgumentHelp("Leave gracefully when this process (the supervising `serve`) is gone.", visibility: .hidden))
+    var parentPid: Int32?
+
     @OptionGroup var limitOptions: LimitOptions
 
     private var workerConfiguration: WorkerConfiguration {
@@ -61,6 +64,15 @@ struct WorkerCommand: ParsableCommand {
             return source
         }
         defer { signalSources.forEach { $0.cancel() } }
+        // A supervised worker must not outlive its supervisor (e.g. `serve` killed with -9).
+        let orphanCheck = parentPid.map { parent in
+            let timer = DispatchSource.makeTimerSource(queue: .global())
+            timer.schedule(deadline: .now() + .milliseconds(500), repeating: .milliseconds(500))
+            timer.setEventHandler { if getppid() != parent { service.stop() } }
+            timer.resume()
+            return timer
+        }
+        defer { orphanCheck?.cancel() }
         try service.run()
     }
 }

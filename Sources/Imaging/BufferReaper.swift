@@ -9,8 +9,8 @@ enum BufferReaper {
     private static let queue = DispatchQueue(label: "enlarger.imaging.reaper", qos: .utility)
 
     /// Takes the array out of `buffer` (leaving it empty) and frees it off this thread.
-    static func release(_ buffer: inout [UInt8]) {
-        guard buffer.capacity >= threshold else {
+    static func release<Element>(_ buffer: inout [Element]) {
+        guard buffer.capacity * MemoryLayout<Element>.stride >= threshold else {
             buffer = []
             return
         }
@@ -19,10 +19,10 @@ enum BufferReaper {
         queue.async { doomed.drop() }
     }
 
-    private final class Doomed: @unchecked Sendable {
+    private final class Doomed<Element>: @unchecked Sendable {
         // Touched only by the reaper queue after hand-over.
-        private var bytes: [UInt8]
-        init(_ bytes: [UInt8]) { self.bytes = bytes }
-        func drop() { bytes = [] }
+        private var elements: [Element]
+        init(_ elements: [Element]) { self.elements = elements }
+        func drop() { elements = [] }
     }
 }

@@ -139,15 +139,17 @@ public struct ImagePipeline: Sendable {
                         timings: inout StageTimings, clock: inout Stopwatch) throws(ImagingError) -> EncodedImage {
         let region = Self.scale(plan.region, fromWidth: header.width, fromHeight: header.height,
                                 toWidth: decoded.width, toHeight: decoded.height)
-        let resized: PixelBuffer
+        var upright: PixelBuffer
         if region == PixelRect(x: 0, y: 0, width: decoded.width, height: decoded.height)
             && decoded.width == plan.storedOutputWidth && decoded.height == plan.storedOutputHeight {
-            resized = decoded
+            upright = header.orientation.apply(to: decoded)
         } else {
-            resized = try Resampler.resample(decoded, region: region, width: plan.storedOutputWidth,
-                                             height: plan.storedOutputHeight, filter: filter, cancel: cancel)
+            upright = header.orientation.apply(to: try Resampler.resample(
+                decoded, region: region, width: plan.storedOutputWidth, height: plan.storedOutputHeight,
+                filter: filter, cancel: cancel))
         }
-        let upright = header.orientation.apply(to: resized)
+        // Like the decoded buffer, a large output is freed off this thread.
+        defer { BufferReaper.release(&upright.pixels) }
         timings.resizeMilliseconds += clock.lap()
         try cancel?.check()
         let image = try Encoder.encode(upright, format: options.format, quality: quality,

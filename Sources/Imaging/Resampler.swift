@@ -115,7 +115,22 @@ extension Resampler {
         func run<Layout: PixelLayout>(_: Layout.Type) throws(ImagingError) -> [UInt8] {
             let horizontal = xs.map { HorizontalTaps<Layout>($0) }
             let vertical = ys.map(VerticalTaps.init)
-            var pixels = [UInt8](repeating: 0, count: width * height * Layout.channels)
+            // Uninitialised: the passes write every sample, and zero-filling hundreds of
+            // megabytes up front would be work that no cancellation check can interrupt.
+            var pixels = [UInt8](unsafeUninitializedCapacity: width * height * Layout.channels) { $1 = $0.count }
+            // A cancelled job frees its buffers off this thread (see BufferReaper).
+            do throws(ImagingError) {
+                try fill(&pixels, Layout.self, horizontal, vertical)
+            } catch {
+                BufferReaper.release(&pixels)
+                throw error
+            }
+            return pixels
+        }
+
+        private func fill<Layout: PixelLayout>(
+            _ pixels: inout [UInt8], _: Layout.Type, _ horizontal: HorizontalTaps<Layout>?, _ vertical: VerticalTaps?
+        ) throws(ImagingError) {
             try source.pixels.withUnsafeBufferPointer { (src) throws(ImagingError) in
                 try pixels.withUnsafeMutableBufferPointer { (dst) throws(ImagingError) in
                     let input = Plane(samples: src, origin: (region.y * source.width + region.x) * Layout.channels,
@@ -143,7 +158,6 @@ extension Resampler {
                     }
                 }
             }
-            return pixels
         }
     }
 }
@@ -187,7 +201,9 @@ extension Resampler.Job {
     ) throws(ImagingError) {
         let inputRows = ys.inputRows
         let rowLength = width * Layout.channels
-        var intermediate = [Int16](repeating: 0, count: inputRows.count * rowLength)
+        // Uninitialised for the same reason as the output: the horizontal pass writes every row.
+        var intermediate = [Int16](unsafeUninitializedCapacity: inputRows.count * rowLength) { $1 = $0.count }
+        defer { BufferReaper.release(&intermediate) }
         try intermediate.withUnsafeMutableBufferPointer { (buffer) throws(ImagingError) in
             let filteredOut = MutablePlane(samples: buffer.baseAddress!, stride: rowLength)
             try forEachRun(of: inputRows, workPerRow: xs.workPerRow) { rows in
