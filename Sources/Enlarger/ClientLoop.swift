@@ -36,6 +36,8 @@ final class ClientLoop: @unchecked Sendable {
     private var lastSent: ContinuousClock.Instant
     /// The broker's heartbeat interval from its last Pong: the client must not be quieter.
     private var brokerInterval: Duration?
+    /// The broker process this client has been talking to (from Pong and Accepted).
+    private var brokerInstance: UInt64?
 
     // Messages handled per readiness of the socket before the mailbox gets a turn.
     private static let receiveBudget = 256
@@ -104,12 +106,7 @@ final class ClientLoop: @unchecked Sendable {
         guard let busySince else { return }
         let now = clock.now
         if now >= silenceDeadline(since: busySince) {
-            failOutstanding(heardOnThisSocket ? .brokerLost : .brokerUnreachable)
-            // A fresh connection, so nothing from the old conversation reaches later requests.
-            socket.close()
-            socket = try Self.connect(context, endpoint)
-            heardOnThisSocket = false
-            self.busySince = nil
+            try startOver(failing: heardOnThisSocket ? .brokerLost : .brokerUnreachable)
         } else if outbox.isEmpty, now - lastSent >= pingInterval {
             // A Ping the socket cannot take now (no broker connected) is simply skipped.
             try socket.send(ClientToBrokerMessage<ZMQFrame>.ping.encoded())
@@ -154,13 +151,14 @@ final class ClientLoop: @unchecked Sendable {
             lastHeard = clock.now
             // A message that does not decode cannot be attributed to anything: dropped.
             guard let message = try? BrokerToClientMessage(frames: frames) else { continue }
-            handle(message)
+            try handle(message)
         }
     }
 
-    private func handle(_ message: BrokerToClientMessage<ZMQFrame>) {
+    private func handle(_ message: BrokerToClientMessage<ZMQFrame>) throws(ZMQError) {
         switch message {
         case .accepted(let accepted):
+            try noteBrokerInstance(accepted.brokerInstance)
             routes[accepted.requestID]?.first?.deliver(.accepted, terminal: false)
         case .started(let started):
             routes[started.requestID]?.first?.deliver(.started(attempt: Int(started.attempt)), terminal: false)
@@ -192,10 +190,31 @@ final class ClientLoop: @unchecked Sendable {
             statusWaiters.removeFirst().resume(returning: .success(BrokerStatus(reply)))
         case .pong(let pong):
             if pong.heartbeatIntervalMs > 0 { brokerInterval = .milliseconds(pong.heartbeatIntervalMs) }
+            try noteBrokerInstance(pong.brokerInstance)
         case .error:
             // A sign of life only: an Error names no request, so there is nobody to tell.
             break
         }
+    }
+
+    /// A broker that restarted on the same endpoint answers Pings like the old one but has
+    /// forgotten every request: when its instance number changes, whatever is outstanding
+    /// fails with `.brokerLost` instead of waiting forever.
+    private func noteBrokerInstance(_ instance: UInt64) throws(ZMQError) {
+        guard instance != 0 else { return }  // a broker that does not say
+        if let known = brokerInstance, known != instance { try startOver(failing: .brokerLost) }
+        brokerInstance = instance
+    }
+
+    /// Fails everything outstanding and connects afresh, so that nothing from the old
+    /// conversation reaches later requests.
+    private func startOver(failing error: EnlargerClientError) throws(ZMQError) {
+        failOutstanding(error)
+        socket.close()
+        socket = try Self.connect(context, endpoint)
+        heardOnThisSocket = false
+        busySince = nil
+        brokerInstance = nil
     }
 
     /// Ends the oldest request with this id with `error`.

@@ -22,6 +22,9 @@ public struct BrokerConfiguration: Sendable {
     /// How long a cancelled job keeps its worker's credit while waiting for `JobCancelled`.
     /// After that the credit is given back (and the timeout counted) even without the ack.
     public var cancelAckTimeout: Duration = .seconds(30)
+    /// Names this broker process in Pong and Accepted (never 0), so that clients notice a
+    /// restart: the requests they had live at the old instance are gone.
+    public var instance: UInt64 = UInt64.random(in: 1...UInt64.max)
 
     public init() {}
 

@@ -30,6 +30,7 @@ extension BrokerCore {
         case .ping:
             var pong = Enlarger_V1_Pong()
             pong.heartbeatIntervalMs = UInt32(clamping: configuration.heartbeatInterval.milliseconds)
+            pong.brokerInstance = configuration.instance
             send(.pong(pong), to: peer, &actions)
         }
     }
@@ -92,6 +93,7 @@ extension BrokerCore {
         counters.accepted += 1
         var accepted = Enlarger_V1_Accepted()
         accepted.requestID = requestID
+        accepted.brokerInstance = configuration.instance
         send(.accepted(accepted), to: peer, &actions)
         dispatch(&actions)
     }

@@ -191,6 +191,51 @@ final class EndToEndTests: XCTestCase {
         await client.close()
     }
 
+    /// A broker killed and restarted on the same endpoint answers Pings again, but has lost
+    /// the requests: the client notices the new broker instance and fails them, long before
+    /// its silence limit (10 s here) would.
+    func testRequestsOfARestartedBrokerFailInsteadOfHanging() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-restart-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let clients = "ipc://\(directory.path)/clients.sock", workers = "ipc://\(directory.path)/workers.sock"
+        func startBroker() throws -> Process {
+            let broker = Process()
+            broker.executableURL = Cluster.enlargerBinary
+            broker.arguments = ["broker", "--clients", clients, "--workers", workers, "--heartbeat-ms", "200"]
+            broker.standardError = FileHandle.nullDevice
+            try broker.run()
+            return broker
+        }
+        let first = try startBroker()
+        let client = try EnlargerClient(brokerEndpoint: clients,
+                                        configuration: .init(heartbeatInterval: .milliseconds(200), missedHeartbeats: 50))
+        // No workers: the request stays queued at the broker.
+        var iterator = client.submit(ResizeRequest(id: "orphan", image: try Corpus.good("ljt_testorig.jpg"),
+                                                   options: .init(width: 10))).makeAsyncIterator()
+        let accepted = try await iterator.next()
+        XCTAssertEqual(accepted?.name, "accepted")
+        kill(first.processIdentifier, SIGKILL)
+        first.waitUntilExit()
+        let second = try startBroker()
+        defer {
+            second.terminate()
+            second.waitUntilExit()
+        }
+        let start = ContinuousClock.now
+        do {
+            _ = try await iterator.next()
+            XCTFail("the forgotten request must fail")
+        } catch {
+            XCTAssertEqual(error, .brokerLost)
+        }
+        XCTAssertLessThan(ContinuousClock.now - start, .seconds(5), "noticed by the instance change, not by silence")
+        // The same client goes on working with the new broker.
+        let status = try await client.status()
+        XCTAssertEqual(status.queueDepth, 0)
+        await client.close()
+    }
+
     private func collect(_ events: RequestEvents) async throws -> [RequestEvent] {
         var all: [RequestEvent] = []
         for try await event in events { all.append(event) }

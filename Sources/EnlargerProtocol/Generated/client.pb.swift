@@ -50,7 +50,8 @@
 // default). A client silent for 3 intervals while it has live requests is considered gone:
 // its requests are cancelled and nothing more is sent to it. The broker answers each Ping
 // with a Pong, so a client that hears nothing from the broker for 3 intervals can treat the
-// broker as gone and fail its requests locally.
+// broker as gone and fail its requests locally. Pong and Accepted carry the broker's
+// instance number, so a client also notices a broker that restarted between two Pings.
 
 import SwiftProtobuf
 
@@ -297,6 +298,9 @@ public nonisolated struct Enlarger_V1_Accepted: Sendable {
   // methods supported on all messages.
 
   public var requestID: String = String()
+
+  /// The broker instance that accepted the request: see Pong.broker_instance.
+  public var brokerInstance: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -609,6 +613,12 @@ public nonisolated struct Enlarger_V1_Pong: Sendable {
   /// The broker's heartbeat interval: a client with live requests sends at least one
   /// message this often.
   public var heartbeatIntervalMs: UInt32 = 0
+
+  /// Random, fixed for the life of one broker process (never 0). A broker that restarts
+  /// on the same endpoint has lost every request it held; a client that sees this value
+  /// change (here or in Accepted) while it has live requests must fail them: nothing more
+  /// will ever arrive for them.
+  public var brokerInstance: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1037,7 +1047,7 @@ nonisolated extension Enlarger_V1_BrokerToClient: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Accepted: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Accepted"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{3}broker_instance\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1046,6 +1056,7 @@ nonisolated extension Enlarger_V1_Accepted: SwiftProtobuf.Message, SwiftProtobuf
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.brokerInstance) }()
       default: break
       }
     }
@@ -1055,11 +1066,15 @@ nonisolated extension Enlarger_V1_Accepted: SwiftProtobuf.Message, SwiftProtobuf
     if !self.requestID.isEmpty {
       try visitor.visitSingularStringField(value: self.requestID, fieldNumber: 1)
     }
+    if self.brokerInstance != 0 {
+      try visitor.visitSingularUInt64Field(value: self.brokerInstance, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Enlarger_V1_Accepted, rhs: Enlarger_V1_Accepted) -> Bool {
     if lhs.requestID != rhs.requestID {return false}
+    if lhs.brokerInstance != rhs.brokerInstance {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1573,7 +1588,7 @@ nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Enlarger_V1_Pong: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Pong"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}heartbeat_interval_ms\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}heartbeat_interval_ms\0\u{3}broker_instance\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1582,6 +1597,7 @@ nonisolated extension Enlarger_V1_Pong: SwiftProtobuf.Message, SwiftProtobuf._Me
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.heartbeatIntervalMs) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.brokerInstance) }()
       default: break
       }
     }
@@ -1591,11 +1607,15 @@ nonisolated extension Enlarger_V1_Pong: SwiftProtobuf.Message, SwiftProtobuf._Me
     if self.heartbeatIntervalMs != 0 {
       try visitor.visitSingularUInt32Field(value: self.heartbeatIntervalMs, fieldNumber: 1)
     }
+    if self.brokerInstance != 0 {
+      try visitor.visitSingularUInt64Field(value: self.brokerInstance, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Enlarger_V1_Pong, rhs: Enlarger_V1_Pong) -> Bool {
     if lhs.heartbeatIntervalMs != rhs.heartbeatIntervalMs {return false}
+    if lhs.brokerInstance != rhs.brokerInstance {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
