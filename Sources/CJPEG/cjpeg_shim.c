@@ -123,8 +123,8 @@ ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans) {
         free(dec);
         return NULL;
     }
+    dec->cinfo.client_data = &dec->guard;  // before create (which keeps it): its failure reports through it
     jpeg_create_decompress(&dec->cinfo);
-    dec->cinfo.client_data = &dec->guard;
     dec->progress.progress_monitor = ej_progress_monitor;
     dec->cinfo.progress = &dec->progress;
     return dec;
@@ -366,8 +366,8 @@ ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, 
         free(enc);
         return failure;
     }
-    jpeg_create_compress(&enc->cinfo);
     enc->cinfo.client_data = &enc->guard;
+    jpeg_create_compress(&enc->cinfo);
     jpeg_mem_dest(&enc->cinfo, &enc->buffer, &enc->length);
     enc->cinfo.image_width = (JDIMENSION)width;
     enc->cinfo.image_height = (JDIMENSION)height;

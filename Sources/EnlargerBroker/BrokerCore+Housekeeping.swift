@@ -3,8 +3,8 @@ import EnlargerProtocol
 // MARK: - Housekeeping
 //
 // Once per heartbeat interval: workers silent for `heartbeatLiveness` intervals are lost;
-// clients silent that long while they have live requests have vanished; cancelled jobs
-// whose worker never acknowledged are given up (their credit returns); old memories of
+// clients silent that long while they have live requests have vanished; a worker that
+// never acknowledged a cancel is retired; old memories of
 // ended ids are dropped; and every remaining worker gets a heartbeat. Checking once per
 // interval means a dead peer is noticed between `liveness` and `liveness + 1` intervals
 // after its last message, which is the usual trade for not keeping a timer per peer.
@@ -25,15 +25,22 @@ extension BrokerCore {
             clientVanished(peer, now: now, &actions)
         }
 
-        for index in workers.indices {
-            let expired = workers[index].tombstones
-                .filter { now.duration(since: $0.value.cancelledAt) > configuration.cancelAckTimeout }
-                .keys.sorted()
-            for jobID in expired {
-                workers[index].tombstones[jobID] = nil
+        // A worker that has not stopped a cancelled job within `cancelAckTimeout` has a stuck
+        // job thread: handing its credit back would overbook it, so it is retired like a lost
+        // worker (its other jobs re-queued) and told to disconnect and register afresh.
+        let stuck = workers.filter { worker in
+            worker.tombstones.values.contains { now.duration(since: $0.cancelledAt) > configuration.cancelAckTimeout }
+        }.map(\.id)
+        for peer in stuck {
+            guard let index = workerIndex[peer] else { continue }
+            for jobID in workers[index].tombstones.keys.sorted()
+            where now.duration(since: workers[index].tombstones[jobID]!.cancelledAt) > configuration.cancelAckTimeout {
                 counters.cancelAcksTimedOut += 1
-                actions.append(.report(.cancelAckTimedOut(workers[index].id, jobID: jobID)))
+                actions.append(.report(.cancelAckTimedOut(peer, jobID: jobID)))
             }
+            loseWorker(at: index, reason: "a cancelled job was not stopped within \(configuration.cancelAckTimeout)",
+                       now: now, &actions)
+            actions.append(.sendToWorker(peer, BrokerToWorkerMessage<Payload>.disconnect.encoded()))
         }
 
         endedRequests.expire(at: now)

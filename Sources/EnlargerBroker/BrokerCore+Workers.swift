@@ -157,12 +157,12 @@ extension BrokerCore {
             guard let terminal = request.delivery.isTerminal(result.stage), terminal == result.terminal else {
                 let reason = "job \(jobID): a \(result.stage) result with terminal=\(result.terminal) "
                     + "does not fit delivery \(request.delivery)"
-                workerSentMalformed(workers[index].id, reason, &actions)
+                abandonBrokenJob(jobID, workerAt: index, reason: reason, now: now, &actions)
                 return
             }
             if result.stage == .degraded {
                 guard !request.degradedSent else {
-                    workerSentMalformed(workers[index].id, "job \(jobID): a second degraded result", &actions)
+                    abandonBrokenJob(jobID, workerAt: index, reason: "job \(jobID): a second degraded result", now: now, &actions)
                     return
                 }
                 requests[jobID]?.degradedSent = true
@@ -189,6 +189,20 @@ extension BrokerCore {
         case .malformed(let reason):
             workerSentMalformed(workers[index].id, reason, &actions)
         }
+    }
+
+    /// A worker broke the protocol about a job it holds: the worker may well consider the job
+    /// done and never send its terminal frame, so the request must not wait for one. It ends
+    /// with `Failed{INTERNAL}`, and the job becomes a tombstone on the worker (told to stop,
+    /// its credit back once it acknowledges), like a cancelled one.
+    private mutating func abandonBrokenJob(
+        _ jobID: UInt64, workerAt index: Int, reason: String, now: MonotonicInstant, _ actions: inout [Action]
+    ) {
+        workerSentMalformed(workers[index].id, reason, &actions)
+        withdraw(jobID, now: now, &actions)
+        let request = endRequest(jobID, now: now)
+        counters.failed += 1
+        sendFailed(request, .internal, "the worker broke the protocol: \(reason)", &actions)
     }
 
     private mutating func jobFailed(

@@ -11,23 +11,21 @@ struct BrokerOptions: ParsableArguments {
     @Option(help: "Heartbeat interval in milliseconds; a peer silent for 3 intervals is presumed gone.")
     var heartbeatMs = 1000
 
-    @Option(help: "Largest image accepted from a client, in bytes.")
-    var maxBytes = BrokerConfiguration().maxInputBytes
-
     @Option(help: "Times a request is retried after its worker is lost before it fails with WORKER_LOST.")
     var maxRetries = BrokerConfiguration().maxRetries
 
     func validate() throws {
-        guard queueLimit > 0, heartbeatMs > 0, maxBytes > 0, maxRetries >= 0 else {
+        guard queueLimit > 0, heartbeatMs > 0, maxRetries >= 0 else {
             throw ValidationError("broker limits must be positive")
         }
     }
 
-    func configuration(clients: String, workers: String) -> BrokerService.Configuration {
+    /// `maxInputBytes` is the largest image accepted from a client.
+    func configuration(clients: String, workers: String, maxInputBytes: Int) -> BrokerService.Configuration {
         var configuration = BrokerService.Configuration(clientsEndpoint: clients, workersEndpoint: workers)
         configuration.broker.queueLimit = queueLimit
         configuration.broker.heartbeatInterval = .milliseconds(heartbeatMs)
-        configuration.broker.maxInputBytes = maxBytes
+        configuration.broker.maxInputBytes = maxInputBytes
         configuration.broker.maxRetries = maxRetries
         return configuration
     }
@@ -55,10 +53,18 @@ struct BrokerCommand: ParsableCommand {
 
     @OptionGroup var brokerOptions: BrokerOptions
 
+    @Option(help: "Largest image accepted from a client, in bytes.")
+    var maxBytes = BrokerConfiguration().maxInputBytes
+
+    func validate() throws {
+        guard maxBytes > 0 else { throw ValidationError("--max-bytes must be positive") }
+    }
+
     func run() throws {
         let logger = Logger(label: "enlarger.broker")
-        let service = try BrokerService(configuration: brokerOptions.configuration(clients: clients, workers: workers),
-                                        logger: logger)
+        let service = try BrokerService(
+            configuration: brokerOptions.configuration(clients: clients, workers: workers, maxInputBytes: maxBytes),
+            logger: logger)
         let signals = onTerminationSignals { _ in service.stop() }
         defer { signals.forEach { $0.cancel() } }
         logger.info("broker listening", metadata: ["clients": "\(service.clientsEndpoint)", "workers": "\(service.workersEndpoint)"])

@@ -81,15 +81,21 @@ struct ResizeCommand: ParsableCommand {
             if result.stage == .degraded { preview = result } else { final = result }
         }
         guard let final else { throw ImagingError(.encodeFailed, "no final result") }
-        // Written only once everything succeeded: a failed input leaves no file behind.
+        // Written only once everything succeeded, degraded first: a failed input (or a failed
+        // write) leaves no file behind.
         let name = Self.outputName(input)
         let path = (out as NSString).appendingPathComponent("\(name).\(options.format.fileExtension)")
-        try write(final.image.bytes, to: path)
         var degradedPath: String?
         if let preview {
             let p = (out as NSString).appendingPathComponent("\(name).degraded.\(options.format.fileExtension)")
             try write(preview.image.bytes, to: p)
             degradedPath = p
+        }
+        do {
+            try write(final.image.bytes, to: path)
+        } catch {
+            if let degradedPath { unlink(degradedPath) }
+            throw error
         }
         let t = final.timings
         if json {

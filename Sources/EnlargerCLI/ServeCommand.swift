@@ -3,6 +3,7 @@ import EnlargerBroker
 import Foundation
 import Logging
 import Synchronization
+import ZeroMQ
 
 struct ServeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -51,10 +52,21 @@ struct ServeCommand: ParsableCommand {
             unlink(directory.workersSocket)
         }
 
+        // One byte limit for both: the broker refuses what the workers would refuse.
         let service = try BrokerService(
-            configuration: brokerOptions.configuration(clients: directory.clientsEndpoint, workers: directory.workersEndpoint),
+            configuration: brokerOptions.configuration(clients: directory.clientsEndpoint, workers: directory.workersEndpoint,
+                                                       maxInputBytes: limitOptions.maxBytes),
             logger: Logger(label: "enlarger.broker"))
-        let broker = service.startInBackground()
+        // A stop request or the broker's own end (a failure) wakes the main thread.
+        let wake = DispatchSemaphore(value: 0)
+        let brokerOutcome = Mutex<Result<Void, ZMQError>?>(nil)
+        let brokerThread = Thread {
+            let outcome = Result { () throws(ZMQError) in try service.run() }
+            brokerOutcome.withLock { $0 = outcome }
+            wake.signal()
+        }
+        brokerThread.name = "enlarger-broker"
+        brokerThread.start()
 
         let perWorker = concurrency ?? max(1, ProcessInfo.processInfo.activeProcessorCount / workers)
         let supervisor = WorkerSupervisor(count: workers, logger: logger) { index in
@@ -65,16 +77,19 @@ struct ServeCommand: ParsableCommand {
         }
         try supervisor.start()
 
-        let stopRequested = DispatchSemaphore(value: 0)
-        let signals = onTerminationSignals { _ in stopRequested.signal() }
+        let signals = onTerminationSignals { _ in wake.signal() }
         defer { signals.forEach { $0.cancel() } }
         FileHandle.standardOutput.write(Data(
             "enlarger serve: clients connect to \(directory.clientsEndpoint); \(workers) workers × \(perWorker) jobs; Ctrl-C stops\n".utf8))
-        stopRequested.wait()
+        wake.wait()
 
         logger.info("stopping: workers first, so that they hand their jobs back")
         supervisor.stop(grace: .seconds(5))
-        try broker.stopAndWait()
+        service.stop()
+        while brokerOutcome.withLock({ $0 == nil }) { wake.wait() }
+        if case .failure(let error) = brokerOutcome.withLock({ $0! }) {
+            throw CLIError("the broker failed: \(error)")
+        }
         logger.info("stopped")
     }
 }
@@ -117,7 +132,10 @@ final class WorkerSupervisor: Sendable {
             state.slots[index].startedAt = .now
             return true
         }
-        if launched { try process.run() }
+        guard launched else { return }
+        try process.run()
+        // A stop() between recording the slot and run() saw nothing running: end it here.
+        if state.withLock({ $0.stopping }) { process.terminate() }
     }
 
     private func exited(_ index: Int, _ process: Process) {

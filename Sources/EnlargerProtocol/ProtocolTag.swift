@@ -27,7 +27,7 @@ public enum WireLimits {
     /// The protobuf header frame.
     public static let maxHeaderBytes = 65_536
     /// `ResizeSpec.width` and `height`.
-    public static let maxDimension: UInt32 = 65_535
+    public static let maxDimension: UInt32 = 16_384
     /// `Ready.capacity`.
     public static let maxCapacity: UInt32 = 1024
     /// `Ready.worker_name`.

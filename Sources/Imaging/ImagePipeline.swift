@@ -53,6 +53,8 @@ public struct ImagePipeline: Sendable {
     public var degradedQuality: Int
     /// Progressive scans shown in a degraded result (the DC scan and the first AC scan).
     public var previewScans = 2
+    /// Largest EXIF thumbnail decoded for a degraded result.
+    static let maxThumbnailPixels = 1 << 20
 
     public init(limits: DecodeLimits = DecodeLimits(), headroom: Double = ResizePlan.defaultHeadroom,
                 degradedQuality: Int = 60) {
@@ -80,6 +82,10 @@ public struct ImagePipeline: Sendable {
         let header = decoder.header
         let plan = try ResizePlan.make(sourceWidth: header.width, sourceHeight: header.height,
                                        orientation: header.orientation, options: options, headroom: headroom)
+        if plan.outputWidth * plan.outputHeight > limits.maxPixels {
+            throw ImagingError(.tooLarge, "the output would be \(plan.outputWidth)×\(plan.outputHeight), "
+                               + "above the limit of \(limits.maxPixels) pixels")
+        }
         let oriented = header.orientedSize
         func result(_ stage: Stage, _ image: EncodedImage, _ source: DegradedSource?, _ timings: StageTimings) -> StageResult {
             StageResult(stage: stage, isTerminal: stage == .final || delivery == .degraded, image: image,
@@ -98,10 +104,12 @@ public struct ImagePipeline: Sendable {
         } else if wantsDegraded && header.progressive {
             let size = try decoder.startBuffered(scaleNumerator: plan.scaleNumerator)
             let complete = try decoder.consume(scans: previewScans)
-            let early = try decoder.outputPass(width: size.width, height: size.height, channels: size.channels)
+            var early = try decoder.outputPass(width: size.width, height: size.height, channels: size.channels)
             var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
             let image = try finish(early, plan: plan, header: header, options: options, filter: .triangle,
                                    quality: degradedQuality, cancel: cancel, timings: &previewTimings, clock: &clock)
+            // Not alive during the final pass, which allocates a buffer of the same size.
+            BufferReaper.release(&early.pixels)
             try emit(result(.degraded, image, .progressiveScans, previewTimings))
             if delivery == .degraded { return }
             clock.reset()
@@ -164,7 +172,9 @@ public struct ImagePipeline: Sendable {
                                   cancel: CancellationFlag?) -> (image: EncodedImage, timings: StageTimings)? {
         var clock = Stopwatch()
         return try? withBytes(bytes) { raw throws(ImagingError) -> (image: EncodedImage, timings: StageTimings)? in
-            let thumb = try JPEGDecoder(data: raw, limits: limits, cancel: cancel)
+            // A thumbnail is small by definition: one declaring more is not worth decoding.
+            let thumb = try JPEGDecoder(data: raw, limits: DecodeLimits(maxPixels: Self.maxThumbnailPixels,
+                                                                        maxInputBytes: raw.count, maxScans: 16), cancel: cancel)
             let (tw, th) = (thumb.header.width, thumb.header.height)
             let aspect = Double(tw) / Double(th), expected = Double(header.width) / Double(header.height)
             guard abs(aspect / expected - 1) < 0.02 else { return nil }

@@ -27,6 +27,13 @@ public struct ResizePlan: Sendable, Equatable {
         try options.validate()
         let (ow, oh) = orientation.orientedSize(width: sourceWidth, height: sourceHeight)
         let box = outputBox(sourceWidth: ow, sourceHeight: oh, options: options)
+        // The requested axis is capped by `validate`; the derived one (one axis given, with
+        // `enlarge`, on an extreme aspect ratio) must be too, or a tiny input could ask for a
+        // gigantic output.
+        if box.width > ResizeOptions.maxDimension || box.height > ResizeOptions.maxDimension {
+            throw ImagingError(.invalidArgument, "the output would be \(box.width)×\(box.height), "
+                               + "above the limit of \(ResizeOptions.maxDimension) px per axis")
+        }
         let storedRegion = orientation.storedRect(box.region, storedWidth: sourceWidth, storedHeight: sourceHeight)
         let (sw, sh) = orientation.swapsAxes ? (box.height, box.width) : (box.width, box.height)
         let scale = shrinkOnLoad(region: storedRegion, outputWidth: sw, outputHeight: sh, headroom: headroom)

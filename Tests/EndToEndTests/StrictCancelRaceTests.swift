@@ -96,7 +96,6 @@ final class StrictCancelRaceTests: XCTestCase {
         XCTAssertEqual(t.accepted, UInt64(count), "every request was accepted (no overload in this test)")
         XCTAssertEqual(t.finished + t.failed + t.cancelled, t.accepted, "exactly one terminal event per accepted request")
         XCTAssertEqual(t.failed, 0)
-        XCTAssertEqual(status.clients <= 2, true)
         await submitter.close()
         await canceller.close()
     }

@@ -6,6 +6,7 @@ import XCTest
 /// Strict cancel: from any connection, at any stage, with every later frame dropped.
 final class BrokerCoreCancelTests: XCTestCase {
     let alice: PeerID = "client-alice"
+    let w2: PeerID = "worker-2"
     let bob: PeerID = "client-bob"
     let w1: PeerID = "worker-1"
 
@@ -135,34 +136,39 @@ final class BrokerCoreCancelTests: XCTestCase {
         XCTAssertEqual(broker.commands(for: w1), [], "a late frame is not an error")
     }
 
-    func testSecondDegradedInOneAttemptIsMalformed() {
+    func testSecondDegradedInOneAttemptEndsTheRequest() {
         var broker = CoreHarness()
         broker.ready(w1)
         broker.submit(alice, "a")
         let job = broker.jobs(for: w1)[0]
         broker.result(w1, job, .degraded, terminal: false)
         broker.result(w1, job, .degraded, terminal: false)
-        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "result a degraded"])
-        XCTAssertEqual(broker.commands(for: w1).map(\.summary), ["error malformed"])
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "result a degraded", "failed a internal"])
+        XCTAssertEqual(broker.commands(for: w1).map(\.summary), ["error malformed", "cancelJob \(job.jobID) #\(job.attempt)"])
     }
 
-    func testCancelAckTimeoutGivesTheCreditBack() {
+    /// A worker that never stops a cancelled job is retired (its credit is not handed back,
+    /// which would overbook a stuck thread); its other job goes to a healthy worker.
+    func testCancelAckTimeoutRetiresTheWorker() {
         var broker = CoreHarness {
             $0.heartbeatInterval = .seconds(1)
             $0.cancelAckTimeout = .seconds(2)
         }
-        broker.ready(w1)
+        broker.ready(w1, capacity: 2)
         broker.submit(alice, "a")
         broker.submit(alice, "b")
-        let job = broker.jobs(for: w1)[0]
+        let jobs = broker.jobs(for: w1)
+        XCTAssertEqual(jobs.map(\.requestID), ["a", "b"])
         broker.cancel(alice, "a")
         _ = broker.commands(for: w1)
         for _ in 0..<3 {
             broker.worker(w1, .heartbeat)
             broker.advance(by: .seconds(1))
         }
-        XCTAssertEqual(broker.jobs(for: w1).map(\.requestID), ["b"])
         XCTAssertEqual(broker.core.totals.cancelAcksTimedOut, 1)
-        XCTAssertTrue(broker.takeReports().contains(.cancelAckTimedOut(w1, jobID: job.jobID)))
+        XCTAssertEqual(broker.core.totals.workersLost, 1)
+        XCTAssertTrue(broker.takeReports().contains(.cancelAckTimedOut(w1, jobID: jobs[0].jobID)))
+        XCTAssertTrue(broker.commands(for: w1).map(\.summary).contains("disconnect"))
+        XCTAssertEqual(broker.ready(w2).map(\.requestID), ["b"])
     }
 }

@@ -106,8 +106,6 @@ final class BrokerCoreLivenessTests: XCTestCase {
         broker.worker(w1, .disconnect)
         let retry = broker.ready(w2)
         XCTAssertEqual(retry.map(\.delivery), [.final])
-        broker.result(w2, retry[0], .degraded, terminal: false)
-        XCTAssertEqual(broker.commands(for: w2).map(\.summary), ["error malformed"])
         broker.finish(w2, retry[0])
         XCTAssertEqual(
             broker.events(for: alice).map(\.summary), ["accepted a", "result a degraded", "result a final terminal"])

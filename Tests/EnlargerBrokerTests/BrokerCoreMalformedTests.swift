@@ -170,17 +170,24 @@ final class BrokerCoreMalformedTests: XCTestCase {
         assertStillServes(&broker)
     }
 
-    func testResultWithAnInvalidStageOrFlag() {
-        var broker = harness()
-        broker.submit(alice, "a")
-        let job = broker.jobs(for: w1)[0]
-        broker.result(w1, job, .unspecified, terminal: true)
-        broker.result(w1, job, .final, terminal: false)
-        broker.result(w1, job, .degraded, terminal: true)
-        XCTAssertEqual(broker.commands(for: w1).map(\.summary), Array(repeating: "error malformed", count: 3))
-        broker.finish(w1, job)
-        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "result a final terminal"])
-        assertStillServes(&broker)
+    /// A result that breaks the delivery's rules about a job the worker holds: the worker may
+    /// think the job done and never send a terminal frame, so the request ends at once with
+    /// INTERNAL and the job is withdrawn from the worker (its credit back on the worker's ack).
+    func testResultWithAnInvalidStageOrFlagEndsTheRequest() {
+        let cases: [(Enlarger_V1_Stage, Bool)] = [(.unspecified, true), (.final, false), (.degraded, true)]
+        for (stage, terminal) in cases {
+            var broker = harness()
+            broker.submit(alice, "a")
+            let job = broker.jobs(for: w1)[0]
+            broker.result(w1, job, stage, terminal: terminal)
+            XCTAssertEqual(broker.commands(for: w1).map(\.summary),
+                           ["error malformed", "cancelJob \(job.jobID) #\(job.attempt)"], "\(stage) \(terminal)")
+            XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "failed a internal"], "\(stage) \(terminal)")
+            // Whatever the worker sends for it afterwards is dropped; its terminal frame returns the credit.
+            broker.finish(w1, job)
+            XCTAssertEqual(broker.events(for: alice).map(\.summary), [])
+            assertStillServes(&broker)
+        }
     }
 
     func testUnsolicitedJobCancelledIsMalformed() {

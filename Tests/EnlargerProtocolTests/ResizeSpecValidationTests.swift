@@ -19,7 +19,7 @@ final class ResizeSpecValidationTests: XCTestCase {
 
     func testDefaultsWithOneAxisAreValid() {
         XCTAssertNil(problem(spec { $0.width = 1 }))
-        XCTAssertNil(problem(spec { $0.height = 65_535 }))
+        XCTAssertNil(problem(spec { $0.height = 16_384 }))
         XCTAssertNil(problem(spec { $0.width = 100; $0.height = 100; $0.fit = .cover; $0.quality = 100 }))
         XCTAssertEqual(spec { $0.width = 1 }.effectiveQuality, 80)
         XCTAssertEqual(spec { $0.quality = 55 }.effectiveQuality, 55)
@@ -27,7 +27,7 @@ final class ResizeSpecValidationTests: XCTestCase {
 
     func testOutOfRangeValuesAreInvalid() {
         XCTAssertNotNil(problem(spec { _ in }), "no axis set")
-        XCTAssertNotNil(problem(spec { $0.width = 65_536 }))
+        XCTAssertNotNil(problem(spec { $0.width = 16_385 }), "above the imaging limit")
         XCTAssertNotNil(problem(spec { $0.width = 10; $0.height = 70_000 }))
         XCTAssertNotNil(problem(spec { $0.width = 10; $0.quality = 101 }))
         XCTAssertNotNil(problem(spec { $0.width = 10; $0.fit = .UNRECOGNIZED(9) }))

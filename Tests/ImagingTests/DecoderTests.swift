@@ -14,6 +14,16 @@ final class DecoderTests: XCTestCase {
         }
     }
 
+    func testOutputPixelsAreLimitedLikeInputPixels() throws {
+        let tiny = try Corpus.bytes("good", "ljtseed_1x1_420.jpg")
+        XCTAssertThrowsError(try ImagePipeline(limits: DecodeLimits(maxPixels: 1 << 20))
+            .resize(tiny, options: .init(width: 2048, height: 2048, fit: .fill, enlarge: true))) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .tooLarge)
+        }
+        XCTAssertEqual(try ImagePipeline(limits: DecodeLimits(maxPixels: 1 << 20))
+            .resize(tiny, options: .init(width: 1024, height: 1024, fit: .fill, enlarge: true)).image.width, 1024)
+    }
+
     func testScanLimit() throws {
         let progressive = try Corpus.bytes("good", "imagers_progressive_3.jpg")  // 11 scans, no EXIF thumbnail
         // A degraded-only request reads just the first scans, so only a lower limit bites.

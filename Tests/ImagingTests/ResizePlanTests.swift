@@ -54,6 +54,20 @@ final class ResizePlanTests: XCTestCase {
         }
     }
 
+    /// One axis given with `enlarge` on an extreme aspect ratio: the derived axis is capped too.
+    func testDerivedAxisIsCapped() {
+        XCTAssertThrowsError(try ResizePlan.make(sourceWidth: 1, sourceHeight: 8192, orientation: .up,
+                                                 options: .init(width: 16384, enlarge: true))) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .invalidArgument)
+        }
+        XCTAssertThrowsError(try ResizePlan.make(sourceWidth: 8192, sourceHeight: 1, orientation: .right,
+                                                 options: .init(width: 16384, enlarge: true))) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .invalidArgument)
+        }
+        XCTAssertNoThrow(try ResizePlan.make(sourceWidth: 1, sourceHeight: 8192, orientation: .up,
+                                             options: .init(width: 2, enlarge: true)))
+    }
+
     func testInvalidTargetsAreRefused() {
         let bad: [ResizeOptions] = [
             .init(), .init(width: 0), .init(height: 0), .init(width: -5), .init(width: 16385),

@@ -408,7 +408,7 @@ public nonisolated struct Enlarger_V1_ResizeSpec: Sendable {
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  /// Output box in pixels, 0 to 65535 each; 0 leaves that axis unconstrained. At least one
+  /// Output box in pixels, 0 to 16384 each; 0 leaves that axis unconstrained. At least one
   /// of the two must be non-zero.
   public var width: UInt32 = 0
 
