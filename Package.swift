@@ -27,15 +27,19 @@ let package = Package(
             name: "EnlargerProtocol",
             dependencies: [.product(name: "SwiftProtobuf", package: "swift-protobuf")]
         ),
+        // Where the protocol meets ZeroMQ: shared by the broker, the worker and the client.
+        .target(name: "EnlargerTransport", dependencies: ["EnlargerProtocol", "ZeroMQ"]),
         .target(
             name: "EnlargerBroker",
-            dependencies: ["EnlargerProtocol", "ZeroMQ", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["EnlargerProtocol", "EnlargerTransport", "ZeroMQ", .product(name: "Logging", package: "swift-log")]
         ),
         .target(
             name: "EnlargerWorker",
-            dependencies: ["EnlargerProtocol", "ZeroMQ", "Imaging", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "Imaging", .product(name: "Logging", package: "swift-log"),
+            ]
         ),
-        .target(name: "Enlarger", dependencies: ["EnlargerProtocol", "ZeroMQ", "Imaging"]),
+        .target(name: "Enlarger", dependencies: ["EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "Imaging"]),
         .executableTarget(
             name: "EnlargerCLI",
             dependencies: [

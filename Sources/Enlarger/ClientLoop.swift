@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import EnlargerTransport
 import Imaging
 import ZeroMQ
 
@@ -23,7 +24,7 @@ final class ClientLoop: @unchecked Sendable {
     private var routes: [String: [RequestChannel]] = [:]
     /// Messages not yet accepted by the socket: with `ZMQ_IMMEDIATE`, nothing is queued
     /// toward a broker that is not connected.
-    private var outbox: [OutgoingMessage<ZMQFrame>] = []
+    private var outbox: [OutgoingMessage<Message>] = []
     /// Cancels sent and not yet acknowledged, per id in sending order.
     private var cancelWaiters: [String: [CancelWaiter?]] = [:]
     private var statusWaiters: [StatusWaiter] = []
@@ -109,7 +110,7 @@ final class ClientLoop: @unchecked Sendable {
             try startOver(failing: heardOnThisSocket ? .brokerLost : .brokerUnreachable)
         } else if outbox.isEmpty, now - lastSent >= pingInterval {
             // A Ping the socket cannot take now (no broker connected) is simply skipped.
-            try socket.send(ClientToBrokerMessage<ZMQFrame>.ping.encoded())
+            try socket.send(ClientToBrokerMessage<Message>.ping.encoded())
             lastSent = now
             registry.prune()
         }
@@ -136,7 +137,7 @@ final class ClientLoop: @unchecked Sendable {
             outbox.append(ClientToBrokerMessage.cancel(cancel).encoded())
         case .status(let waiter):
             statusWaiters.append(waiter)
-            outbox.append(ClientToBrokerMessage<ZMQFrame>.statusRequest.encoded())
+            outbox.append(ClientToBrokerMessage<Message>.statusRequest.encoded())
         case .close(let continuation):
             shutDown(.closed, then: [continuation])
         }
@@ -155,7 +156,7 @@ final class ClientLoop: @unchecked Sendable {
         }
     }
 
-    private func handle(_ message: BrokerToClientMessage<ZMQFrame>) throws(ZMQError) {
+    private func handle(_ message: BrokerToClientMessage<Message>) throws(ZMQError) {
         switch message {
         case .accepted(let accepted):
             try noteBrokerInstance(accepted.brokerInstance)
@@ -265,7 +266,7 @@ extension RequestEvent {
     /// The event for a Result frame, or the failure that ends the request when the result
     /// is one this version cannot read (an unknown stage or format).
     fileprivate static func reading(
-        _ result: Enlarger_V1_Result, image: ZMQFrame
+        _ result: Enlarger_V1_Result, image: Message
     ) -> Result<RequestEvent, EnlargerClientError> {
         let format: OutputFormat
         switch result.format {
@@ -274,7 +275,7 @@ extension RequestEvent {
         case .UNRECOGNIZED(let value):
             return .failure(.failed(.malformed, "the broker sent a result in unknown format \(value)"))
         }
-        let encoded = EncodedImage(bytes: image.message.bytes, width: Int(result.width),
+        let encoded = EncodedImage(bytes: image.bytes, width: Int(result.width),
                                    height: Int(result.height), format: format)
         switch result.stage {
         case .degraded: return .success(.degraded(encoded))

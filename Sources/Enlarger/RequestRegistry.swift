@@ -18,7 +18,7 @@ enum ClientMail: Sendable {
 /// A Submit's image frame, filled on the caller's thread and handed to the I/O thread.
 struct SubmitPayload: @unchecked Sendable {
     // @unchecked: the caller creates the frame and never touches it after posting it.
-    let frame: ZMQFrame
+    let frame: Message
 }
 
 /// The state the client's callers share with its I/O thread: which requests a cancel must
@@ -70,7 +70,7 @@ final class RequestRegistry: Sendable {
             channel.fail(error)
             return channel
         }
-        let payload = SubmitPayload(frame: ZMQFrame(message: Message(request.image)))
+        let payload = SubmitPayload(frame: Message(request.image))
         let refusal: EnlargerClientError? = state.withLock { state in
             guard state.lifecycle == .open else { return .closed }
             let others = state.live(request.id)

@@ -2,6 +2,7 @@ import EnlargerProtocol
 import Foundation
 import Logging
 import Synchronization
+import EnlargerTransport
 import ZeroMQ
 
 /// The broker process's I/O loop: two ROUTER sockets (clients, workers), one thread, and a

@@ -54,15 +54,8 @@ struct WorkerCommand: ParsableCommand {
 
     func run() throws {
         let service = try WorkerService(configuration: workerConfiguration)
-        // Signals become a graceful stop; the handlers run on a dispatch queue, not in a
-        // signal context, so they may post to the service.
-        let signalSources = [SIGINT, SIGTERM].map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { service.stop() }
-            source.resume()
-            return source
-        }
+        // Signals become a graceful stop (handled on a dispatch queue, not in signal context).
+        let signalSources = onTerminationSignals { _ in service.stop() }
         defer { signalSources.forEach { $0.cancel() } }
         // A supervised worker must not outlive its supervisor (e.g. `serve` killed with -9).
         let orphanCheck = parentPid.map { parent in

@@ -2,6 +2,7 @@ import EnlargerProtocol
 import Foundation
 import Imaging
 import Logging
+import EnlargerTransport
 import ZeroMQ
 
 /// The worker's I/O thread: the only code that touches the DEALER socket.
@@ -153,7 +154,7 @@ final class WorkerLoop {
 
     /// Sends a message to the broker; a message that cannot be queued now is dropped (the
     /// broker is unreachable, and its liveness check will replace the connection).
-    private func send(_ message: WorkerToBrokerMessage<ZMQFrame>) throws(ZMQError) {
+    private func send(_ message: WorkerToBrokerMessage<Message>) throws(ZMQError) {
         guard let socket = connection?.socket else { return }
         if try !socket.send(message.encoded()) {
             logger.debug("dropped a message the broker connection could not take")
@@ -166,7 +167,7 @@ final class WorkerLoop {
         for _ in 0..<Self.receiveBudget {
             guard let frames = try socket.receiveFrames() else { return }
             connection?.lastHeard = clock.now
-            let message: BrokerToWorkerMessage<ZMQFrame>
+            let message: BrokerToWorkerMessage<Message>
             do {
                 message = try BrokerToWorkerMessage(frames: frames)
             } catch {
@@ -179,10 +180,10 @@ final class WorkerLoop {
         }
     }
 
-    private func handle(_ message: BrokerToWorkerMessage<ZMQFrame>) throws(ZMQError) {
+    private func handle(_ message: BrokerToWorkerMessage<Message>) throws(ZMQError) {
         switch message {
         case .job(let job, let image):
-            try start(job, image: image.message)
+            try start(job, image: image)
         case .cancelJob(let cancel):
             let key = JobTable.Key(jobID: cancel.jobID, attempt: cancel.attempt)
             if table.cancel(key) { logger.debug("cancelling", metadata: ["job": "\(key)"]) }
@@ -231,7 +232,7 @@ final class WorkerLoop {
             result.height = UInt32(frame.height)
             result.format = Enlarger_V1_ImageFormat(frame.format)
             result.terminal = frame.isTerminal
-            try send(.jobResult(result, image: ZMQFrame(message: frame.image)))
+            try send(.jobResult(result, image: frame.image))
         case .ended(let token, let outcome):
             try finish(table.end(token, outcome))
         case .stop:
