@@ -106,7 +106,7 @@ public struct ImagePipeline: Sendable {
             let complete = try decoder.consume(scans: previewScans)
             var early = try decoder.outputPass(width: size.width, height: size.height, channels: size.channels)
             var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
-            let image = try finish(early, plan: plan, header: header, options: options, filter: .triangle,
+            let image = try finish(early, .degraded, plan: plan, header: header, options: options,
                                    quality: degradedQuality, cancel: cancel, timings: &previewTimings, clock: &clock)
             // Not alive during the final pass, which allocates a buffer of the same size.
             BufferReaper.release(&early.pixels)
@@ -121,14 +121,14 @@ public struct ImagePipeline: Sendable {
             if wantsDegraded {
                 var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
                 timings.decodeMilliseconds = previewTimings.decodeMilliseconds
-                let image = try finish(decoded!, plan: plan, header: header, options: options, filter: .triangle,
+                let image = try finish(decoded!, .degraded, plan: plan, header: header, options: options,
                                        quality: degradedQuality, cancel: cancel, timings: &previewTimings, clock: &clock)
                 try emit(result(.degraded, image, .decodedBuffer, previewTimings))
                 if delivery == .degraded { return }
             }
         }
         timings.decodeMilliseconds += clock.lap()
-        let image = try finish(decoded!, plan: plan, header: header, options: options, filter: .lanczos3,
+        let image = try finish(decoded!, .final, plan: plan, header: header, options: options,
                                quality: options.quality, cancel: cancel, timings: &timings, clock: &clock)
         try emit(result(.final, image, nil, timings))
     }
@@ -142,19 +142,28 @@ public struct ImagePipeline: Sendable {
     }
 
     /// Resamples the plan's region of a decoded buffer, orients and encodes it.
-    private func finish(_ decoded: PixelBuffer, plan: ResizePlan, header: JPEGHeader, options: ResizeOptions,
-                        filter: ResampleFilter, quality: Int, cancel: CancellationFlag?,
+    /// The degraded stage of a decoded buffer is made at this fraction of the final size
+    /// (never below 1 px): it is replaced soon, and a quarter of the pixels to filter and
+    /// encode is what makes it arrive clearly before the final.
+    static let degradedScale = 0.5
+
+    /// The final stage uses Lanczos-3 at the planned size; the degraded one a cheap filter at
+    /// `degradedScale` of it.
+    private func finish(_ decoded: PixelBuffer, _ stage: Stage, plan: ResizePlan, header: JPEGHeader, options: ResizeOptions,
+                        quality: Int, cancel: CancellationFlag?,
                         timings: inout StageTimings, clock: inout Stopwatch) throws(ImagingError) -> EncodedImage {
         let region = Self.scale(plan.region, fromWidth: header.width, fromHeight: header.height,
                                 toWidth: decoded.width, toHeight: decoded.height)
+        let (filter, fraction) = stage == .final ? (ResampleFilter.lanczos3, 1.0) : (.triangle, Self.degradedScale)
+        let width = max(1, Int((Double(plan.storedOutputWidth) * fraction).rounded()))
+        let height = max(1, Int((Double(plan.storedOutputHeight) * fraction).rounded()))
         var upright: PixelBuffer
         if region == PixelRect(x: 0, y: 0, width: decoded.width, height: decoded.height)
-            && decoded.width == plan.storedOutputWidth && decoded.height == plan.storedOutputHeight {
+            && decoded.width == width && decoded.height == height {
             upright = header.orientation.apply(to: decoded)
         } else {
             upright = header.orientation.apply(to: try Resampler.resample(
-                decoded, region: region, width: plan.storedOutputWidth, height: plan.storedOutputHeight,
-                filter: filter, cancel: cancel))
+                decoded, region: region, width: width, height: height, filter: filter, cancel: cancel))
         }
         // Like the decoded buffer, a large output is freed off this thread.
         defer { BufferReaper.release(&upright.pixels) }
