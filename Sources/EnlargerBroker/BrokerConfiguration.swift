@@ -15,6 +15,14 @@ public struct BrokerConfiguration: Sendable {
     public var maxRetries: Int = 2
     /// Largest source image accepted; larger ones are `Rejected{TOO_LARGE}`.
     public var maxInputBytes: Int = 64 << 20
+    /// Source image bytes the broker holds at once over all live requests (an image is kept
+    /// until its request ends, for retries). A Submit that would exceed it is answered with
+    /// `Rejected{OVERLOADED}`: the queue's count limit alone would let a few clients park
+    /// `queueLimit × maxInputBytes` (64 GiB) of images.
+    public var maxLiveImageBytes: Int = 1 << 30
+    /// Live requests one client connection may hold, so that one producer cannot take every
+    /// queue slot from the others (`Rejected{OVERLOADED}` beyond it).
+    public var maxLiveRequestsPerClient: Int = 512
     /// Ended request ids remembered, so a late Cancel is answered `FINISHED` rather than
     /// `UNKNOWN`: at most this many, for at most `endedRequestMemoryDuration`.
     public var endedRequestMemoryLimit: Int = 4096

@@ -76,10 +76,19 @@ extension BrokerCore {
             send(.failed(failed), to: peer, &actions)
             return
         }
-        guard queue.count < configuration.queueLimit else {
+        let overload: String? =
+            if queue.count >= configuration.queueLimit {
+                "the queue is full (\(configuration.queueLimit) waiting)"
+            } else if liveImageBytes + image.count > configuration.maxLiveImageBytes {
+                "the broker holds \(liveImageBytes) bytes of images (limit \(configuration.maxLiveImageBytes))"
+            } else if (clients[peer]?.jobIDs.count ?? 0) >= configuration.maxLiveRequestsPerClient {
+                "this connection has \(configuration.maxLiveRequestsPerClient) live requests already"
+            } else {
+                nil
+            }
+        if let overload {
             counters.rejected += 1
-            let message = "the queue is full (\(configuration.queueLimit) waiting)"
-            send(.rejected(rejection(requestID, .overloaded, message)), to: peer, &actions)
+            send(.rejected(rejection(requestID, .overloaded, overload)), to: peer, &actions)
             return
         }
 
@@ -88,6 +97,7 @@ extension BrokerCore {
         requests[jobID] = Request(
             requestID: requestID, client: peer, spec: submit.spec, delivery: submit.delivery, image: image)
         jobIDsByRequestID[requestID] = jobID
+        liveImageBytes += image.count
         clients[peer, default: Client(lastSeen: now)].jobIDs.insert(jobID)
         queue.append(jobID)
         counters.accepted += 1

@@ -86,6 +86,8 @@ public struct BrokerCore<Payload: FrameBytes> {
     var clients: [PeerID: Client] = [:]
     var endedRequests: EndedRequests
     var nextJobID: UInt64 = 1
+    /// Bytes of source images held by live requests (bounded by `maxLiveImageBytes`).
+    var liveImageBytes = 0
     var counters = Enlarger_V1_Totals()
     var isShuttingDown = false
 
@@ -219,6 +221,7 @@ public struct BrokerCore<Payload: FrameBytes> {
             preconditionFailure("ending job \(jobID), which is not live")
         }
         jobIDsByRequestID[request.requestID] = nil
+        liveImageBytes -= request.image.count
         if var client = clients[request.client] {
             client.jobIDs.remove(jobID)
             clients[request.client] = client.jobIDs.isEmpty ? nil : client

@@ -229,6 +229,32 @@ final class BrokerCoreTests: XCTestCase {
         XCTAssertTrue(broker.core.isIdle)
         XCTAssertEqual(broker.core.totals.failed, 2)
     }
+
+    /// Besides the queue's count, the bytes of images held and each connection's share are
+    /// bounded: the excess is refused at once, and room returns when requests end.
+    func testImageBytesAndPerClientLiveRequestsAreBounded() {
+        var broker = CoreHarness {
+            $0.maxLiveImageBytes = 250
+            $0.maxLiveRequestsPerClient = 3
+        }
+        broker.submit(alice, "a", image: Array(repeating: 1, count: 100))
+        broker.submit(alice, "b", image: Array(repeating: 1, count: 100))
+        broker.submit(alice, "c", image: Array(repeating: 1, count: 100))
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "accepted b", "rejected c overloaded"])
+        broker.submit(alice, "d", image: [1])
+        broker.submit(alice, "e", image: [1])
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted d", "rejected e overloaded"])
+        broker.submit(bob, "f", image: [1])
+        XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted f"], "another client is not locked out")
+        // Ending a request frees its bytes and its slot.
+        let jobs = broker.ready(w1)
+        XCTAssertEqual(jobs.map(\.requestID), ["a"])
+        guard let job = jobs.first else { return }
+        broker.finish(w1, job)
+        broker.submit(alice, "g", image: Array(repeating: 1, count: 100))
+        XCTAssertEqual(broker.events(for: alice).map(\.summary).suffix(1), ["accepted g"])
+        XCTAssertEqual(broker.inconsistencies, [])
+    }
 }
 
 extension CoreHarness {
