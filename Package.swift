@@ -51,19 +51,30 @@ let package = Package(
         // libFuzzer entry point over decode → resize → encode (see its main.swift).
         .executableTarget(name: "ImagingFuzzer", dependencies: ["Imaging"]),
 
-        .testTarget(name: "ImagingTests", dependencies: ["Imaging"]),
-        .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
-        .testTarget(name: "EnlargerProtocolTests", dependencies: ["EnlargerProtocol"]),
+        // Helpers shared by the test targets (ipc endpoints, the corpus, seeded randomness).
+        .target(name: "TestSupport", path: "Tests/Support"),
+        .testTarget(name: "ImagingTests", dependencies: ["Imaging", "TestSupport"]),
+        .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "TestSupport"]),
+        .testTarget(name: "EnlargerProtocolTests", dependencies: ["EnlargerProtocol", "TestSupport"]),
         .testTarget(
             name: "EnlargerBrokerTests",
-            dependencies: ["EnlargerBroker", "EnlargerProtocol", "ZeroMQ", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "TestSupport", .product(name: "Logging", package: "swift-log")]
         ),
-        .testTarget(name: "EnlargerWorkerTests", dependencies: ["EnlargerWorker", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "Imaging"]),
-        .testTarget(name: "EnlargerClientTests", dependencies: ["Enlarger", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ"]),
+        .testTarget(
+            name: "EnlargerWorkerTests",
+            dependencies: ["EnlargerWorker", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "Imaging", "TestSupport"]
+        ),
+        .testTarget(
+            name: "EnlargerClientTests",
+            dependencies: [
+                "Enlarger", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "Imaging", "TestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Imaging",
+                "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Imaging", "TestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]

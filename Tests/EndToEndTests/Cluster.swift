@@ -5,6 +5,7 @@ import Foundation
 import Imaging
 import Logging
 import XCTest
+import TestSupport
 
 /// A broker and workers over real ipc sockets in a private directory per test: the broker
 /// on a thread of the test process, workers either as threads (`WorkerService`) or as
@@ -114,40 +115,4 @@ final class Cluster: @unchecked Sendable {
 struct ClusterError: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
-}
-
-func milliseconds(_ d: Duration) -> Double {
-    let (s, a) = d.components
-    return Double(s) * 1e3 + Double(a) * 1e-15
-}
-
-/// The shared JPEG corpus beside the repository (`../shared/corpus`), or `ENLARGER_CORPUS`.
-enum Corpus {
-    static let root: URL = {
-        if let path = ProcessInfo.processInfo.environment["ENLARGER_CORPUS"] { return URL(fileURLWithPath: path) }
-        return URL(fileURLWithPath: #filePath)
-            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("shared/corpus")
-    }()
-
-    static func good(_ file: String) throws -> [UInt8] {
-        [UInt8](try Data(contentsOf: root.appendingPathComponent("good").appendingPathComponent(file)))
-    }
-
-    static func bad(_ file: String) throws -> [UInt8] {
-        [UInt8](try Data(contentsOf: root.appendingPathComponent("bad").appendingPathComponent(file)))
-    }
-}
-
-/// SplitMix64: deterministic, so a randomised test replays from its printed seed.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }

@@ -5,6 +5,7 @@ import Imaging
 import SwiftProtobuf
 import XCTest
 import ZeroMQ
+import TestSupport
 
 /// The product over real sockets: broker, workers and the client library.
 final class EndToEndTests: XCTestCase {

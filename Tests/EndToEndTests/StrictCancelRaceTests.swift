@@ -3,6 +3,7 @@ import Foundation
 import Imaging
 import Synchronization
 import XCTest
+import TestSupport
 
 /// Hammers strict cancel over real sockets: thousands of requests, each cancelled (or not)
 /// at a random moment — before dispatch, during decode, between degraded and final, right

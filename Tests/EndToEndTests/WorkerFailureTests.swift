@@ -5,6 +5,7 @@ import Imaging
 import SwiftProtobuf
 import XCTest
 import ZeroMQ
+import TestSupport
 
 /// Workers as real `enlarger worker` processes, killed or frozen mid-job: every request
 /// still ends exactly once, with a final from another worker or WORKER_LOST.

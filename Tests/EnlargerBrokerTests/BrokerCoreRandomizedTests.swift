@@ -3,6 +3,7 @@ import Foundation
 import XCTest
 
 @testable import EnlargerBroker
+import TestSupport
 
 /// Thousands of random interleavings of submits, cancels (from the submitter and from other
 /// clients), worker results, failures, deaths, departures, stale frames, garbage and time,
@@ -36,22 +37,8 @@ final class BrokerCoreRandomizedTests: XCTestCase {
     }
 }
 
-/// A small, fast, seedable generator (SplitMix64), so every run replays exactly.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
 
-    init(seed: UInt64) {
-        state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
+extension SeededGenerator {
     mutating func chance(_ probability: Double) -> Bool {
         Double.random(in: 0..<1, using: &self) < probability
     }
@@ -91,7 +78,7 @@ private final class Simulation {
         var degraded = false
     }
 
-    var rng: SplitMix64
+    var rng: SeededGenerator
     var now = MonotonicInstant(nanoseconds: 5_000_000_000)
     var broker: BrokerCore<Bytes>
     var clients: [SimClient]
@@ -111,7 +98,7 @@ private final class Simulation {
     let heartbeat = Duration.milliseconds(100)
 
     init(seed: UInt64) {
-        rng = SplitMix64(seed: seed)
+        rng = SeededGenerator(seed: seed)
         var configuration = BrokerConfiguration()
         configuration.heartbeatInterval = heartbeat
         configuration.heartbeatLiveness = 3

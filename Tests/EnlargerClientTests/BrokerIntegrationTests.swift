@@ -9,6 +9,7 @@ import XCTest
 import ZeroMQ
 
 @testable import Enlarger
+import TestSupport
 
 /// The client against the real `BrokerService`, with a scripted worker (a raw DEALER) behind it.
 final class BrokerIntegrationTests: XCTestCase {

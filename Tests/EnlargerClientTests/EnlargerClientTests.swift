@@ -3,6 +3,7 @@ import Imaging
 import XCTest
 
 @testable import Enlarger
+import TestSupport
 
 /// The client library against a fake broker (a raw ROUTER socket) over ipc.
 final class EnlargerClientTests: XCTestCase {
@@ -223,7 +224,7 @@ final class EnlargerClientTests: XCTestCase {
     func testNothingIsDeliveredAfterCancelWhileEventsKeepArriving() async throws {
         let seed = UInt64.random(in: 0...UInt64(UInt32.max))
         print("strict cancel race seed: \(seed)")
-        var random = SplitMix64(seed: seed)
+        var random = SeededGenerator(seed: seed)
         let (broker, client) = try brokerAndClient { message in
             switch message {
             case .submit(let submit, _):

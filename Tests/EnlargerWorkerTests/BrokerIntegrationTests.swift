@@ -4,6 +4,7 @@ import EnlargerWorker
 import Logging
 import XCTest
 import ZeroMQ
+import TestSupport
 
 /// The worker behind the real `BrokerService`, driven by a raw client DEALER socket.
 final class BrokerIntegrationTests: XCTestCase {

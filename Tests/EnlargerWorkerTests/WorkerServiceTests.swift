@@ -3,6 +3,7 @@ import EnlargerWorker
 import Imaging
 import Logging
 import XCTest
+import TestSupport
 
 /// The worker against a fake broker (a raw ROUTER socket) over ipc.
 final class WorkerServiceTests: XCTestCase {
@@ -190,7 +191,7 @@ final class WorkerServiceTests: XCTestCase {
     func testEveryJobEndsWithExactlyOneTerminalFrameWhateverTheCancelTiming() throws {
         let seed = UInt64.random(in: 0...UInt64(UInt32.max))
         print("cancel race seed: \(seed)")
-        var random = SplitMix64(seed: seed)
+        var random = SeededGenerator(seed: seed)
         let (broker, _) = try brokerAndWorker(concurrency: 2)
         let (peer, _) = try broker.expectReady()
         let photo = try Corpus.good("exifsamples_DSCN0010.jpg")
@@ -271,20 +272,5 @@ final class WorkerServiceTests: XCTestCase {
         print("graceful stop with a running 99.6 MP job took \(ContinuousClock.now - stoppedAt)")
         let rest = try broker.collect(for: .milliseconds(200)).map(\.message)
         guard rest.count == 1, case .disconnect = rest[0] else { return XCTFail("expected Disconnect only, got \(rest)") }
-    }
-}
-
-/// A small deterministic generator, so a failing seed can be replayed.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

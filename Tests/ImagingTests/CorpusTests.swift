@@ -1,5 +1,6 @@
 import XCTest
 @testable import Imaging
+import TestSupport
 
 /// The whole shared corpus: every good file decodes to its expected (oriented) size, every
 /// bad one is refused with the expected code.

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import Imaging
+import TestSupport
 
 final class DecoderTests: XCTestCase {
     func testLimitsAreCheckedFromTheHeader() throws {

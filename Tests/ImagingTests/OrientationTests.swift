@@ -1,5 +1,6 @@
 import XCTest
 @testable import Imaging
+import TestSupport
 
 final class OrientationTests: XCTestCase {
     /// A 3×2 image whose pixel values are their stored index: 0 1 2 / 3 4 5.
@@ -53,18 +54,5 @@ final class OrientationTests: XCTestCase {
         XCTAssertEqual(Orientation.upMirrored.apply(to: rgb).pixels, [4, 5, 6, 1, 2, 3])
         XCTAssertEqual(Orientation.right.apply(to: rgb).pixels, [1, 2, 3, 4, 5, 6])
         XCTAssertEqual(Orientation.right.apply(to: rgb).height, 2)
-    }
-}
-
-/// SplitMix64: a small deterministic generator so randomised tests replay from their seed.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

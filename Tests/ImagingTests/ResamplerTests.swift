@@ -1,6 +1,7 @@
 import Dispatch
 import XCTest
 @testable import Imaging
+import TestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -11,10 +12,10 @@ import Darwin
 final class ResamplerTests: XCTestCase {
     // Random images come from one fixed seed, printed so that a failure names what to replay.
     static let seed: UInt64 = 0x5EED_2024_0C0F_FEE5
-    private var random = SplitMix64(seed: ResamplerTests.seed)
+    private var random = SeededGenerator(seed: ResamplerTests.seed)
 
     override func setUp() {
-        random = SplitMix64(seed: Self.seed)
+        random = SeededGenerator(seed: Self.seed)
         print("ResamplerTests seed: 0x\(String(Self.seed, radix: 16))")
     }
 
@@ -371,20 +372,5 @@ final class ResamplerTests: XCTestCase {
             pixels += image.pixels[start..<(start + r.width * image.channels)]
         }
         return PixelBuffer(width: r.width, height: r.height, channels: image.channels, pixels: pixels)
-    }
-}
-
-/// A small seeded generator (SplitMix64) so failures replay exactly.
-private struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -3,6 +3,7 @@ import Synchronization
 import XCTest
 
 @testable import ZeroMQ
+import TestSupport
 
 final class PollerTests: XCTestCase {
     func testPollTimesOutWhenNothingIsReady() throws {

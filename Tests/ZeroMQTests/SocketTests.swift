@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 
 @testable import ZeroMQ
+import TestSupport
 
 final class SocketTests: XCTestCase {
     private func routerAndDealer(_ endpoints: TemporaryEndpoints) throws -> (Context, Socket, Socket) {
