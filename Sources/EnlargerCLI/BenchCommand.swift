@@ -73,12 +73,8 @@ struct CancelLatency: ParsableCommand {
                 finishedFirst += 1
             }
         }
-        latencies.sort()
-        func percentile(_ p: Double) -> String {
-            latencies.isEmpty ? "-" : String(format: "%.3f", latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))])
-        }
         print("cancel -> return latency over \(latencies.count) cancelled runs (\(finishedFirst) finished first): "
-              + "p50 \(percentile(0.5)) ms, p90 \(percentile(0.9)) ms, p99 \(percentile(0.99)) ms, max \(percentile(1)) ms")
+              + percentiles(latencies) + " (target p99 <= 10 ms)")
     }
 }
 
