@@ -333,13 +333,49 @@ ej_status ej_finish_output_pass(ej_decoder *dec) {
 
 // --- encoder -----------------------------------------------------------------------------
 
+// Our own growable memory destination rather than jpeg_mem_dest: that one frees its
+// initial buffer when it grows but only reports the current one at the end, so after an
+// error (or a cancel) mid-encode the caller cannot know which buffer to free.
+typedef struct {
+    struct jpeg_destination_mgr pub;
+    unsigned char *buffer;  // always the live allocation (or NULL)
+    size_t capacity;
+    size_t length;          // bytes finished when the encode ends
+} ej_destination;
+
 typedef struct {
     ej_guard guard;
     struct jpeg_compress_struct cinfo;
     struct jpeg_error_mgr jerr;
-    unsigned char *buffer;
-    unsigned long length;
+    ej_destination dest;
 } ej_encoder;
+
+static void ej_dest_init(j_compress_ptr cinfo) {
+    ej_destination *dest = (ej_destination *)cinfo->dest;
+    dest->capacity = 64 * 1024;
+    dest->buffer = malloc(dest->capacity);
+    if (dest->buffer == NULL) ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 10);
+    dest->pub.next_output_byte = dest->buffer;
+    dest->pub.free_in_buffer = dest->capacity;
+}
+
+static boolean ej_dest_empty(j_compress_ptr cinfo) {
+    ej_destination *dest = (ej_destination *)cinfo->dest;
+    size_t grown = dest->capacity * 2;
+    unsigned char *bigger = realloc(dest->buffer, grown);
+    if (bigger == NULL) ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 11);
+    // libjpeg calls this only when the buffer is full.
+    dest->pub.next_output_byte = bigger + dest->capacity;
+    dest->pub.free_in_buffer = grown - dest->capacity;
+    dest->buffer = bigger;
+    dest->capacity = grown;
+    return TRUE;
+}
+
+static void ej_dest_term(j_compress_ptr cinfo) {
+    ej_destination *dest = (ej_destination *)cinfo->dest;
+    dest->length = dest->capacity - dest->pub.free_in_buffer;
+}
 
 ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, int quality,
                     int progressive, int chroma_444, const int32_t *cancel_flag, uint8_t **out,
@@ -362,13 +398,16 @@ ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, 
         ej_status failure = enc->guard.failure;
         snprintf(message, message_capacity, "%s", enc->guard.message);
         jpeg_destroy_compress(&enc->cinfo);
-        free(enc->buffer);
+        free(enc->dest.buffer);
         free(enc);
         return failure;
     }
     enc->cinfo.client_data = &enc->guard;
     jpeg_create_compress(&enc->cinfo);
-    jpeg_mem_dest(&enc->cinfo, &enc->buffer, &enc->length);
+    enc->dest.pub.init_destination = ej_dest_init;
+    enc->dest.pub.empty_output_buffer = ej_dest_empty;
+    enc->dest.pub.term_destination = ej_dest_term;
+    enc->cinfo.dest = &enc->dest.pub;
     enc->cinfo.image_width = (JDIMENSION)width;
     enc->cinfo.image_height = (JDIMENSION)height;
     enc->cinfo.input_components = channels;
@@ -395,8 +434,8 @@ ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, 
         jpeg_write_scanlines(&enc->cinfo, rows, count);
     }
     jpeg_finish_compress(&enc->cinfo);
-    *out = enc->buffer;
-    *out_length = enc->length;
+    *out = enc->dest.buffer;
+    *out_length = enc->dest.length;
     jpeg_destroy_compress(&enc->cinfo);
     free(enc);
     return EJ_OK;

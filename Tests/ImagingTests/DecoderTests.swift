@@ -110,6 +110,36 @@ final class DecoderTests: XCTestCase {
         XCTAssertGreaterThan(full.image.bytes.count, baseline.image.bytes.count)
     }
 
+    /// Cancels JPEG encodes of a large noisy image part-way, after the output buffer has
+    /// grown several times: the encoder must free exactly its live buffer (a double free
+    /// here aborts the process).
+    func testCancelledEncodeAfterTheOutputGrewFreesCleanly() throws {
+        var generator = SeededGenerator(seed: 11)
+        let side = 2000
+        let noise = PixelBuffer(width: side, height: side, channels: 3,
+                                pixels: (0..<(side * side * 3)).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        let start = ContinuousClock.now
+        let full = try Encoder.jpeg(noise, quality: 95, progressive: false, chroma444: true)
+        let duration = ContinuousClock.now - start
+        XCTAssertGreaterThan(full.count, 1 << 20, "the output outgrows the first buffer many times")
+        var cancelled = 0
+        for attempt in 1...8 {
+            let flag = CancellationFlag()
+            let thread = Thread {
+                Thread.sleep(forTimeInterval: Double(milliseconds(duration)) / 1000 * Double(attempt) / 10)
+                flag.cancel()
+            }
+            thread.start()
+            do {
+                _ = try Encoder.jpeg(noise, quality: 95, progressive: false, chroma444: true, cancel: flag)
+            } catch {
+                XCTAssertEqual(error.code, .cancelled)
+                cancelled += 1
+            }
+        }
+        XCTAssertGreaterThan(cancelled, 0, "some encodes were cancelled part-way")
+    }
+
     func testPNMRoundTrip() throws {
         var generator = SeededGenerator(seed: 3)
         for channels in [1, 3] {
