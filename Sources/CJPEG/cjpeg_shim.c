@@ -319,8 +319,10 @@ ej_status ej_consume_scans(ej_decoder *dec, int scans, int *scans_completed, int
     return EJ_OK;
 }
 
-ej_status ej_start_output_pass(ej_decoder *dec) {
+ej_status ej_start_output_pass(ej_decoder *dec, int fast) {
     if (setjmp(dec->guard.jump)) return dec->guard.failure;
+    // The IDCT may change between passes: a preview can take the fast integer one.
+    dec->cinfo.dct_method = fast ? JDCT_IFAST : JDCT_ISLOW;
     jpeg_start_output(&dec->cinfo, dec->cinfo.input_scan_number);
     return EJ_OK;
 }

@@ -104,7 +104,7 @@ public struct ImagePipeline: Sendable {
         } else if wantsDegraded && header.progressive {
             let size = try decoder.startBuffered(scaleNumerator: plan.scaleNumerator)
             let complete = try decoder.consume(scans: previewScans)
-            var early = try decoder.outputPass(width: size.width, height: size.height, channels: size.channels)
+            var early = try decoder.outputPass(width: size.width, height: size.height, channels: size.channels, fast: true)
             var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
             let image = try finish(early, .degraded, plan: plan, header: header, options: options,
                                    quality: degradedQuality, cancel: cancel, timings: &previewTimings, clock: &clock)

@@ -95,9 +95,9 @@ final class JPEGDecoder {
         return eoi != 0
     }
 
-    /// Renders the scans consumed so far.
-    func outputPass(width: Int, height: Int, channels: Int) throws(ImagingError) -> PixelBuffer {
-        try check(ej_start_output_pass(handle))
+    /// Renders the scans consumed so far; `fast` trades IDCT accuracy for speed (previews).
+    func outputPass(width: Int, height: Int, channels: Int, fast: Bool = false) throws(ImagingError) -> PixelBuffer {
+        try check(ej_start_output_pass(handle, fast ? 1 : 0))
         let image = try readRows(width: width, height: height, channels: channels)
         try check(ej_finish_output_pass(handle))
         return image

@@ -70,7 +70,8 @@ ej_status ej_start_buffered(ej_decoder *dec, int scale_num, int *out_width, int 
 /// Consumes input until `scans` scans are complete (or the end of input); reports how many were.
 ej_status ej_consume_scans(ej_decoder *dec, int scans, int *scans_completed, int *reached_eoi);
 /// Begins an output pass showing the scans consumed so far; then `ej_read_rows` as usual.
-ej_status ej_start_output_pass(ej_decoder *dec);
+/// `fast` selects libjpeg's fast integer IDCT (for previews).
+ej_status ej_start_output_pass(ej_decoder *dec, int fast);
 /// Ends the current output pass.
 ej_status ej_finish_output_pass(ej_decoder *dec);
 
