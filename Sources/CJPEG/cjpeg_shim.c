@@ -111,7 +111,7 @@ static void ej_progress_monitor(j_common_ptr cinfo) {
     ej_check_limits(dec);
 }
 
-ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans) {
+ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans, long max_memory) {
     ej_decoder *dec = calloc(1, sizeof *dec);
     if (dec == NULL) return NULL;
     dec->cancel = cancel_flag;
@@ -125,6 +125,8 @@ ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans) {
     }
     dec->cinfo.client_data = &dec->guard;  // before create (which keeps it): its failure reports through it
     jpeg_create_decompress(&dec->cinfo);
+    // Without a backing store, a virtual array over this bound fails instead of allocating.
+    if (max_memory > 0) dec->cinfo.mem->max_memory_to_use = max_memory;
     dec->progress.progress_monitor = ej_progress_monitor;
     dec->cinfo.progress = &dec->progress;
     return dec;

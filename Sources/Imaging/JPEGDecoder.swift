@@ -28,6 +28,7 @@ final class JPEGDecoder {
     private let handle: OpaquePointer
     private let data: UnsafeRawBufferPointer
     private let cancel: CancellationFlag?
+    private let memoryLimit: Int
     private(set) var header: JPEGHeader
 
     /// Rows decoded per shim call: the cancellation checkpoint granularity in Swift.
@@ -37,10 +38,11 @@ final class JPEGDecoder {
     /// before libjpeg allocates anything proportional to the image.
     init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?) throws(ImagingError) {
         try JPEGDecoder.sniff(data, limits: limits)
-        guard let handle = ej_decoder_create(cancel?.storage, Int32(clamping: limits.maxScans)) else {
+        guard let handle = ej_decoder_create(cancel?.storage, Int32(clamping: limits.maxScans), limits.maxDecoderMemory) else {
             throw ImagingError(.tooLarge, "out of memory creating a decoder")
         }
         self.handle = handle
+        self.memoryLimit = limits.maxDecoderMemory
         self.data = data
         self.cancel = cancel
         var info = ej_info()
@@ -151,7 +153,9 @@ final class JPEGDecoder {
         case EJ_ERR_NOT_JPEG: code = .notJPEG
         case EJ_ERR_TRUNCATED: code = .truncated
         case EJ_ERR_UNSUPPORTED: code = .unsupported
-        case EJ_ERR_TOO_LARGE, EJ_ERR_NO_MEMORY: code = .tooLarge
+        case EJ_ERR_NO_MEMORY:
+            return ImagingError(.tooLarge, "decoding needs more memory than the limit of \(memoryLimit) bytes (\(message))")
+        case EJ_ERR_TOO_LARGE: code = .tooLarge
         case EJ_ERR_TOO_MANY_SCANS: code = .tooManyScans
         case EJ_ERR_CANCELLED: code = .cancelled
         default: code = .corrupt

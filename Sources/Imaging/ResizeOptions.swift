@@ -73,10 +73,15 @@ public struct DecodeLimits: Sendable, Equatable {
     public var maxInputBytes = 64 << 20
     /// Bounds the work of progressive files with absurd scan counts.
     public var maxScans = 256
+    /// Bounds libjpeg's whole-image buffers: a progressive file keeps all its coefficients
+    /// (2 bytes per sample per component), up to ~0.8 GB at `maxPixels`.
+    public var maxDecoderMemory = 1 << 30
 
-    public init(maxPixels: Int = 1 << 27, maxInputBytes: Int = 64 << 20, maxScans: Int = 256) {
+    public init(maxPixels: Int = 1 << 27, maxInputBytes: Int = 64 << 20, maxScans: Int = 256,
+                maxDecoderMemory: Int = 1 << 30) {
         self.maxPixels = maxPixels
         self.maxInputBytes = maxInputBytes
         self.maxScans = maxScans
+        self.maxDecoderMemory = maxDecoderMemory
     }
 }

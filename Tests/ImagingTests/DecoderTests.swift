@@ -25,6 +25,16 @@ final class DecoderTests: XCTestCase {
             .resize(tiny, options: .init(width: 1024, height: 1024, fit: .fill, enlarge: true)).image.width, 1024)
     }
 
+    func testDecoderMemoryLimitBoundsProgressiveCoefficientBuffers() throws {
+        let progressive = try Corpus.bytes("good", "jxltestdata_flower.png.im_q85_420_progr.jpg")  // 2268×1512
+        XCTAssertThrowsError(try ImagePipeline(limits: DecodeLimits(maxDecoderMemory: 1 << 20))
+            .resize(progressive, options: .init(width: 100))) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .tooLarge)
+        }
+        XCTAssertNoThrow(try ImagePipeline(limits: DecodeLimits(maxDecoderMemory: 64 << 20))
+            .resize(progressive, options: .init(width: 100)))
+    }
+
     func testScanLimit() throws {
         let progressive = try Corpus.bytes("good", "imagers_progressive_3.jpg")  // 11 scans, no EXIF thumbnail
         // A degraded-only request reads just the first scans, so only a lower limit bites.

@@ -47,7 +47,9 @@ typedef struct ej_decoder ej_decoder;
 
 /// `cancel_flag` is polled (atomically) between iMCU rows and scanlines; it may be NULL.
 /// `max_scans` bounds the number of scans of a multi-scan file (0 = no bound).
-ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans);
+/// `max_memory` bounds libjpeg's whole-image buffers (a progressive file's coefficients);
+/// beyond it decoding fails with EJ_ERR_NO_MEMORY (0 = no bound).
+ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans, long max_memory);
 void ej_decoder_destroy(ej_decoder *dec);
 
 /// Parses the markers up to the first scan. `data` must outlive the decoder.
