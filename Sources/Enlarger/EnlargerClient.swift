@@ -14,10 +14,21 @@ import ZeroMQ
 /// already received (see `RequestEvents`).
 ///
 /// **Nothing hangs.** While anything is outstanding the client pings the broker every
-/// `heartbeatInterval` (or the broker's own interval from its Pong, if shorter); after
-/// `missedHeartbeats` intervals without a word from it, every outstanding request and call
-/// fails with `.brokerLost`, or `.brokerUnreachable` when no broker ever answered on the
-/// connection, and the client connects afresh.
+/// `heartbeatInterval` (or the broker's own interval from its Accepted or Pong, if
+/// shorter); after `missedHeartbeats` intervals without a word from it, every outstanding
+/// request and call fails with `.brokerLost`, or `.brokerUnreachable` when no broker ever
+/// answered on the connection, and the client connects afresh. Every `syncInterval` it asks
+/// the broker which of its requests it still holds, and fails the forgotten ones at once
+/// with `.failed(.requestLost, …)` (their end was lost with a reset connection). A request
+/// with a `timeout` fails by then even if the broker cannot say so.
+///
+/// **Identity.** The client's socket has a random, stable routing id: after a connection
+/// reset, libzmq reconnects under the same id and the broker delivers what waited for it.
+///
+/// **Broker restarts.** A broker that restarted has forgotten every request. By default the
+/// client submits its unfinished requests again, with the same ids, to the new instance (a
+/// request whose degraded result was delivered asks for the final one only, so at most one
+/// final is ever delivered); with `resubmitAfterBrokerRestart` off they fail `.brokerLost`.
 ///
 /// **Lifetime.** Call `close()` when done (or use `withEnlargerClient`): it fails whatever
 /// is outstanding with `.closed` and stops the I/O thread.
@@ -27,11 +38,24 @@ public final class EnlargerClient: Sendable {
         public var heartbeatInterval: Duration
         /// Intervals without a message from the broker after which it is presumed gone.
         public var missedHeartbeats: Int
+        /// How often the client asks the broker which of its accepted requests it still holds.
+        public var syncInterval: Duration
+        /// Submit unfinished requests again when the broker restarted (see the type's notes).
+        public var resubmitAfterBrokerRestart: Bool
+        /// The largest image the client sends before it has heard the broker's own limit
+        /// (`Pong.max_input_bytes`); larger ones are refused locally with `.rejected(.tooLarge, …)`.
+        public var maxInputBytes: Int
 
-        public init(heartbeatInterval: Duration = .seconds(1), missedHeartbeats: Int = 3) {
+        public init(heartbeatInterval: Duration = .seconds(1), missedHeartbeats: Int = 3,
+                    syncInterval: Duration = .seconds(2), resubmitAfterBrokerRestart: Bool = true,
+                    maxInputBytes: Int = 64 << 20) {
             precondition(heartbeatInterval > .zero && missedHeartbeats >= 1, "invalid client heartbeat settings")
+            precondition(syncInterval > .zero && maxInputBytes > 0, "invalid client settings")
             self.heartbeatInterval = heartbeatInterval
             self.missedHeartbeats = missedHeartbeats
+            self.syncInterval = syncInterval
+            self.resubmitAfterBrokerRestart = resubmitAfterBrokerRestart
+            self.maxInputBytes = maxInputBytes
         }
     }
 
@@ -57,11 +81,13 @@ public final class EnlargerClient: Sendable {
         RequestEvents(channel: registry.submit(request), registry: registry)
     }
 
-    /// Cancels the request with this id, whichever connection submitted it.
+    /// Cancels the request with this id, whichever of this principal's connections
+    /// submitted it.
     ///
-    /// Before it suspends, the call marks this client's request with the id cancelled: from
-    /// then on its sequence delivers nothing and simply ends. It then waits for the broker's
-    /// answer.
+    /// **Strict cancel holds from the moment of the call**, not from its return: the call
+    /// marks this client's requests with the id cancelled synchronously, before it first
+    /// suspends, so from then on their sequences deliver nothing (not even events already
+    /// received) and simply end. It then waits for the broker's answer.
     public func cancel(_ id: String) async throws(EnlargerClientError) -> CancelResult {
         try ResizeRequest.validate(id: id)
         // The continuation is created synchronously, so the request is marked before any suspension.
@@ -70,9 +96,10 @@ public final class EnlargerClient: Sendable {
 
     /// Resizes one image and returns the final result (delivery `.final`). Cancelling the
     /// calling task cancels the request and throws `.cancelled`.
-    public func resize(_ image: [UInt8], options: ResizeOptions,
-                       id: String = UUID().uuidString) async throws(EnlargerClientError) -> EncodedImage {
-        for try await event in submit(ResizeRequest(id: id, image: image, options: options, delivery: .final)) {
+    public func resize(_ image: [UInt8], options: ResizeOptions, id: String = UUID().uuidString,
+                       timeout: Duration? = nil) async throws(EnlargerClientError) -> EncodedImage {
+        let request = ResizeRequest(id: id, image: image, options: options, delivery: .final, timeout: timeout)
+        for try await event in submit(request) {
             if case .final(let result) = event { return result }
         }
         throw .cancelled

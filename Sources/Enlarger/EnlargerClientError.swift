@@ -20,7 +20,7 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
     /// intervals: no broker is listening at the endpoint.
     case brokerUnreachable
     /// The broker fell silent for `missedHeartbeats` heartbeat intervals while the request
-    /// was live.
+    /// was live, or restarted and the request could not be submitted again.
     case brokerLost
     /// The client was closed before the request ended.
     case closed
@@ -28,9 +28,14 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
     case transport(ZMQError)
 
     /// The broker's machine-readable reason, as in common.proto's `ErrorCode`.
+    ///
+    /// `deadlineExceeded` also comes from this client when it heard nothing final from the
+    /// broker within the request's timeout; `requestLost` only from this client, when a Sync
+    /// showed that the broker no longer holds a request it still waited for.
     public enum Code: String, Sendable, Equatable {
         case duplicateID, workerLost, overloaded, malformed, invalidArgument, notJPEG, empty, truncated,
-             corrupt, unsupported, tooLarge, tooManyScans, encodeFailed, `internal`, brokerShutdown
+             corrupt, unsupported, tooLarge, tooManyScans, encodeFailed, `internal`, brokerShutdown,
+             deadlineExceeded, clientSilent, requestLost, unauthorized
         /// A code this version of the library does not know.
         case unknown
     }
@@ -54,6 +59,10 @@ extension EnlargerClientError.Code {
         case .encodeFailed: self = .encodeFailed
         case .internal: self = .internal
         case .brokerShutdown: self = .brokerShutdown
+        case .deadlineExceeded: self = .deadlineExceeded
+        case .clientSilent: self = .clientSilent
+        case .requestLost: self = .requestLost
+        case .unauthorized: self = .unauthorized
         case .unspecified, .UNRECOGNIZED: self = .unknown
         }
     }

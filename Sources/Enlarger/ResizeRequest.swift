@@ -11,13 +11,20 @@ public struct ResizeRequest: Sendable {
     public var image: [UInt8]
     public var options: ResizeOptions
     public var delivery: Delivery
+    /// How long the request may take from acceptance to its end; `nil` leaves it to the
+    /// broker's default (5 minutes unless configured). The broker ends a request still live
+    /// at its deadline with `.failed(.deadlineExceeded, …)`; should the broker not say so in
+    /// time (unreachable), the client fails the request itself one heartbeat interval later.
+    /// At most 49 days (the wire's 32-bit milliseconds); the broker may shorten it.
+    public var timeout: Duration?
 
     public init(id: String = UUID().uuidString, image: [UInt8], options: ResizeOptions,
-                delivery: Delivery = .progressive) {
+                delivery: Delivery = .progressive, timeout: Duration? = nil) {
         self.id = id
         self.image = image
         self.options = options
         self.delivery = delivery
+        self.timeout = timeout
     }
 
     /// The Submit header, or the error the request fails with before anything is sent.
@@ -51,6 +58,12 @@ public struct ResizeRequest: Sendable {
         case .final: .final
         case .degraded: .degraded
         }
+        if let timeout {
+            guard timeout > .zero, timeout.milliseconds <= UInt64(UInt32.max) else {
+                throw .rejected(.invalidArgument, "timeout must be positive and at most \(UInt32.max) ms")
+            }
+            submit.deadlineMs = UInt32(max(timeout.milliseconds, 1))
+        }
         return submit
     }
 
@@ -61,6 +74,15 @@ public struct ResizeRequest: Sendable {
             throw .invalidRequestID(
                 "request id must be 1 to \(WireLimits.maxRequestIDBytes) bytes of UTF-8, got \(id.utf8.count) bytes")
         }
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds, rounded up; 0 for durations that are not positive.
+    var milliseconds: UInt64 {
+        let (seconds, attoseconds) = components
+        guard seconds >= 0, self > .zero else { return 0 }
+        return UInt64(seconds) * 1000 + UInt64((attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
     }
 }
 

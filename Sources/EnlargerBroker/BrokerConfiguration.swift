@@ -27,9 +27,21 @@ public struct BrokerConfiguration: Sendable {
     /// `UNKNOWN`: at most this many, for at most `endedRequestMemoryDuration`.
     public var endedRequestMemoryLimit: Int = 4096
     public var endedRequestMemoryDuration: Duration = .seconds(60)
-    /// How long a cancelled job keeps its worker's credit while waiting for `JobCancelled`.
-    /// After that the credit is given back (and the timeout counted) even without the ack.
-    public var cancelAckTimeout: Duration = .seconds(30)
+    /// How long a cancelled job may keep its worker's credit while waiting for `JobCancelled`.
+    /// A worker that has not stopped the job by then has a stuck job thread: it is retired
+    /// (its other jobs re-queued) and told to register afresh.
+    public var cancelAckTimeout: Duration = .seconds(10)
+    /// The deadline of a request whose Submit names none (`deadline_ms` 0).
+    public var defaultDeadline: Duration = .seconds(300)
+    /// The longest deadline a Submit may ask for; longer ones are shortened to it.
+    public var maxDeadline: Duration = .seconds(3600)
+    /// Principals that may cancel any request and see worker names and pids in status.
+    /// `Principal.local` (ipc peers, all the socket owner) is always an admin.
+    public var admins: Set<Principal> = []
+    /// How long a quarantined job (one whose worker was lost while it ran beside others)
+    /// waits before a worker is reserved for it: after that the worker with the fewest jobs
+    /// takes no new ones until the quarantined job can run on it alone.
+    public var quarantineReservationDelay: Duration = .seconds(1)
     /// Names this broker process in Pong and Accepted (never 0), so that clients notice a
     /// restart: the requests they had live at the old instance are gone.
     public var instance: UInt64 = UInt64.random(in: 1...UInt64.max)

@@ -3,7 +3,8 @@ import EnlargerProtocol
 // MARK: - Housekeeping
 //
 // Once per heartbeat interval: workers silent for `heartbeatLiveness` intervals are lost;
-// clients silent that long while they have live requests have vanished; a worker that
+// clients silent that long while they have live requests have vanished (their
+// requests fail with CLIENT_SILENT); a worker that
 // never acknowledged a cancel is retired; old memories of
 // ended ids are dropped; and every remaining worker gets a heartbeat. Checking once per
 // interval means a dead peer is noticed between `liveness` and `liveness + 1` intervals
@@ -22,7 +23,7 @@ extension BrokerCore {
 
         let silentClients = clients.filter { now.duration(since: $0.value.lastSeen) > timeout }.keys.sorted()
         for peer in silentClients {
-            clientVanished(peer, now: now, &actions)
+            clientVanished(peer, reason: "nothing heard from the client for \(timeout)", now: now, &actions)
         }
 
         // A worker that has not stopped a cancelled job within `cancelAckTimeout` has a stuck
@@ -48,6 +49,6 @@ extension BrokerCore {
         for worker in workers {
             actions.append(.sendToWorker(worker.id, BrokerToWorkerMessage<Payload>.heartbeat.encoded()))
         }
-        dispatch(&actions)
+        dispatch(now: now, &actions)
     }
 }

@@ -13,14 +13,21 @@ extension BrokerCore {
         from peer: PeerID, _ frames: some RandomAccessCollection<Payload>, now: MonotonicInstant,
         _ actions: inout [Action]
     ) {
+        if let index = workerIndex[peer] { workers[index].lastSeen = now }
         let message: WorkerToBrokerMessage<Payload>
         do {
             message = try WorkerToBrokerMessage(frames: frames)
         } catch {
-            workerSentMalformed(peer, error.description, &actions)
+            // A job frame whose framing is broken still names its job: if the worker holds
+            // that job, the request must not wait for a frame that will never come right.
+            if let job = error.job, let index = workerIndex[peer],
+               case .current = classify(jobID: job.jobID, attempt: job.attempt, workerAt: index) {
+                abandonBrokenJob(job.jobID, workerAt: index, reason: error.description, now: now, &actions)
+            } else {
+                workerSentMalformed(peer, error.description, &actions)
+            }
             return
         }
-        if let index = workerIndex[peer] { workers[index].lastSeen = now }
 
         switch (message, workerIndex[peer]) {
         case (.ready(let ready), _):
@@ -32,15 +39,15 @@ extension BrokerCore {
         case (.heartbeat, .some):
             break
         case (.disconnect, .some(let index)):
-            workerLeft(at: index, &actions)
+            workerLeft(at: index, now: now, &actions)
         case (.jobStarted(let started), .some(let index)):
-            jobStarted(started, workerAt: index, &actions)
+            jobStarted(started, workerAt: index, now: now, &actions)
         case (.jobResult(let result, let image), .some(let index)):
             jobResult(result, image: image, workerAt: index, now: now, &actions)
         case (.jobFailed(let failed), .some(let index)):
             jobFailed(failed, workerAt: index, now: now, &actions)
         case (.jobCancelled(let cancelled), .some(let index)):
-            jobCancelled(cancelled, workerAt: index, &actions)
+            jobCancelled(cancelled, workerAt: index, now: now, &actions)
         }
     }
 
@@ -91,7 +98,7 @@ extension BrokerCore {
         workers.append(
             Worker(id: peer, name: ready.workerName, pid: ready.pid, capacity: Int(ready.capacity), lastSeen: now))
         actions.append(.report(.workerRegistered(peer, name: ready.workerName, capacity: Int(ready.capacity))))
-        dispatch(&actions)
+        dispatch(now: now, &actions)
     }
 
     // MARK: Job frames
@@ -127,7 +134,7 @@ extension BrokerCore {
     }
 
     private mutating func jobStarted(
-        _ started: Enlarger_V1_JobStarted, workerAt index: Int, _ actions: inout [Action]
+        _ started: Enlarger_V1_JobStarted, workerAt index: Int, now: MonotonicInstant, _ actions: inout [Action]
     ) {
         switch classify(jobID: started.jobID, attempt: started.attempt, workerAt: index) {
         case .current:
@@ -142,6 +149,7 @@ extension BrokerCore {
         case .malformed(let reason):
             workerSentMalformed(workers[index].id, reason, &actions)
         }
+        _ = now
     }
 
     // Finality is decided here from the request's delivery, and the worker's `terminal`
@@ -179,11 +187,11 @@ extension BrokerCore {
                 workers[index].jobs[jobID] = nil
                 endRequest(jobID, now: now)
                 counters.finished += 1
-                dispatch(&actions)
+                dispatch(now: now, &actions)
             }
         case .cancelled:
             counters.lateResultsDropped += 1
-            if result.terminal { releaseTombstone(jobID, workerAt: index, &actions) }
+            if result.terminal { releaseTombstone(jobID, workerAt: index, now: now, &actions) }
         case .late:
             counters.lateResultsDropped += 1
         case .malformed(let reason):
@@ -199,6 +207,7 @@ extension BrokerCore {
         _ jobID: UInt64, workerAt index: Int, reason: String, now: MonotonicInstant, _ actions: inout [Action]
     ) {
         workerSentMalformed(workers[index].id, reason, &actions)
+        counters.protocolBreaches += 1
         withdraw(jobID, now: now, &actions)
         let request = endRequest(jobID, now: now)
         counters.failed += 1
@@ -214,16 +223,15 @@ extension BrokerCore {
             workers[index].jobs[jobID] = nil
             let request = endRequest(jobID, now: now)
             counters.failed += 1
-            switch failure.code {
-            case .unspecified, .UNRECOGNIZED:
-                sendFailed(request, .internal, "worker failed with code \(failure.code): \(failure.message)", &actions)
-            default:
+            if Self.workerFailureCodes.contains(failure.code) {
                 sendFailed(request, failure.code, failure.message, &actions)
+            } else {
+                sendFailed(request, .internal, "the worker failed with code \(failure.code): \(failure.message)", &actions)
             }
-            dispatch(&actions)
+            dispatch(now: now, &actions)
         case .cancelled:
             counters.lateResultsDropped += 1
-            releaseTombstone(jobID, workerAt: index, &actions)
+            releaseTombstone(jobID, workerAt: index, now: now, &actions)
         case .late:
             counters.lateResultsDropped += 1
         case .malformed(let reason):
@@ -231,12 +239,20 @@ extension BrokerCore {
         }
     }
 
+    /// The codes a worker may end a job with, as the contract lists them. Anything else
+    /// (DUPLICATE_ID, OVERLOADED, BROKER_SHUTDOWN, ...) would mean something else to the
+    /// client, which must be able to treat every Failed as terminal: it becomes INTERNAL.
+    static var workerFailureCodes: Set<Enlarger_V1_ErrorCode> {
+        [.notJpeg, .empty, .truncated, .corrupt, .unsupported, .tooLarge, .tooManyScans, .invalidArgument,
+         .encodeFailed, .internal]
+    }
+
     private mutating func jobCancelled(
-        _ cancelled: Enlarger_V1_JobCancelled, workerAt index: Int, _ actions: inout [Action]
+        _ cancelled: Enlarger_V1_JobCancelled, workerAt index: Int, now: MonotonicInstant, _ actions: inout [Action]
     ) {
         switch classify(jobID: cancelled.jobID, attempt: cancelled.attempt, workerAt: index) {
         case .cancelled:
-            releaseTombstone(cancelled.jobID, workerAt: index, &actions)
+            releaseTombstone(cancelled.jobID, workerAt: index, now: now, &actions)
         case .current:
             let reason = "job \(cancelled.jobID): JobCancelled for a job that was not cancelled"
             workerSentMalformed(workers[index].id, reason, &actions)
@@ -247,56 +263,76 @@ extension BrokerCore {
         }
     }
 
-    private mutating func releaseTombstone(_ jobID: UInt64, workerAt index: Int, _ actions: inout [Action]) {
+    private mutating func releaseTombstone(
+        _ jobID: UInt64, workerAt index: Int, now: MonotonicInstant, _ actions: inout [Action]
+    ) {
         workers[index].tombstones[jobID] = nil
-        dispatch(&actions)
+        dispatch(now: now, &actions)
     }
 
     // MARK: Losing workers
     //
     // A worker leaves either gracefully (Disconnect: its jobs go back to the front of the
     // queue and the attempt does not count against the retry limit) or by being lost
-    // (silence, an unreachable connection, or a second Ready: each job's loss is counted and
-    // a job lost too often fails with WORKER_LOST). Either way its tombstones go with it,
-    // and the next dispatch gives each re-queued job a new attempt number, so anything the
-    // old attempt still sends is recognised as late.
+    // (silence, an unreachable connection, a second Ready, a stuck cancel). Either way its
+    // tombstones go with it, and the next dispatch gives each re-queued job a new attempt
+    // number, so anything the old attempt still sends is recognised as late.
+    //
+    // Quarantine. A lost worker's death cannot be pinned on one of its jobs when it ran
+    // several: one poison image would otherwise cost every job beside it an attempt. So a
+    // loss counts against a job only when the job ran alone on that worker; jobs lost in
+    // company are quarantined instead: they wait at the back, in their own queue, and each
+    // then runs alone on an idle worker (which takes nothing else meanwhile). An innocent
+    // job simply completes there; a poison one kills only the worker it runs on alone, and
+    // after `maxRetries + 1` such deaths fails with WORKER_LOST. Healthy work keeps flowing
+    // to the other workers throughout.
 
     mutating func loseWorker(
         at index: Int, reason: String, now: MonotonicInstant, _ actions: inout [Action]
     ) {
         let worker = removeWorker(at: index)
         counters.workersLost += 1
+        let alone = worker.inFlight == 1
         var requeued = 0
         var failed = 0
-        // Newest first, each to the front, so the oldest job ends up first in the queue.
-        for jobID in worker.jobs.keys.sorted(by: >) {
-            requests[jobID]?.worker = nil
-            requests[jobID]?.losses += 1
-            guard let request = requests[jobID], request.losses > configuration.maxRetries else {
-                queue.prepend(jobID)
-                requeued += 1
+        for jobID in worker.jobs.keys.sorted() {
+            guard var request = requests[jobID] else { continue }
+            request.worker = nil
+            if alone { request.losses += 1 }
+            if request.losses > configuration.maxRetries {
+                requests[jobID] = request
+                endRequest(jobID, now: now)
+                counters.failed += 1
+                failed += 1
+                sendFailed(request, .workerLost, "the worker died each of the \(request.losses) times this request ran alone on one", &actions)
                 continue
             }
-            endRequest(jobID, now: now)
-            counters.failed += 1
-            failed += 1
-            sendFailed(request, .workerLost, "lost the worker on each of \(request.losses) attempts", &actions)
+            if !request.quarantined { counters.jobsQuarantined += 1 }
+            request.quarantined = true
+            request.quarantinedAt = now
+            requests[jobID] = request
+            quarantine.append(jobID)
+            requeued += 1
         }
         counters.jobsRequeued += UInt64(requeued)
         actions.append(.report(.workerLost(worker.id, reason: reason, requeued: requeued, failed: failed)))
-        dispatch(&actions)
+        dispatch(now: now, &actions)
     }
 
-    private mutating func workerLeft(at index: Int, _ actions: inout [Action]) {
+    private mutating func workerLeft(at index: Int, now: MonotonicInstant, _ actions: inout [Action]) {
         let worker = removeWorker(at: index)
         counters.workersDisconnected += 1
         for jobID in worker.jobs.keys.sorted(by: >) {
             requests[jobID]?.worker = nil
-            queue.prepend(jobID)
+            if requests[jobID]?.quarantined == true {
+                quarantine.append(jobID)
+            } else {
+                queue.prepend(jobID)
+            }
         }
         counters.jobsRequeued += UInt64(worker.jobs.count)
         actions.append(.report(.workerLeft(worker.id, requeued: worker.jobs.count)))
-        dispatch(&actions)
+        dispatch(now: now, &actions)
     }
 
     private mutating func removeWorker(at index: Int) -> Worker {
@@ -308,34 +344,75 @@ extension BrokerCore {
 
     // MARK: Dispatch
     //
-    // Credit-based and FIFO: while the queue is not empty and some worker has a free credit,
-    // the oldest waiting job goes to the worker with the most free credits (the first
-    // registered among equals). Called after every event that can free credit or add work.
-    // A retry of a request whose degraded result already reached the client asks for the
+    // Credit-based and FIFO: while the queue is not empty and some worker takes ordinary
+    // jobs, the oldest waiting job goes to the worker with the most free credits (the first
+    // registered among equals). A job whose client is not reading its results is held back
+    // instead (it returns to the front of the queue once the client has caught up), so a
+    // slow consumer's results wait at its own pace rather than piling up in the broker.
+    // Quarantined jobs go, one each, to idle workers; one that waited longer than
+    // `quarantineReservationDelay` reserves the least busy worker, which then takes no new
+    // work until it is idle. Called after every event that can free credit or add work. A
+    // retry of a request whose degraded result already reached the client asks for the
     // final result only.
 
-    mutating func dispatch(_ actions: inout [Action]) {
+    mutating func dispatch(now: MonotonicInstant, _ actions: inout [Action]) {
+        dispatchQuarantined(now: now, &actions)
         while !queue.isEmpty, let index = workerWithMostCredit(), let jobID = queue.popFirst() {
-            guard var request = requests[jobID] else { continue }
-            request.attempt += 1
-            request.worker = workers[index].id
-            requests[jobID] = request
-            workers[index].jobs[jobID] = request.attempt
-
-            var job = Enlarger_V1_Job()
-            job.jobID = jobID
-            job.attempt = request.attempt
-            job.requestID = request.requestID
-            job.spec = request.spec
-            job.delivery = request.degradedSent ? .final : request.delivery
-            actions.append(.sendToWorker(workers[index].id, BrokerToWorkerMessage.job(job, image: request.image).encoded()))
+            guard let request = requests[jobID] else { continue }
+            if let client = clients[request.client], client.waitingBytes > 0 {
+                requests[jobID]?.heldBack = true
+                clients[request.client]?.heldBack.append(jobID)
+                continue
+            }
+            send(jobID, toWorkerAt: index, &actions)
         }
+    }
+
+    private mutating func dispatchQuarantined(now: MonotonicInstant, _ actions: inout [Action]) {
+        while let jobID = quarantine.first {
+            guard requests[jobID] != nil else {
+                _ = quarantine.popFirst()
+                continue
+            }
+            if let idle = workers.indices.first(where: { workers[$0].inFlight == 0 }) {
+                _ = quarantine.popFirst()
+                workers[idle].reserved = false
+                workers[idle].exclusiveJob = jobID
+                requests[jobID]?.quarantinedAt = nil
+                send(jobID, toWorkerAt: idle, &actions)
+                continue
+            }
+            let waited = requests[jobID]!.quarantinedAt.map { now.duration(since: $0) } ?? .zero
+            if waited >= configuration.quarantineReservationDelay, !workers.contains(where: \.reserved),
+               let least = workers.indices.filter({ !workers[$0].isExclusive }).min(by: {
+                   workers[$0].inFlight < workers[$1].inFlight
+               }) {
+                workers[least].reserved = true
+            }
+            return
+        }
+    }
+
+    private mutating func send(_ jobID: UInt64, toWorkerAt index: Int, _ actions: inout [Action]) {
+        guard var request = requests[jobID] else { return }
+        request.attempt += 1
+        request.worker = workers[index].id
+        requests[jobID] = request
+        workers[index].jobs[jobID] = request.attempt
+
+        var job = Enlarger_V1_Job()
+        job.jobID = jobID
+        job.attempt = request.attempt
+        job.requestID = request.requestID
+        job.spec = request.spec
+        job.delivery = request.degradedSent ? .final : request.delivery
+        actions.append(.sendToWorker(workers[index].id, BrokerToWorkerMessage.job(job, image: request.image).encoded()))
     }
 
     private func workerWithMostCredit() -> Int? {
         var best: Int?
         var bestCredit = 0
-        for index in workers.indices where workers[index].freeCredit > bestCredit {
+        for index in workers.indices where workers[index].takesOrdinaryJobs && workers[index].freeCredit > bestCredit {
             best = index
             bestCredit = workers[index].freeCredit
         }

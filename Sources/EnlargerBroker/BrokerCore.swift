@@ -34,20 +34,31 @@ public struct BrokerCore<Payload: FrameBytes> {
     // Clients are tracked only while they have live requests, for the liveness check.
 
     struct Request {
-        let requestID: String
-        let client: PeerID
+        let key: RequestKey
+        var client: PeerID
         let spec: Enlarger_V1_ResizeSpec
         let delivery: Enlarger_V1_Delivery
         let image: Payload
+        let deadline: MonotonicInstant
         /// The latest dispatch; 0 until first dispatched.
         var attempt: UInt32 = 0
         /// The attempt the client was last told had started.
         var startedAttempt: UInt32 = 0
-        /// Attempts that ended because their worker was lost.
+        /// Attempts that ended because their worker was lost while running this job alone:
+        /// only those are blamed on the job (see Quarantine).
         var losses = 0
         var degradedSent = false
-        /// The worker holding the current attempt; nil while queued.
+        /// The worker holding the current attempt; nil while waiting.
         var worker: PeerID?
+        /// Its worker was lost while it ran beside other jobs: it runs alone from now on.
+        var quarantined = false
+        /// Taken off the queue because its client is not reading; waits in the client's
+        /// `heldBack` list.
+        var heldBack = false
+        /// When it last started waiting in `quarantine`.
+        var quarantinedAt: MonotonicInstant?
+
+        var requestID: String { key.id }
     }
 
     struct Tombstone {
@@ -65,53 +76,87 @@ public struct BrokerCore<Payload: FrameBytes> {
         var jobs: [UInt64: UInt32] = [:]
         /// Cancelled jobs awaiting their terminal frame, each still holding a credit.
         var tombstones: [UInt64: Tombstone] = [:]
+        /// A quarantined job this worker runs alone: it gets nothing else while the job
+        /// holds its credit (live or cancelled and not yet acknowledged).
+        var exclusiveJob: UInt64?
+        /// Kept free for a quarantined job: it gets no new jobs until it is idle.
+        var reserved = false
 
         var inFlight: Int { jobs.count + tombstones.count }
         var freeCredit: Int { capacity - inFlight }
+        var isExclusive: Bool {
+            guard let job = exclusiveJob else { return false }
+            return jobs[job] != nil || tombstones[job] != nil
+        }
+        var takesOrdinaryJobs: Bool { !isExclusive && !reserved && freeCredit > 0 }
     }
 
     struct Client {
+        let principal: Principal
         var lastSeen: MonotonicInstant
         var jobIDs: Set<UInt64> = []
+        /// Bytes of messages waiting at the broker for this client (it is not reading, or
+        /// not connected). While any wait, its queued jobs are not dispatched.
+        var waitingBytes = 0
+        /// Its jobs taken off the queue while it was not reading, oldest first.
+        var heldBack: [UInt64] = []
     }
 
     public let configuration: BrokerConfiguration
     let startedAt: MonotonicInstant
     var requests: [UInt64: Request] = [:]
-    var jobIDsByRequestID: [String: UInt64] = [:]
+    var jobIDsByKey: [RequestKey: UInt64] = [:]
     var queue: JobQueue
+    /// Jobs that must run alone on a worker, oldest first (see Quarantine).
+    var quarantine: JobQueue
     /// In registration order, so dispatch and status are deterministic.
     var workers: [Worker] = []
     var workerIndex: [PeerID: Int] = [:]
     var clients: [PeerID: Client] = [:]
     var endedRequests: EndedRequests
+    var deadlines = DeadlineHeap()
     var nextJobID: UInt64 = 1
     /// Bytes of source images held by live requests (bounded by `maxLiveImageBytes`).
     var liveImageBytes = 0
+    /// Bytes waiting at the broker toward all clients (the sum of `Client.waitingBytes`
+    /// plus those of peers with no live requests).
+    var clientBytesWaiting: [PeerID: Int] = [:]
     var counters = Enlarger_V1_Totals()
     var isShuttingDown = false
+    /// When the core last heard of time passing (any event). A gap longer than a heartbeat
+    /// interval means the broker itself was not running: peers are not blamed for it.
+    var lastActivity: MonotonicInstant
+    /// When the next heartbeat round (liveness, heartbeats, expiry) is due.
+    var nextHousekeeping: MonotonicInstant
 
-    /// When `tick` next has work to do (heartbeats and expiry checks). The I/O loop polls
-    /// for at most the time until then.
-    public private(set) var nextDeadline: MonotonicInstant
+    /// When `tick` next has work to do (heartbeats, liveness checks, deadlines). The I/O
+    /// loop polls for at most the time until then.
+    public var nextDeadline: MonotonicInstant {
+        min(nextHousekeeping, deadlines.earliest ?? nextHousekeeping)
+    }
 
     public init(configuration: BrokerConfiguration = BrokerConfiguration(), now: MonotonicInstant) {
         self.configuration = configuration
         startedAt = now
         queue = JobQueue(capacity: min(configuration.queueLimit, 4096))
+        quarantine = JobQueue(capacity: 16)
         endedRequests = EndedRequests(
             limit: configuration.endedRequestMemoryLimit, lifetime: configuration.endedRequestMemoryDuration)
-        nextDeadline = now + configuration.heartbeatInterval
+        lastActivity = now
+        nextHousekeeping = now + configuration.heartbeatInterval
     }
 
     // MARK: - Events
 
-    /// A multipart message from a client, without its routing id.
+    /// A multipart message from a client, without its routing id. `principal` is who the
+    /// connection authenticated as (`.local` on ipc).
     public mutating func clientFrames(
-        from peer: PeerID, _ frames: some RandomAccessCollection<Payload>, now: MonotonicInstant
+        from peer: PeerID, principal: Principal = .local, _ frames: some RandomAccessCollection<Payload>,
+        now: MonotonicInstant
     ) -> [Action] {
         var actions: [Action] = []
-        handleClientFrames(from: peer, frames, now: now, &actions)
+        noteActivity(now)
+        handleClientFrames(from: peer, principal: principal, frames, now: now, &actions)
         return actions
     }
 
@@ -120,25 +165,55 @@ public struct BrokerCore<Payload: FrameBytes> {
         from peer: PeerID, _ frames: some RandomAccessCollection<Payload>, now: MonotonicInstant
     ) -> [Action] {
         var actions: [Action] = []
+        noteActivity(now)
         handleWorkerFrames(from: peer, frames, now: now, &actions)
         return actions
     }
 
-    /// Time passed. Cheap when `now` is before `nextDeadline`; call it after every wakeup.
+    /// Time passed. Cheap when `now` is before `nextDeadline`; call it after every wakeup,
+    /// once what waited on the sockets has been read (liveness is judged here).
     public mutating func tick(now: MonotonicInstant) -> [Action] {
         guard now >= nextDeadline else { return [] }
         var actions: [Action] = []
-        housekeeping(now: now, &actions)
-        nextDeadline = now + configuration.heartbeatInterval
+        noteActivity(now)
+        expireDeadlines(now: now, &actions)
+        if now >= nextHousekeeping {
+            housekeeping(now: now, &actions)
+            nextHousekeeping = now + configuration.heartbeatInterval
+        }
         return actions
     }
 
-    /// A send to this client failed because it is no longer connected: its live requests are
-    /// cancelled as if it had gone silent.
+    /// How many bytes now wait at the broker for this client because it is not reading or
+    /// not connected (0 once everything went out). While any wait, its queued work is not
+    /// dispatched, so a slow consumer gets backpressure instead of growing the broker.
+    public mutating func clientBacklog(_ peer: PeerID, waitingBytes: Int, now: MonotonicInstant) -> [Action] {
+        var actions: [Action] = []
+        let before = clientBytesWaiting[peer] ?? 0
+        if waitingBytes > 0 && before == 0 { counters.clientSendsDeferred += 1 }
+        clientBytesWaiting[peer] = waitingBytes > 0 ? waitingBytes : nil
+        guard var client = clients[peer] else { return actions }
+        client.waitingBytes = waitingBytes
+        if waitingBytes == 0, !client.heldBack.isEmpty {
+            // Back to the front, oldest first: they were at the head of the queue when held.
+            for jobID in client.heldBack.reversed() where requests[jobID]?.heldBack == true {
+                requests[jobID]?.heldBack = false
+                queue.prepend(jobID)
+            }
+            client.heldBack.removeAll()
+        }
+        clients[peer] = client
+        dispatch(now: now, &actions)
+        return actions
+    }
+
+    /// A client the broker can no longer reach at all (the I/O loop gave up on the messages
+    /// waiting for it): its requests end as if it had gone silent.
     public mutating func clientUnreachable(_ peer: PeerID, now: MonotonicInstant) -> [Action] {
         var actions: [Action] = []
         counters.unroutable += 1
-        clientVanished(peer, now: now, &actions)
+        clientBytesWaiting[peer] = nil
+        clientVanished(peer, reason: "the broker could not reach the client", now: now, &actions)
         return actions
     }
 
@@ -164,12 +239,26 @@ public struct BrokerCore<Payload: FrameBytes> {
             sendFailed(request, .brokerShutdown, "the broker is shutting down", &actions)
         }
         while queue.popFirst() != nil {}
+        while quarantine.popFirst() != nil {}
         for worker in workers {
             actions.append(.sendToWorker(worker.id, BrokerToWorkerMessage<Payload>.disconnect.encoded()))
         }
         workers.removeAll()
         workerIndex.removeAll()
         return actions
+    }
+
+    /// Peers are judged by silence only while the broker is listening: when the loop itself
+    /// did not run for longer than a heartbeat interval (the process was paused or starved),
+    /// that gap is forgiven to every peer.
+    mutating func noteActivity(_ now: MonotonicInstant) {
+        let gap = now.duration(since: lastActivity)
+        if gap > configuration.heartbeatInterval {
+            for index in workers.indices { workers[index].lastSeen = workers[index].lastSeen + gap }
+            for peer in clients.keys { clients[peer]!.lastSeen = clients[peer]!.lastSeen + gap }
+            if nextHousekeeping < now { nextHousekeeping = now }
+        }
+        if now > lastActivity { lastActivity = now }
     }
 
     // MARK: - Introspection
@@ -183,26 +272,36 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// True when no request is live and no worker holds a credit for a cancelled job: all
     /// per-request state has been freed.
     public var isIdle: Bool {
-        requests.isEmpty && jobIDsByRequestID.isEmpty && queue.isEmpty && clients.isEmpty
-            && workers.allSatisfy { $0.inFlight == 0 }
+        requests.isEmpty && jobIDsByKey.isEmpty && queue.isEmpty && quarantine.isEmpty && clients.isEmpty
+            && deadlines.isEmpty && workers.allSatisfy { $0.inFlight == 0 && !$0.reserved }
     }
 
-    /// The snapshot sent in reply to StatusRequest.
-    public func status(now: MonotonicInstant) -> Enlarger_V1_StatusReply {
+    /// Whether `principal` may cancel any request and see worker details.
+    func isAdmin(_ principal: Principal) -> Bool {
+        principal == .local || configuration.admins.contains(principal)
+    }
+
+    /// The snapshot sent in reply to StatusRequest. Worker names and pids are for admins.
+    public func status(now: MonotonicInstant, for principal: Principal = .local) -> Enlarger_V1_StatusReply {
         var reply = Enlarger_V1_StatusReply()
+        let details = isAdmin(principal)
         reply.workers = workers.map { worker in
             var status = Enlarger_V1_WorkerStatus()
             status.id = worker.id.description
-            status.name = worker.name
-            status.pid = worker.pid
+            if details {
+                status.name = worker.name
+                status.pid = worker.pid
+            }
             status.capacity = UInt32(worker.capacity)
             status.inFlight = UInt32(worker.inFlight)
             status.lastSeenMsAgo = now.duration(since: worker.lastSeen).milliseconds
             return status
         }
-        reply.queueDepth = UInt32(queue.count)
+        let waiting = queue.count + quarantine.count + clients.values.reduce(0) { $0 + $1.heldBack.count }
+        reply.queueDepth = UInt32(waiting)
         reply.queueLimit = UInt32(configuration.queueLimit)
-        reply.inFlight = UInt32(requests.count - queue.count)
+        reply.inFlight = UInt32(requests.count - waiting)
+        reply.clientBytesWaiting = UInt64(clientBytesWaiting.values.reduce(0, +))
         reply.clients = UInt32(clients.count)
         reply.uptimeMs = now.duration(since: startedAt).milliseconds
         reply.totals = counters
@@ -220,22 +319,27 @@ public struct BrokerCore<Payload: FrameBytes> {
         guard let request = requests.removeValue(forKey: jobID) else {
             preconditionFailure("ending job \(jobID), which is not live")
         }
-        jobIDsByRequestID[request.requestID] = nil
+        jobIDsByKey[request.key] = nil
         liveImageBytes -= request.image.count
+        deadlines.remove(jobID)
         if var client = clients[request.client] {
             client.jobIDs.remove(jobID)
+            if request.heldBack { client.heldBack.removeAll { $0 == jobID } }
             clients[request.client] = client.jobIDs.isEmpty ? nil : client
         }
-        endedRequests.remember(request.requestID, at: now)
+        endedRequests.remember(request.key, at: now)
         return request
     }
 
-    /// Takes a live job away from wherever it is: off the queue, or (when a worker holds it)
-    /// turned into a tombstone on that worker and the worker told to stop.
+    /// Takes a live job away from wherever it is: off a queue or a client's held-back list,
+    /// or (when a worker holds it) turned into a tombstone on that worker and the worker
+    /// told to stop.
     mutating func withdraw(_ jobID: UInt64, now: MonotonicInstant, _ actions: inout [Action]) {
         guard let request = requests[jobID] else { return }
         guard let workerID = request.worker, let index = workerIndex[workerID] else {
-            _ = queue.remove(jobID)
+            if !request.heldBack {
+                if !queue.remove(jobID) { _ = quarantine.remove(jobID) }
+            }
             return
         }
         workers[index].jobs[jobID] = nil
@@ -244,6 +348,20 @@ public struct BrokerCore<Payload: FrameBytes> {
         cancel.jobID = jobID
         cancel.attempt = request.attempt
         actions.append(.sendToWorker(workerID, BrokerToWorkerMessage<Payload>.cancelJob(cancel).encoded()))
+    }
+
+    /// Requests still live at their deadline fail with `DEADLINE_EXCEEDED`; their workers
+    /// are told to stop.
+    mutating func expireDeadlines(now: MonotonicInstant, _ actions: inout [Action]) {
+        while let jobID = deadlines.popExpired(at: now) {
+            guard requests[jobID] != nil else { continue }
+            withdraw(jobID, now: now, &actions)
+            let request = endRequest(jobID, now: now)
+            counters.failed += 1
+            counters.deadlinesExceeded += 1
+            sendFailed(request, .deadlineExceeded, "the request's deadline passed before it ended", &actions)
+        }
+        dispatch(now: now, &actions)
     }
 
     func sendFailed(

@@ -35,16 +35,32 @@ public final class BrokerService: @unchecked Sendable {
         /// After `stop()`, how long the loop keeps running so the shutdown notices (Failed to
         /// clients, Disconnect to workers) leave before the sockets close.
         public var shutdownGrace: Duration = .milliseconds(100)
+        /// Messages libzmq queues toward one client before the broker keeps the rest itself
+        /// (`ZMQ_SNDHWM`). Small, so that what a slow client has not read is counted (and
+        /// its work held back) by the broker rather than buffered unseen by libzmq.
+        public var clientSendHighWaterMark: Int32 = 16
+        /// Bytes the broker keeps waiting for one client that is not reading. Past this the
+        /// client is treated as gone: what waited is dropped and its requests end.
+        public var maxClientBacklogBytes = 256 << 20
+        /// How long messages may wait for a client that is not connected (its connection
+        /// reset and it has not come back) or that reads nothing at all, before the broker
+        /// gives up on it and ends its requests.
+        public var clientBacklogPatience: Duration = .seconds(30)
+        /// Largest frame a client may send, at least the input limit plus room for the
+        /// header. libzmq drops the connection of a client that sends a larger frame (the
+        /// client's requests survive it, see the protocol's IDENTITY AND RECONNECTION);
+        /// inputs up to it but over `broker.maxInputBytes` are answered `Rejected{TOO_LARGE}`.
+        public var maxClientFrameBytes: Int64 = 256 << 20
 
         public init(clientsEndpoint: String, workersEndpoint: String) {
             self.clientsEndpoint = clientsEndpoint
             self.workersEndpoint = workersEndpoint
         }
 
-        /// Largest frame a client may send: the input limit plus room for the other frames.
-        /// libzmq drops the connection of a client that sends a larger one; smaller inputs
-        /// over the limit are answered `Rejected{TOO_LARGE}`.
-        public var maxClientFrameBytes: Int64 { Int64(broker.maxInputBytes) + (1 << 20) }
+        /// The inbound frame limit actually set on the client socket.
+        var clientFrameLimit: Int64 {
+            max(maxClientFrameBytes, Int64(broker.maxInputBytes) + Int64(WireLimits.maxHeaderBytes))
+        }
     }
 
     public let configuration: Configuration
@@ -59,6 +75,9 @@ public final class BrokerService: @unchecked Sendable {
     private let stopRequested = Atomic<Bool>(false)
     private let started = Atomic<Bool>(false)
     private var core: BrokerCore<Message>
+    /// Messages waiting for clients whose pipe is full (not reading) or who are not
+    /// connected, in order, per client. See `ClientBacklog`.
+    private var backlogs: [PeerID: ClientBacklog] = [:]
 
     /// Creates the sockets and binds them, so connection errors surface here and peers may
     /// connect as soon as this returns (their messages wait until `run()`).
@@ -70,15 +89,20 @@ public final class BrokerService: @unchecked Sendable {
         workers = try Socket(context, .router)
         wakeup = try Wakeup()
         core = BrokerCore(configuration: configuration.broker, now: .now())
-        // Sends never block the loop: ROUTER_MANDATORY turns a departed peer into an error we
-        // can act on, and no send high-water mark means a live peer is never refused. What
-        // waits toward a worker is bounded by its credits; toward a client, by what it asked
-        // for and has not read yet.
-        for (socket, maxFrame) in [(clients, configuration.maxClientFrameBytes), (workers, configuration.maxWorkerFrameBytes)] {
-            try socket.set(.routerMandatory(true))
-            try socket.set(.maxMessageSize(maxFrame))
-            try socket.set(.sendHighWaterMark(0))
-        }
+        // Sends never block the loop. ROUTER_MANDATORY turns a departed peer (or, toward a
+        // client, a full pipe) into an error we can act on. Toward workers no high-water
+        // mark is needed: what waits there is bounded by their credits. Toward a client, a
+        // small one makes a slow reader visible: what it has not taken waits in the
+        // broker's backlog for it, and its queued work is held back meanwhile. A client
+        // that reconnects under the same routing id takes its identity over (HANDOVER), so
+        // what waited is delivered on the new connection.
+        try clients.set(.routerMandatory(true))
+        try clients.set(.routerHandover(true))
+        try clients.set(.maxMessageSize(configuration.clientFrameLimit))
+        try clients.set(.sendHighWaterMark(configuration.clientSendHighWaterMark))
+        try workers.set(.routerMandatory(true))
+        try workers.set(.maxMessageSize(configuration.maxWorkerFrameBytes))
+        try workers.set(.sendHighWaterMark(0))
         try clients.bind(configuration.clientsEndpoint)
         try workers.bind(configuration.workersEndpoint)
         clientsEndpoint = try clients.lastEndpoint()
@@ -113,6 +137,8 @@ public final class BrokerService: @unchecked Sendable {
             "broker serving",
             metadata: ["clients": "\(clientsEndpoint)", "workers": "\(workersEndpoint)"])
 
+        var lastTick = MonotonicInstant.now()
+        var pending = false  // a socket had more to read than one batch
         while true {
             var now = MonotonicInstant.now()
             if closeAt == nil, stopRequested.load(ordering: .acquiring) {
@@ -121,20 +147,29 @@ public final class BrokerService: @unchecked Sendable {
                 closeAt = now + configuration.shutdownGrace
             }
             if let closeAt, now >= closeAt { break }
-            try perform(core.tick(now: now), now: now)
 
-            let deadline = min(core.nextDeadline, closeAt ?? core.nextDeadline)
-            _ = try poller.poll(timeout: deadline.duration(since: now))
+            var deadline = min(core.nextDeadline, closeAt ?? core.nextDeadline)
+            if let retry = nextBacklogRetry { deadline = min(deadline, retry) }
+            _ = try poller.poll(timeout: pending ? .zero : deadline.duration(since: now))
             if poller.events(at: wakeupIndex).contains(.readable) { wakeup.drain() }
 
             // Bounded batches per socket, so a flood on one side cannot starve the other side
             // or the timers.
             now = MonotonicInstant.now()
+            pending = false
             if poller.events(at: clientsIndex).contains(.readable) {
-                try serve(clients, role: .client, frames: &frames, now: now)
+                pending = try serve(clients, role: .client, frames: &frames, now: now) || pending
             }
             if poller.events(at: workersIndex).contains(.readable) {
-                try serve(workers, role: .worker, frames: &frames, now: now)
+                pending = try serve(workers, role: .worker, frames: &frames, now: now) || pending
+            }
+            try flushBacklogs(now: now)
+            // Liveness is judged only once what already waited has been read: a peer whose
+            // message sits unread behind a backlog is not silent. Under a flood that never
+            // drains, timers still run once per interval (libzmq reads peers fairly).
+            if !pending || now.duration(since: lastTick) >= configuration.broker.heartbeatInterval {
+                try perform(core.tick(now: now), now: now)
+                lastTick = now
             }
         }
         logger.info("broker stopped")
@@ -149,22 +184,35 @@ public final class BrokerService: @unchecked Sendable {
 
     private static let batchSize = 256
 
-    private func serve(_ socket: Socket, role: BrokerRole, frames: inout [Message], now: MonotonicInstant) throws(ZMQError) {
+    /// Reads one batch; returns whether more may be waiting.
+    private func serve(
+        _ socket: Socket, role: BrokerRole, frames: inout [Message], now: MonotonicInstant
+    ) throws(ZMQError) -> Bool {
         for _ in 0..<Self.batchSize {
-            guard try socket.receive(multipart: &frames, wait: false) else { return }
+            guard try socket.receive(multipart: &frames, wait: false) else { return false }
             // A ROUTER always puts the routing id first; anything else is left to the core.
             let peer = PeerID(frames[0].bytes)
             let body = frames[1...]
             let actions = switch role {
-            case .client: core.clientFrames(from: peer, body, now: now)
+            case .client: core.clientFrames(from: peer, principal: principal(of: frames), body, now: now)
             case .worker: core.workerFrames(from: peer, body, now: now)
             }
             try perform(actions, now: now)
+            // A client that sends is reading again, perhaps on a new connection: try what
+            // waited for it now rather than at the next retry.
+            if role == .client, backlogs[peer] != nil { try flush(peer, now: now) }
         }
+        return true
     }
 
-    /// Performs the core's actions in order. A send to a peer that has gone is reported back
-    /// to the core, whose follow-up actions are performed in turn.
+    /// Who sent a client message. Unauthenticated sockets have a single principal.
+    private func principal(of frames: [Message]) -> Principal {
+        .local
+    }
+
+    /// Performs the core's actions in order. A send to a worker that has gone, or a client
+    /// the broker gave up on, is reported back to the core, whose follow-up actions are
+    /// performed in turn.
     private func perform(_ actions: [BrokerAction<Message>], now: MonotonicInstant) throws(ZMQError) {
         var pending = actions
         var next = 0
@@ -173,12 +221,9 @@ public final class BrokerService: @unchecked Sendable {
             next += 1
             switch action {
             case .sendToClient(let peer, let message):
-                if try !send(message, to: peer, on: clients) {
-                    logger.debug("client unreachable", metadata: ["peer": "\(peer)"])
-                    pending += core.clientUnreachable(peer, now: now)
-                }
+                pending += try sendToClient(message, to: peer, now: now)
             case .sendToWorker(let peer, let message):
-                if try !send(message, to: peer, on: workers) {
+                if try send(message, to: peer, on: workers) != .sent {
                     logger.debug("worker unreachable", metadata: ["peer": "\(peer)"])
                     pending += core.workerUnreachable(peer, now: now)
                 }
@@ -188,13 +233,111 @@ public final class BrokerService: @unchecked Sendable {
         }
     }
 
-    /// Returns `false` when the peer is not connected (or, which the unlimited high-water mark
-    /// rules out, cannot take the message now).
-    private func send(_ message: OutgoingMessage<Message>, to peer: PeerID, on socket: Socket) throws(ZMQError) -> Bool {
+    // MARK: - Client backlogs
+    //
+    // A message for a client goes straight to libzmq unless something already waits for
+    // that client (order is kept). When libzmq refuses it (the client's pipe is full: it is
+    // not reading; or it is not connected: its connection reset), the message starts the
+    // client's backlog and the core is told how many bytes wait, so it holds the client's
+    // queued work back. Backlogs are retried after every message from the client and on a
+    // short, growing timer. A backlog that stops making progress for
+    // `clientBacklogPatience`, or outgrows `maxClientBacklogBytes`, is dropped and the
+    // client's requests end (the core is told it is unreachable).
+
+    private struct ClientBacklog {
+        var messages: [OutgoingMessage<Message>] = []
+        var head = 0
+        var bytes = 0
+        var lastProgress: MonotonicInstant
+        var retryAt: MonotonicInstant
+        var retryDelay: Duration = .milliseconds(1)
+
+        var isEmpty: Bool { head == messages.count }
+    }
+
+    private var nextBacklogRetry: MonotonicInstant? { backlogs.values.map(\.retryAt).min() }
+
+    private func sendToClient(
+        _ message: OutgoingMessage<Message>, to peer: PeerID, now: MonotonicInstant
+    ) throws(ZMQError) -> [BrokerAction<Message>] {
+        if var backlog = backlogs[peer] {
+            backlog.messages.append(message)
+            backlog.bytes += message.byteCount
+            backlogs[peer] = backlog
+            return try backlogChanged(peer, now: now)
+        }
+        guard try send(message, to: peer, on: clients) != .sent else { return [] }
+        backlogs[peer] = ClientBacklog(
+            messages: [message], bytes: message.byteCount, lastProgress: now, retryAt: now + .milliseconds(1))
+        logger.debug("client not taking messages; keeping them", metadata: ["peer": "\(peer)"])
+        return try backlogChanged(peer, now: now)
+    }
+
+    private func flushBacklogs(now: MonotonicInstant) throws(ZMQError) {
+        for peer in backlogs.filter({ $0.value.retryAt <= now }).keys.sorted() {
+            try flush(peer, now: now)
+        }
+    }
+
+    private func flush(_ peer: PeerID, now: MonotonicInstant) throws(ZMQError) {
+        guard var backlog = backlogs[peer] else { return }
+        var progressed = false
+        while !backlog.isEmpty, try send(backlog.messages[backlog.head], to: peer, on: clients) == .sent {
+            backlog.bytes -= backlog.messages[backlog.head].byteCount
+            backlog.head += 1
+            progressed = true
+        }
+        if backlog.isEmpty {
+            backlogs[peer] = nil
+            try perform(core.clientBacklog(peer, waitingBytes: 0, now: now), now: now)
+            return
+        }
+        if progressed {
+            backlog.messages.removeFirst(backlog.head)
+            backlog.head = 0
+            backlog.lastProgress = now
+            backlog.retryDelay = .milliseconds(1)
+        } else {
+            backlog.retryDelay = min(backlog.retryDelay * 2, .milliseconds(100))
+        }
+        backlog.retryAt = now + backlog.retryDelay
+        backlogs[peer] = backlog
+        try perform(backlogChanged(peer, now: now), now: now)
+    }
+
+    /// Tells the core how much waits for `peer`, or gives up on the client when its backlog
+    /// is too large or too old.
+    private func backlogChanged(_ peer: PeerID, now: MonotonicInstant) throws(ZMQError) -> [BrokerAction<Message>] {
+        guard let backlog = backlogs[peer] else { return [] }
+        let tooOld = now.duration(since: backlog.lastProgress) > configuration.clientBacklogPatience
+        guard backlog.bytes > configuration.maxClientBacklogBytes || tooOld else {
+            return core.clientBacklog(peer, waitingBytes: backlog.bytes, now: now)
+        }
+        logger.notice(
+            "giving up on a client that takes no messages",
+            metadata: ["peer": "\(peer)", "waiting_bytes": "\(backlog.bytes)", "too_old": "\(tooOld)"])
+        // What the core sends in reply (the requests' Failed) joins the backlog and goes
+        // with it: the client is not taking anything.
+        let followUp = core.clientUnreachable(peer, now: now)
+        backlogs[peer] = ClientBacklog(lastProgress: now, retryAt: now)
+        try perform(followUp, now: now)
+        backlogs[peer] = nil
+        return core.clientBacklog(peer, waitingBytes: 0, now: now)
+    }
+
+    private enum SendOutcome {
+        case sent
+        /// The peer is not connected.
+        case unreachable
+        /// The peer's pipe is full (only toward clients, which have a high-water mark).
+        case full
+    }
+
+    private func send(_ message: OutgoingMessage<Message>, to peer: PeerID, on socket: Socket) throws(ZMQError) -> SendOutcome {
         do {
-            // The routing-id frame is where ROUTER_MANDATORY refuses an unknown peer; once it
-            // is accepted the rest of the message is queued as a whole.
-            guard try socket.send(peer.bytes, [.more, .dontWait]) else { return false }
+            // The routing-id frame is where ROUTER_MANDATORY refuses an unknown peer or a
+            // full pipe; once it is accepted the rest of the message is queued as a whole.
+            guard try socket.send(peer.bytes, [.more, .dontWait]) else { return .full }
             try socket.send(message.tag.bytes, [.more, .dontWait])
             if let payload = message.payload {
                 try socket.send(message.header, [.more, .dontWait])
@@ -202,9 +345,9 @@ public final class BrokerService: @unchecked Sendable {
             } else {
                 try socket.send(message.header, .dontWait)
             }
-            return true
+            return .sent
         } catch where error.isHostUnreachable {
-            return false
+            return .unreachable
         }
     }
 

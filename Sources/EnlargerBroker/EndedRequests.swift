@@ -3,7 +3,7 @@
 /// either when too many are held or when they are too old.
 struct EndedRequests {
     private struct Entry {
-        let requestID: String
+        let requestID: RequestKey
         let endedAt: MonotonicInstant
         let serial: UInt64
     }
@@ -13,7 +13,7 @@ struct EndedRequests {
     private var nextSerial: UInt64 = 0
     // The newest entry per id: an id can be reused once its request has ended, so the same
     // id may be in `order` more than once and only its newest entry counts.
-    private var newest: [String: Entry] = [:]
+    private var newest: [RequestKey: Entry] = [:]
     private let limit: Int
     private let lifetime: Duration
 
@@ -24,7 +24,7 @@ struct EndedRequests {
 
     var count: Int { newest.count }
 
-    mutating func remember(_ requestID: String, at now: MonotonicInstant) {
+    mutating func remember(_ requestID: RequestKey, at now: MonotonicInstant) {
         guard limit > 0 else { return }
         let entry = Entry(requestID: requestID, endedAt: now, serial: nextSerial)
         nextSerial += 1
@@ -33,7 +33,7 @@ struct EndedRequests {
         while order.count - head > limit { dropOldest() }
     }
 
-    func contains(_ requestID: String, at now: MonotonicInstant) -> Bool {
+    func contains(_ requestID: RequestKey, at now: MonotonicInstant) -> Bool {
         guard let entry = newest[requestID] else { return false }
         return now.duration(since: entry.endedAt) <= lifetime
     }

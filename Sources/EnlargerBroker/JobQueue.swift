@@ -12,6 +12,8 @@ struct JobQueue {
 
     var isEmpty: Bool { count == 0 }
 
+    var first: UInt64? { count > 0 ? storage[head] : nil }
+
     mutating func append(_ jobID: UInt64) {
         growIfFull()
         storage[(head + count) % storage.count] = jobID

@@ -14,6 +14,7 @@ public enum BrokerToClientMessage<Payload> {
     case statusReply(Enlarger_V1_StatusReply)
     case pong(Enlarger_V1_Pong)
     case error(Enlarger_V1_Error)
+    case syncReply(Enlarger_V1_SyncReply)
 
     /// The request the message is about; `nil` for status, pong and error.
     public var requestID: String? {
@@ -25,7 +26,7 @@ public enum BrokerToClientMessage<Payload> {
         case .cancelled(let message): message.requestID
         case .rejected(let message): message.requestID
         case .cancelAck(let message): message.requestID
-        case .statusReply, .pong, .error: nil
+        case .statusReply, .pong, .error, .syncReply: nil
         }
     }
 
@@ -45,6 +46,7 @@ public enum BrokerToClientMessage<Payload> {
         case .statusReply(let message): header.statusReply = message
         case .pong(let message): header.pong = message
         case .error(let message): header.error = message
+        case .syncReply(let message): header.syncReply = message
         }
         return OutgoingMessage(tag: .client, header: header, payload: payload)
     }
@@ -68,6 +70,7 @@ extension BrokerToClientMessage where Payload: FrameBytes {
         case .statusReply(let reply)?: self = try .checked(.statusReply(reply), frames)
         case .pong(let pong)?: self = try .checked(.pong(pong), frames)
         case .error(let error)?: self = try .checked(.error(error), frames)
+        case .syncReply(let reply)?: self = try .checked(.syncReply(reply), frames)
         case nil: throw FrameDecoding.unknownKind(header)
         }
     }
@@ -95,6 +98,7 @@ extension BrokerToClientMessage {
         case .statusReply: "StatusReply"
         case .pong: "Pong"
         case .error: "Error"
+        case .syncReply: "SyncReply"
         }
     }
 }

@@ -7,6 +7,7 @@ public enum ClientToBrokerMessage<Payload> {
     case cancel(Enlarger_V1_Cancel)
     case statusRequest
     case ping
+    case sync(Enlarger_V1_Sync)
 
     public func encoded() -> OutgoingMessage<Payload> {
         var header = Enlarger_V1_ClientToBroker()
@@ -18,6 +19,7 @@ public enum ClientToBrokerMessage<Payload> {
         case .cancel(let cancel): header.cancel = cancel
         case .statusRequest: header.statusRequest = .init()
         case .ping: header.ping = .init()
+        case .sync(let sync): header.sync = sync
         }
         return OutgoingMessage(tag: .client, header: header, payload: payload)
     }
@@ -45,6 +47,10 @@ extension ClientToBrokerMessage where Payload: FrameBytes {
         case .ping?:
             try FrameDecoding.checkNoPayload(of: "Ping", in: frames)
             self = .ping
+        case .sync(let sync)?:
+            try FrameDecoding.checkNoPayload(of: "Sync", in: frames)
+            for requestID in sync.requestIds { try FrameDecoding.checkRequestID(requestID) }
+            self = .sync(sync)
         case nil:
             throw FrameDecoding.unknownKind(header)
         }

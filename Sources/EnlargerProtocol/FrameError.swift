@@ -25,11 +25,20 @@ public struct FrameError: Error, Equatable, Sendable, CustomStringConvertible {
     public let message: String
     /// The request id the header named, when the header decoded and the id was valid.
     public let requestID: String?
+    /// The job a worker's frame named, when its header decoded as a job frame: the broker
+    /// ends that job's request rather than let it wait for a frame that will never come.
+    public let job: JobReference?
 
-    public init(_ reason: Reason, _ message: String, requestID: String? = nil) {
+    public struct JobReference: Equatable, Sendable {
+        public let jobID: UInt64
+        public let attempt: UInt32
+    }
+
+    public init(_ reason: Reason, _ message: String, requestID: String? = nil, job: JobReference? = nil) {
         self.reason = reason
         self.message = message
         self.requestID = requestID
+        self.job = job
     }
 
     public var description: String { "\(reason.rawValue): \(message)" }

@@ -17,6 +17,11 @@ public struct OutgoingMessage<Payload> {
     }
 }
 
+extension OutgoingMessage where Payload: FrameBytes {
+    /// Bytes of all frames, for accounting what waits to be sent.
+    public var byteCount: Int { tag.bytes.count + header.count + (payload?.count ?? 0) }
+}
+
 extension OutgoingMessage where Payload == [UInt8] {
     /// All frames as byte arrays, for tests and simple tools.
     public var frames: [[UInt8]] {

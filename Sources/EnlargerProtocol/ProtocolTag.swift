@@ -32,6 +32,8 @@ public enum WireLimits {
     public static let maxCapacity: UInt32 = 1024
     /// `Ready.worker_name`.
     public static let maxWorkerNameBytes = 256
+    /// `Sync.request_ids`: ids per Sync (a client with more sends several).
+    public static let maxSyncRequestIDs = 512
     /// `ResizeSpec.quality` when it is 0.
     public static let defaultQuality: UInt32 = 80
 }

@@ -34,17 +34,30 @@ extension WorkerToBrokerMessage where Payload: FrameBytes {
     /// whether the job and attempt make sense is the broker's business.
     public init(frames: some RandomAccessCollection<Payload>) throws(FrameError) {
         let header = try FrameDecoding.header(Enlarger_V1_WorkerToBroker.self, tag: .worker, frames: frames)
+        do {
+            self = try Self.decode(header, frames)
+        } catch {
+            // Name the job, so the broker can end it instead of waiting for a proper frame.
+            throw FrameError(error.reason, error.message, requestID: error.requestID, job: header.jobReference)
+        }
+    }
+
+    private static func decode(
+        _ header: Enlarger_V1_WorkerToBroker, _ frames: some RandomAccessCollection<Payload>
+    ) throws(FrameError) -> Self {
+        let message: Self
         switch header.kind {
         case .jobResult(let result)?:
-            self = .jobResult(result, image: try FrameDecoding.payload(of: "JobResult", in: frames))
-        case .ready(let ready)?: self = try .checked(.ready(ready), frames)
-        case .heartbeat?: self = try .checked(.heartbeat, frames)
-        case .jobStarted(let started)?: self = try .checked(.jobStarted(started), frames)
-        case .jobFailed(let failed)?: self = try .checked(.jobFailed(failed), frames)
-        case .jobCancelled(let cancelled)?: self = try .checked(.jobCancelled(cancelled), frames)
-        case .disconnect?: self = try .checked(.disconnect, frames)
+            message = .jobResult(result, image: try FrameDecoding.payload(of: "JobResult", in: frames))
+        case .ready(let ready)?: message = try .checked(.ready(ready), frames)
+        case .heartbeat?: message = try .checked(.heartbeat, frames)
+        case .jobStarted(let started)?: message = try .checked(.jobStarted(started), frames)
+        case .jobFailed(let failed)?: message = try .checked(.jobFailed(failed), frames)
+        case .jobCancelled(let cancelled)?: message = try .checked(.jobCancelled(cancelled), frames)
+        case .disconnect?: message = try .checked(.disconnect, frames)
         case nil: throw FrameDecoding.unknownKind(header)
         }
+        return message
     }
 
     /// `message` once it is known that no payload frame came with it.
@@ -53,6 +66,19 @@ extension WorkerToBrokerMessage where Payload: FrameBytes {
     ) throws(FrameError) -> Self {
         try FrameDecoding.checkNoPayload(of: message.kindName, in: frames)
         return message
+    }
+}
+
+extension Enlarger_V1_WorkerToBroker {
+    /// The job a job frame names, whatever else is wrong with its message.
+    var jobReference: FrameError.JobReference? {
+        switch kind {
+        case .jobStarted(let frame)?: FrameError.JobReference(jobID: frame.jobID, attempt: frame.attempt)
+        case .jobResult(let frame)?: FrameError.JobReference(jobID: frame.jobID, attempt: frame.attempt)
+        case .jobFailed(let frame)?: FrameError.JobReference(jobID: frame.jobID, attempt: frame.attempt)
+        case .jobCancelled(let frame)?: FrameError.JobReference(jobID: frame.jobID, attempt: frame.attempt)
+        case .ready?, .heartbeat?, .disconnect?, nil: nil
+        }
     }
 }
 

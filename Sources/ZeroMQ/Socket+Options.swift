@@ -18,6 +18,9 @@ extension Socket {
         case immediate(Bool)
         /// The identity a ROUTER peer sees for this socket (1 to 255 bytes, not starting with 0).
         case routingID([UInt8])
+        /// ROUTER: a new connection that presents a routing id already in use takes it over
+        /// (the old connection is disconnected) instead of being refused.
+        case routerHandover(Bool)
     }
 
     public func set(_ option: Option) throws(ZMQError) {
@@ -28,6 +31,7 @@ extension Socket {
         case .receiveHighWaterMark(let count): try setInt32(ZMQ_RCVHWM, count, "ZMQ_RCVHWM")
         case .immediate(let on): try setInt32(ZMQ_IMMEDIATE, on ? 1 : 0, "ZMQ_IMMEDIATE")
         case .routingID(let bytes): try setBytes(ZMQ_ROUTING_ID, bytes, "ZMQ_ROUTING_ID")
+        case .routerHandover(let on): try setInt32(ZMQ_ROUTER_HANDOVER, on ? 1 : 0, "ZMQ_ROUTER_HANDOVER")
         }
     }
 

@@ -193,9 +193,46 @@ final class EndToEndTests: XCTestCase {
     }
 
     /// A broker killed and restarted on the same endpoint answers Pings again, but has lost
-    /// the requests: the client notices the new broker instance and fails them, long before
-    /// its silence limit (10 s here) would.
+    /// the requests. With resubmission off, the client notices the new broker instance and
+    /// fails them, long before its silence limit (10 s here) would.
     func testRequestsOfARestartedBrokerFailInsteadOfHanging() async throws {
+        try await withRestartedBroker(resubmit: false) { client, iterator in
+            let start = ContinuousClock.now
+            do {
+                _ = try await iterator.next()
+                XCTFail("the forgotten request must fail")
+            } catch {
+                XCTAssertEqual(error as? EnlargerClientError, .brokerLost)
+            }
+            XCTAssertLessThan(ContinuousClock.now - start, .seconds(5), "noticed by the instance change, not by silence")
+            // The same client goes on working with the new broker.
+            let status = try await client.status()
+            XCTAssertEqual(status.queueDepth, 0)
+        }
+    }
+
+    /// By default the client submits what the old broker forgot again, under the same id:
+    /// the new broker holds it, and it can be cancelled there.
+    func testRequestsOfARestartedBrokerAreSubmittedAgain() async throws {
+        try await withRestartedBroker(resubmit: true) { client, iterator in
+            var status = try await client.status()
+            let deadline = ContinuousClock.now + .seconds(5)
+            while status.queueDepth == 0, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+                status = try await client.status()
+            }
+            XCTAssertEqual(status.queueDepth, 1, "the request was submitted to the new broker")
+            XCTAssertEqual(status.totals.accepted, 1)
+            let outcome = try await client.cancel("orphan")
+            XCTAssertEqual(outcome, .cancelled, "the new broker knows the id")
+            let next = try await iterator.next()
+            XCTAssertNil(next, "nothing after cancel, and no second Accepted")
+        }
+    }
+
+    private func withRestartedBroker(
+        resubmit: Bool, _ body: (EnlargerClient, inout RequestEvents.Iterator) async throws -> Void
+    ) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-restart-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -209,8 +246,10 @@ final class EndToEndTests: XCTestCase {
             return broker
         }
         let first = try startBroker()
-        let client = try EnlargerClient(brokerEndpoint: clients,
-                                        configuration: .init(heartbeatInterval: .milliseconds(200), missedHeartbeats: 50))
+        let client = try EnlargerClient(
+            brokerEndpoint: clients,
+            configuration: .init(heartbeatInterval: .milliseconds(200), missedHeartbeats: 50,
+                                 resubmitAfterBrokerRestart: resubmit))
         // No workers: the request stays queued at the broker.
         var iterator = client.submit(ResizeRequest(id: "orphan", image: try Corpus.good("ljt_testorig.jpg"),
                                                    options: .init(width: 10))).makeAsyncIterator()
@@ -223,17 +262,7 @@ final class EndToEndTests: XCTestCase {
             second.terminate()
             second.waitUntilExit()
         }
-        let start = ContinuousClock.now
-        do {
-            _ = try await iterator.next()
-            XCTFail("the forgotten request must fail")
-        } catch {
-            XCTAssertEqual(error, .brokerLost)
-        }
-        XCTAssertLessThan(ContinuousClock.now - start, .seconds(5), "noticed by the instance change, not by silence")
-        // The same client goes on working with the new broker.
-        let status = try await client.status()
-        XCTAssertEqual(status.queueDepth, 0)
+        try await body(client, &iterator)
         await client.close()
     }
 

@@ -43,3 +43,10 @@ final class BrokerBookkeepingTests: XCTestCase {
         XCTAssertEqual(PeerID([0x00, 0x8B, 0x45, 0x67, 0xFF]).description, "008b4567ff")
     }
 }
+
+/// Tests name requests by id alone; they belong to the ipc principal.
+extension RequestKey: ExpressibleByStringLiteral {
+    public init(stringLiteral id: String) {
+        self.init(principal: .local, id: id)
+    }
+}

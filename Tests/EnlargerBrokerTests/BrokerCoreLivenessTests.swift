@@ -145,9 +145,12 @@ final class BrokerCoreLivenessTests: XCTestCase {
         _ = broker.events(for: alice)
 
         pass(4, &broker, alive: [w1])
-        XCTAssertEqual(broker.events(for: alice), [], "nothing is sent to a vanished client")
+        XCTAssertEqual(
+            broker.events(for: alice).map(\.summary),
+            ["failed running clientSilent", "failed waiting clientSilent"],
+            "each request ends with a code, in case the client is still listening")
         XCTAssertEqual(broker.commands(for: w1).map(\.summary), ["cancelJob \(job.jobID) #1"])
-        XCTAssertEqual(broker.core.totals.cancelled, 2)
+        XCTAssertEqual(broker.core.totals.failed, 2)
         XCTAssertEqual(broker.core.totals.clientsVanished, 1)
         XCTAssertTrue(broker.takeReports().contains(.clientVanished(alice, cancelled: 2)))
         broker.worker(w1, .jobCancelled(.with { $0.jobID = job.jobID; $0.attempt = 1 }))
@@ -166,7 +169,7 @@ final class BrokerCoreLivenessTests: XCTestCase {
         var broker = harness()
         broker.submit(alice, "a")
         broker.clientUnreachable(alice)
-        XCTAssertEqual(broker.core.totals.cancelled, 1)
+        XCTAssertEqual(broker.core.totals.failed, 1)
         XCTAssertEqual(broker.core.totals.unroutable, 1)
         XCTAssertTrue(broker.core.isIdle)
     }

@@ -23,12 +23,15 @@ final class BrokerServiceTests: XCTestCase {
         try? FileManager.default.removeItem(at: directory)
     }
 
-    private func startBroker() throws -> (BrokerService, BrokerThread) {
+    private func startBroker(
+        _ adjust: (inout BrokerService.Configuration) -> Void = { _ in }
+    ) throws -> (BrokerService, BrokerThread) {
         var configuration = BrokerService.Configuration(
             clientsEndpoint: "ipc://\(directory.path)/clients.sock",
             workersEndpoint: "ipc://\(directory.path)/workers.sock")
         configuration.broker.heartbeatInterval = .milliseconds(100)
         configuration.shutdownGrace = .milliseconds(50)
+        adjust(&configuration)
         var logger = Logger(label: "broker-test")
         logger.logLevel = .critical
         let service = try BrokerService(configuration: configuration, logger: logger)
@@ -155,7 +158,7 @@ final class BrokerServiceTests: XCTestCase {
     }
 
     func testDepartedClientIsCountedAndTheBrokerCarriesOn() throws {
-        let (service, thread) = try startBroker()
+        let (service, thread) = try startBroker { $0.clientBacklogPatience = .milliseconds(600) }
         defer { XCTAssertNoThrow(try thread.stopAndWait()) }
         let worker = try dealer(service.workersEndpoint)
         try send(WorkerToBrokerMessage<[UInt8]>.ready(.with { $0.capacity = 1 }).encoded(), on: worker)
@@ -182,9 +185,15 @@ final class BrokerServiceTests: XCTestCase {
         }
         try send(WorkerToBrokerMessage.jobResult(result, image: [1]).encoded(), on: worker)
 
+        // The result waits for the client to come back (a reset connection reconnects under
+        // the same routing id), then, past the broker's patience, is given up and counted.
+        let waiting = try waitUntil(try dealer(service.clientsEndpoint)) { $0.clientBytesWaiting > 0 }
+        XCTAssertEqual(waiting.totals.unroutable, 0)
+        XCTAssertEqual(waiting.totals.clientSendsDeferred, 1)
         let status = try waitUntil(try dealer(service.clientsEndpoint)) { $0.totals.unroutable > 0 }
         XCTAssertEqual(status.totals.unroutable, 1)
         XCTAssertEqual(status.totals.finished, 1)
+        XCTAssertEqual(status.clientBytesWaiting, 0)
     }
 
     func testStopReturnsPromptlyWhenIdle() throws {

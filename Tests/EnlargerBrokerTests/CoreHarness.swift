@@ -164,12 +164,23 @@ struct CoreHarness {
         var queued: [UInt64] = []
         var probe = core.queue
         while let jobID = probe.popFirst() { queued.append(jobID) }
+        var quarantined = core.quarantine
+        while let jobID = quarantined.popFirst() {
+            queued.append(jobID)
+            if core.requests[jobID]?.quarantined != true { problems.append("job \(jobID) in quarantine unmarked") }
+        }
+        for client in core.clients.values {
+            queued += client.heldBack
+            for jobID in client.heldBack where core.requests[jobID]?.heldBack != true {
+                problems.append("held-back job \(jobID) unmarked")
+            }
+        }
         if Set(queued).count != queued.count { problems.append("a job is queued twice") }
         for jobID in queued where core.requests[jobID]?.worker != nil || core.requests[jobID] == nil {
             problems.append("queued job \(jobID) is not a live, unassigned request")
         }
         for (jobID, request) in core.requests {
-            if core.jobIDsByRequestID[request.requestID] != jobID { problems.append("index mismatch for \(jobID)") }
+            if core.jobIDsByKey[request.key] != jobID { problems.append("index mismatch for \(jobID)") }
             if core.clients[request.client]?.jobIDs.contains(jobID) != true {
                 problems.append("client of \(jobID) does not list it")
             }
@@ -185,10 +196,13 @@ struct CoreHarness {
                 problems.append("unassigned job \(jobID) is not queued")
             }
         }
-        if core.jobIDsByRequestID.count != core.requests.count { problems.append("stale request id index") }
+        if core.jobIDsByKey.count != core.requests.count { problems.append("stale request id index") }
         for (index, worker) in core.workers.enumerated() {
             if core.workerIndex[worker.id] != index { problems.append("worker index mismatch") }
             if worker.inFlight > worker.capacity { problems.append("worker \(worker.id) over capacity") }
+            if worker.isExclusive && worker.inFlight != 1 {
+                problems.append("worker \(worker.id) runs a quarantined job beside \(worker.inFlight - 1) others")
+            }
             for jobID in worker.jobs.keys where core.requests[jobID]?.worker != worker.id {
                 problems.append("worker \(worker.id) holds job \(jobID) that is not assigned to it")
             }
@@ -234,6 +248,7 @@ extension BrokerToClientMessage {
         case .statusReply: "status"
         case .pong: "pong"
         case .error(let m): "error \(m.code)"
+        case .syncReply(let m): "syncReply \(m.unknownRequestIds)"
         }
     }
 }

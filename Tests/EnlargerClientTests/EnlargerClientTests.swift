@@ -145,7 +145,7 @@ final class EnlargerClientTests: XCTestCase {
                 return [.statusReply(reply)]
             case .cancel(let cancel):
                 return [.cancelAck(cancel.requestID, .unknown)]
-            case .submit, .ping:
+            case .submit, .ping, .sync:
                 return []
             }
         }
@@ -170,7 +170,7 @@ final class EnlargerClientTests: XCTestCase {
             switch message {
             case .submit(let submit, _): [.accepted(submit.requestID)]
             case .cancel(let cancel): [.cancelAck(cancel.requestID, .finished)]
-            case .statusRequest, .ping: []
+            case .statusRequest, .ping, .sync: []
             }
         }
         let events = client.submit(ResizeRequest(id: "queued", image: jpeg, options: box))
@@ -199,7 +199,7 @@ final class EnlargerClientTests: XCTestCase {
             case .cancel(let cancel):
                 [.cancelled(cancel.requestID), .result(cancel.requestID, .final, terminal: true),
                  .cancelAck(cancel.requestID, .cancelled)]
-            case .statusRequest, .ping: []
+            case .statusRequest, .ping, .sync: []
             }
         }
         let events = client.submit(ResizeRequest(id: "again", image: jpeg, options: box))
@@ -230,7 +230,7 @@ final class EnlargerClientTests: XCTestCase {
             case .submit(let submit, _):
                 [.accepted(submit.requestID)] + (1...200).map { .started(submit.requestID, attempt: $0) }
             case .cancel(let cancel): [.cancelled(cancel.requestID), .cancelAck(cancel.requestID, .cancelled)]
-            case .statusRequest, .ping: []
+            case .statusRequest, .ping, .sync: []
             }
         }
         for round in 0..<30 {
@@ -250,7 +250,7 @@ final class EnlargerClientTests: XCTestCase {
             switch message {
             case .submit(let submit, _): [.accepted(submit.requestID)]
             case .cancel(let cancel): [.cancelled(cancel.requestID), .cancelAck(cancel.requestID, .cancelled)]
-            case .statusRequest, .ping: []
+            case .statusRequest, .ping, .sync: []
             }
         }
         let events = client.submit(ResizeRequest(id: "task", image: jpeg, options: box))

@@ -49,9 +49,14 @@ final class FakeClientBroker: @unchecked Sendable {
         log.withLock { $0 }.map { try! ClientToBrokerMessage(frames: $0) }
     }
 
-    /// The messages received so far other than Pings.
+    /// The messages received so far other than Pings and Syncs (the client's housekeeping).
     var requests: [ClientToBrokerMessage<[UInt8]>] {
-        received.filter { if case .ping = $0 { false } else { true } }
+        received.filter {
+            switch $0 {
+            case .ping, .sync: false
+            default: true
+            }
+        }
     }
 
     func send(_ messages: [BrokerToClientMessage<[UInt8]>]) {
@@ -177,7 +182,7 @@ extension ClientToBrokerMessage {
         switch self {
         case .submit(let submit, _): submit.requestID
         case .cancel(let cancel): cancel.requestID
-        case .statusRequest, .ping: nil
+        case .statusRequest, .ping, .sync: nil
         }
     }
 

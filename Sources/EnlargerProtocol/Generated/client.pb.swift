@@ -46,12 +46,52 @@
 // LIVENESS
 //
 // A client with live requests sends a message at least every heartbeat interval (Ping when
-// it has nothing else to send); the broker's interval is given in every Pong (1 s by
-// default). A client silent for 3 intervals while it has live requests is considered gone:
-// its requests are cancelled and nothing more is sent to it. The broker answers each Ping
-// with a Pong, so a client that hears nothing from the broker for 3 intervals can treat the
-// broker as gone and fail its requests locally. Pong and Accepted carry the broker's
-// instance number, so a client also notices a broker that restarted between two Pings.
+// it has nothing else to send); the broker's interval is given in every Accepted and Pong
+// (1 s by default), and a client adopts it at once if it is shorter than its own. A client
+// silent for 3 intervals while it has live requests is judged gone: each of its requests
+// ends with Failed{CLIENT_SILENT}, sent in case it is still listening, and its workers are
+// told to stop. The broker judges silence only after reading what already waits on its
+// sockets, and never blames peers for time it was not running itself (paused, starved).
+// The broker answers each Ping with a Pong, so a client that hears nothing from the broker
+// for 3 intervals can treat the broker as gone and fail its requests locally. Pong and
+// Accepted carry the broker's instance number, so a client also notices a broker that
+// restarted between two Pings.
+//
+// IDENTITY AND RECONNECTION
+//
+// A connection is known by its routing id. A client should set a random, stable routing id
+// (ZMQ_ROUTING_ID, 16 bytes) on its DEALER: after a reset, libzmq reconnects with the same
+// id, the broker hands the id over to the new connection, and whatever was waiting for the
+// client is delivered there. While a client cannot be reached, or does not read, messages
+// for it wait at the broker (bounded per client) and the client's queued work is not
+// dispatched; a client that stays silent past the silence limit is judged gone (above).
+// To learn which of its requests the broker still holds, a client sends Sync with the ids
+// it waits for; SyncReply lists those the broker does not hold, which the client can fail
+// (REQUEST_LOST) at once. A Sync also moves the named requests to the connection it came
+// from, if they were submitted on another connection of the same principal.
+//
+// DEADLINES
+//
+// Every accepted request has a deadline: Submit.deadline_ms after acceptance, or the
+// broker's default when it is 0 (and never more than the broker's maximum). A request
+// still live at its deadline ends with Failed{DEADLINE_EXCEEDED} and its worker is told to
+// stop. Accepted states the deadline that applies.
+//
+// PRINCIPALS
+//
+// On tcp the broker authenticates every connection (CURVE); on ipc every peer is the
+// socket owner. Request ids are scoped to the principal (the client's key): Submit,
+// Cancel and Sync only see the sender's own requests, so DUPLICATE_ID and CancelAck say
+// nothing about other principals' ids. Admin principals may cancel any request and see
+// worker details in StatusReply.
+//
+// SIZE
+//
+// A Submit whose image is over the broker's input limit (Pong.max_input_bytes) is answered
+// Rejected{TOO_LARGE}. The broker's socket refuses single frames larger than its hard
+// ceiling by dropping the connection (libzmq cannot skip a frame): client libraries must
+// check the limit before sending. The client's other requests survive such a drop (see
+// IDENTITY AND RECONNECTION); the oversize Submit shows up as lost in the next SyncReply.
 
 import SwiftProtobuf
 
@@ -105,6 +145,14 @@ public nonisolated struct Enlarger_V1_ClientToBroker: Sendable {
     set {kind = .ping(newValue)}
   }
 
+  public var sync: Enlarger_V1_Sync {
+    get {
+      if case .sync(let v)? = kind {return v}
+      return Enlarger_V1_Sync()
+    }
+    set {kind = .sync(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -112,6 +160,7 @@ public nonisolated struct Enlarger_V1_ClientToBroker: Sendable {
     case cancel(Enlarger_V1_Cancel)
     case statusRequest(Enlarger_V1_StatusRequest)
     case ping(Enlarger_V1_Ping)
+    case sync(Enlarger_V1_Sync)
 
   }
 
@@ -140,6 +189,10 @@ public nonisolated struct Enlarger_V1_Submit: Sendable {
   public mutating func clearSpec() {self._spec = nil}
 
   public var delivery: Enlarger_V1_Delivery = .progressive
+
+  /// How long the request may live after acceptance, in milliseconds; 0 means the broker's
+  /// default. Capped at the broker's maximum. See DEADLINES.
+  public var deadlineMs: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -178,6 +231,25 @@ public nonisolated struct Enlarger_V1_Ping: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Asks which of these requests the broker still holds for the sender's principal; answered
+/// with SyncReply. At most 1024 ids. Held requests that were submitted on another connection
+/// of the same principal are moved to this one (see IDENTITY AND RECONNECTION).
+public nonisolated struct Enlarger_V1_Sync: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestIds: [String] = []
+
+  /// Echoed in the SyncReply, so a client can tell which Sync a reply answers (a Sync can
+  /// be lost with a connection).
+  public var nonce: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -272,6 +344,14 @@ public nonisolated struct Enlarger_V1_BrokerToClient: Sendable {
     set {kind = .error(newValue)}
   }
 
+  public var syncReply: Enlarger_V1_SyncReply {
+    get {
+      if case .syncReply(let v)? = kind {return v}
+      return Enlarger_V1_SyncReply()
+    }
+    set {kind = .syncReply(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -285,6 +365,7 @@ public nonisolated struct Enlarger_V1_BrokerToClient: Sendable {
     case statusReply(Enlarger_V1_StatusReply)
     case pong(Enlarger_V1_Pong)
     case error(Enlarger_V1_Error)
+    case syncReply(Enlarger_V1_SyncReply)
 
   }
 
@@ -301,6 +382,12 @@ public nonisolated struct Enlarger_V1_Accepted: Sendable {
 
   /// The broker instance that accepted the request: see Pong.broker_instance.
   public var brokerInstance: UInt64 = 0
+
+  /// As in Pong: the client must send something at least this often from now on.
+  public var heartbeatIntervalMs: UInt32 = 0
+
+  /// The deadline that applies, in milliseconds from acceptance (see DEADLINES).
+  public var deadlineMs: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -463,63 +550,50 @@ public nonisolated struct Enlarger_V1_CancelAck: Sendable {
 }
 
 /// A snapshot of the broker, answering StatusRequest.
-public nonisolated struct Enlarger_V1_StatusReply: @unchecked Sendable {
+public nonisolated struct Enlarger_V1_StatusReply: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   /// Registered workers, in registration order.
-  public var workers: [Enlarger_V1_WorkerStatus] {
-    get {_storage._workers}
-    set {_uniqueStorage()._workers = newValue}
-  }
+  public var workers: [Enlarger_V1_WorkerStatus] = []
 
   /// Accepted requests waiting for a worker.
-  public var queueDepth: UInt32 {
-    get {_storage._queueDepth}
-    set {_uniqueStorage()._queueDepth = newValue}
-  }
+  public var queueDepth: UInt32 = 0
 
   /// The most requests that may wait; a Submit beyond it is Rejected{OVERLOADED}.
-  public var queueLimit: UInt32 {
-    get {_storage._queueLimit}
-    set {_uniqueStorage()._queueLimit = newValue}
-  }
+  public var queueLimit: UInt32 = 0
 
   /// Live requests currently held by a worker.
-  public var inFlight: UInt32 {
-    get {_storage._inFlight}
-    set {_uniqueStorage()._inFlight = newValue}
-  }
+  public var inFlight: UInt32 = 0
 
   /// Client connections with live requests.
-  public var clients: UInt32 {
-    get {_storage._clients}
-    set {_uniqueStorage()._clients = newValue}
-  }
+  public var clients: UInt32 = 0
 
   /// Time since the broker started.
-  public var uptimeMs: UInt64 {
-    get {_storage._uptimeMs}
-    set {_uniqueStorage()._uptimeMs = newValue}
-  }
+  public var uptimeMs: UInt64 = 0
 
   public var totals: Enlarger_V1_Totals {
-    get {_storage._totals ?? Enlarger_V1_Totals()}
-    set {_uniqueStorage()._totals = newValue}
+    get {_totals ?? Enlarger_V1_Totals()}
+    set {_totals = newValue}
   }
   /// Returns true if `totals` has been explicitly set.
-  public var hasTotals: Bool {_storage._totals != nil}
+  public var hasTotals: Bool {self._totals != nil}
   /// Clears the value of `totals`. Subsequent reads from it will return its default value.
-  public mutating func clearTotals() {_uniqueStorage()._totals = nil}
+  public mutating func clearTotals() {self._totals = nil}
+
+  /// Bytes of messages waiting at the broker for clients that are not reading or not
+  /// connected (see IDENTITY AND RECONNECTION).
+  public var clientBytesWaiting: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
-  fileprivate var _storage = _StorageClass.defaultInstance
+  fileprivate var _totals: Enlarger_V1_Totals? = nil
 }
 
+/// Worker names and pids are shown to admin principals only; others see empty ones.
 public nonisolated struct Enlarger_V1_WorkerStatus: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -548,60 +622,133 @@ public nonisolated struct Enlarger_V1_WorkerStatus: Sendable {
 /// Counters since the broker started. Between events,
 ///     submitted = accepted + rejected + duplicate_ids
 ///     accepted  = finished + failed + cancelled + (live requests)
-public nonisolated struct Enlarger_V1_Totals: Sendable {
+public nonisolated struct Enlarger_V1_Totals: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   /// Submit messages with a well-formed request id.
-  public var submitted: UInt64 = 0
+  public var submitted: UInt64 {
+    get {_storage._submitted}
+    set {_uniqueStorage()._submitted = newValue}
+  }
 
-  public var accepted: UInt64 = 0
+  public var accepted: UInt64 {
+    get {_storage._accepted}
+    set {_uniqueStorage()._accepted = newValue}
+  }
 
   /// Accepted requests that ended with a terminal Result.
-  public var finished: UInt64 = 0
+  public var finished: UInt64 {
+    get {_storage._finished}
+    set {_uniqueStorage()._finished = newValue}
+  }
 
   /// Accepted requests that ended with Failed.
-  public var failed: UInt64 = 0
+  public var failed: UInt64 {
+    get {_storage._failed}
+    set {_uniqueStorage()._failed = newValue}
+  }
 
-  /// Accepted requests that ended with Cancelled, or silently because their client vanished.
-  public var cancelled: UInt64 = 0
+  /// Accepted requests that ended with Cancelled.
+  public var cancelled: UInt64 {
+    get {_storage._cancelled}
+    set {_uniqueStorage()._cancelled = newValue}
+  }
 
   /// Submits answered with Rejected.
-  public var rejected: UInt64 = 0
+  public var rejected: UInt64 {
+    get {_storage._rejected}
+    set {_uniqueStorage()._rejected = newValue}
+  }
 
   /// Submits answered with Failed{DUPLICATE_ID}.
-  public var duplicateIds: UInt64 = 0
+  public var duplicateIds: UInt64 {
+    get {_storage._duplicateIds}
+    set {_uniqueStorage()._duplicateIds = newValue}
+  }
 
   /// Frames from workers about jobs that had ended, were cancelled or had moved to a newer
   /// attempt; dropped without reply.
-  public var lateResultsDropped: UInt64 = 0
+  public var lateResultsDropped: UInt64 {
+    get {_storage._lateResultsDropped}
+    set {_uniqueStorage()._lateResultsDropped = newValue}
+  }
 
   /// Malformed messages from any peer, whether answered with Error or dropped.
-  public var malformedDropped: UInt64 = 0
+  public var malformedDropped: UInt64 {
+    get {_storage._malformedDropped}
+    set {_uniqueStorage()._malformedDropped = newValue}
+  }
 
   /// Workers declared dead (missed heartbeats, or reset by a second Ready).
-  public var workersLost: UInt64 = 0
+  public var workersLost: UInt64 {
+    get {_storage._workersLost}
+    set {_uniqueStorage()._workersLost = newValue}
+  }
 
   /// Workers that left with Disconnect.
-  public var workersDisconnected: UInt64 = 0
+  public var workersDisconnected: UInt64 {
+    get {_storage._workersDisconnected}
+    set {_uniqueStorage()._workersDisconnected = newValue}
+  }
 
   /// Jobs put back on the queue after their worker was lost or disconnected.
-  public var jobsRequeued: UInt64 = 0
+  public var jobsRequeued: UInt64 {
+    get {_storage._jobsRequeued}
+    set {_uniqueStorage()._jobsRequeued = newValue}
+  }
 
   /// Client connections that went silent with live requests.
-  public var clientsVanished: UInt64 = 0
+  public var clientsVanished: UInt64 {
+    get {_storage._clientsVanished}
+    set {_uniqueStorage()._clientsVanished = newValue}
+  }
 
   /// Messages that could not be sent because the peer had gone.
-  public var unroutable: UInt64 = 0
+  public var unroutable: UInt64 {
+    get {_storage._unroutable}
+    set {_uniqueStorage()._unroutable = newValue}
+  }
 
-  /// Cancelled jobs whose worker never acknowledged the CancelJob within the broker's limit
-  /// (30 s by default); their credit was given back regardless.
-  public var cancelAcksTimedOut: UInt64 = 0
+  /// Cancelled jobs whose worker never acknowledged the CancelJob within the broker's limit;
+  /// the worker was retired (its other jobs re-queued).
+  public var cancelAcksTimedOut: UInt64 {
+    get {_storage._cancelAcksTimedOut}
+    set {_uniqueStorage()._cancelAcksTimedOut = newValue}
+  }
+
+  /// Accepted requests that ended with Failed{DEADLINE_EXCEEDED} (also counted in failed).
+  public var deadlinesExceeded: UInt64 {
+    get {_storage._deadlinesExceeded}
+    set {_uniqueStorage()._deadlinesExceeded = newValue}
+  }
+
+  /// Times a message for a client had to wait at the broker because the client was not
+  /// reading or not connected.
+  public var clientSendsDeferred: UInt64 {
+    get {_storage._clientSendsDeferred}
+    set {_uniqueStorage()._clientSendsDeferred = newValue}
+  }
+
+  /// Jobs re-run alone on a worker after a worker holding them was lost with other jobs, so
+  /// that a crash is blamed only on the job that caused it.
+  public var jobsQuarantined: UInt64 {
+    get {_storage._jobsQuarantined}
+    set {_uniqueStorage()._jobsQuarantined = newValue}
+  }
+
+  /// Workers whose job frames broke the protocol for a job they held.
+  public var protocolBreaches: UInt64 {
+    get {_storage._protocolBreaches}
+    set {_uniqueStorage()._protocolBreaches = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 /// Answers Ping.
@@ -616,8 +763,33 @@ public nonisolated struct Enlarger_V1_Pong: Sendable {
 
   /// Random, fixed for the life of one broker process (never 0). A broker that restarts
   /// on the same endpoint has lost every request it held; a client that sees this value
-  /// change (here or in Accepted) while it has live requests must fail them: nothing more
-  /// will ever arrive for them.
+  /// change (here or in Accepted) while it has live requests must fail them (or submit
+  /// them again): nothing more will ever arrive for them from the old instance.
+  public var brokerInstance: UInt64 = 0
+
+  /// The largest image a Submit may carry; larger ones are Rejected{TOO_LARGE}.
+  public var maxInputBytes: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Answers Sync.
+public nonisolated struct Enlarger_V1_SyncReply: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The ids from the Sync that the broker holds no live request for, for this principal.
+  /// A request whose terminal event was sent before this reply is not live either; the
+  /// terminal event arrives first on the same connection.
+  public var unknownRequestIds: [String] = []
+
+  /// The Sync's nonce.
+  public var nonce: UInt64 = 0
+
+  /// As in Pong: a client checks it first, since a restarted broker knows none of the ids.
   public var brokerInstance: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -631,7 +803,7 @@ fileprivate nonisolated let _protobuf_package = "enlarger.v1"
 
 nonisolated extension Enlarger_V1_ClientToBroker: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClientToBroker"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}submit\0\u{1}cancel\0\u{3}status_request\0\u{1}ping\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}submit\0\u{1}cancel\0\u{3}status_request\0\u{1}ping\0\u{1}sync\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -691,6 +863,19 @@ nonisolated extension Enlarger_V1_ClientToBroker: SwiftProtobuf.Message, SwiftPr
           self.kind = .ping(v)
         }
       }()
+      case 5: try {
+        var v: Enlarger_V1_Sync?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .sync(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .sync(v)
+        }
+      }()
       default: break
       }
     }
@@ -718,6 +903,10 @@ nonisolated extension Enlarger_V1_ClientToBroker: SwiftProtobuf.Message, SwiftPr
       guard case .ping(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
     }()
+    case .sync?: try {
+      guard case .sync(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -732,7 +921,7 @@ nonisolated extension Enlarger_V1_ClientToBroker: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Submit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{3}deadline_ms\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -743,6 +932,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
       case 1: try { try decoder.decodeSingularStringField(value: &self.requestID) }()
       case 2: try { try decoder.decodeSingularMessageField(value: &self._spec) }()
       case 3: try { try decoder.decodeSingularEnumField(value: &self.delivery) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.deadlineMs) }()
       default: break
       }
     }
@@ -762,6 +952,9 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
     if self.delivery != .progressive {
       try visitor.visitSingularEnumField(value: self.delivery, fieldNumber: 3)
     }
+    if self.deadlineMs != 0 {
+      try visitor.visitSingularUInt32Field(value: self.deadlineMs, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -769,6 +962,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.requestID != rhs.requestID {return false}
     if lhs._spec != rhs._spec {return false}
     if lhs.delivery != rhs.delivery {return false}
+    if lhs.deadlineMs != rhs.deadlineMs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -842,9 +1036,44 @@ nonisolated extension Enlarger_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._Me
   }
 }
 
+nonisolated extension Enlarger_V1_Sync: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Sync"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_ids\0\u{1}nonce\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.requestIds) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.nonce) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestIds.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.requestIds, fieldNumber: 1)
+    }
+    if self.nonce != 0 {
+      try visitor.visitSingularUInt64Field(value: self.nonce, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_Sync, rhs: Enlarger_V1_Sync) -> Bool {
+    if lhs.requestIds != rhs.requestIds {return false}
+    if lhs.nonce != rhs.nonce {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Enlarger_V1_BrokerToClient: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".BrokerToClient"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}accepted\0\u{1}started\0\u{1}result\0\u{1}failed\0\u{1}cancelled\0\u{1}rejected\0\u{3}cancel_ack\0\u{3}status_reply\0\u{1}pong\0\u{1}error\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}accepted\0\u{1}started\0\u{1}result\0\u{1}failed\0\u{1}cancelled\0\u{1}rejected\0\u{3}cancel_ack\0\u{3}status_reply\0\u{1}pong\0\u{1}error\0\u{3}sync_reply\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -982,6 +1211,19 @@ nonisolated extension Enlarger_V1_BrokerToClient: SwiftProtobuf.Message, SwiftPr
           self.kind = .error(v)
         }
       }()
+      case 11: try {
+        var v: Enlarger_V1_SyncReply?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .syncReply(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .syncReply(v)
+        }
+      }()
       default: break
       }
     }
@@ -1033,6 +1275,10 @@ nonisolated extension Enlarger_V1_BrokerToClient: SwiftProtobuf.Message, SwiftPr
       guard case .error(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
     }()
+    case .syncReply?: try {
+      guard case .syncReply(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -1047,7 +1293,7 @@ nonisolated extension Enlarger_V1_BrokerToClient: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Accepted: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Accepted"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{3}broker_instance\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{3}broker_instance\0\u{3}heartbeat_interval_ms\0\u{3}deadline_ms\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1057,6 +1303,8 @@ nonisolated extension Enlarger_V1_Accepted: SwiftProtobuf.Message, SwiftProtobuf
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.requestID) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.brokerInstance) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.heartbeatIntervalMs) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.deadlineMs) }()
       default: break
       }
     }
@@ -1069,12 +1317,20 @@ nonisolated extension Enlarger_V1_Accepted: SwiftProtobuf.Message, SwiftProtobuf
     if self.brokerInstance != 0 {
       try visitor.visitSingularUInt64Field(value: self.brokerInstance, fieldNumber: 2)
     }
+    if self.heartbeatIntervalMs != 0 {
+      try visitor.visitSingularUInt32Field(value: self.heartbeatIntervalMs, fieldNumber: 3)
+    }
+    if self.deadlineMs != 0 {
+      try visitor.visitSingularUInt32Field(value: self.deadlineMs, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Enlarger_V1_Accepted, rhs: Enlarger_V1_Accepted) -> Bool {
     if lhs.requestID != rhs.requestID {return false}
     if lhs.brokerInstance != rhs.brokerInstance {return false}
+    if lhs.heartbeatIntervalMs != rhs.heartbeatIntervalMs {return false}
+    if lhs.deadlineMs != rhs.deadlineMs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1321,111 +1577,68 @@ nonisolated extension Enlarger_V1_CancelAck.Outcome: SwiftProtobuf._ProtoNamePro
 
 nonisolated extension Enlarger_V1_StatusReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatusReply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}workers\0\u{3}queue_depth\0\u{3}queue_limit\0\u{3}in_flight\0\u{1}clients\0\u{3}uptime_ms\0\u{1}totals\0")
-
-  fileprivate class _StorageClass {
-    var _workers: [Enlarger_V1_WorkerStatus] = []
-    var _queueDepth: UInt32 = 0
-    var _queueLimit: UInt32 = 0
-    var _inFlight: UInt32 = 0
-    var _clients: UInt32 = 0
-    var _uptimeMs: UInt64 = 0
-    var _totals: Enlarger_V1_Totals? = nil
-
-      // This property is used as the initial default value for new instances of the type.
-      // The type itself is protecting the reference to its storage via CoW semantics.
-      // This will force a copy to be made of this reference when the first mutation occurs;
-      // hence, it is safe to mark this as `nonisolated(unsafe)`.
-      static nonisolated(unsafe) let defaultInstance = _StorageClass()
-
-    private init() {}
-
-    init(copying source: _StorageClass) {
-      _workers = source._workers
-      _queueDepth = source._queueDepth
-      _queueLimit = source._queueLimit
-      _inFlight = source._inFlight
-      _clients = source._clients
-      _uptimeMs = source._uptimeMs
-      _totals = source._totals
-    }
-  }
-
-  fileprivate mutating func _uniqueStorage() -> _StorageClass {
-    if !isKnownUniquelyReferenced(&_storage) {
-      _storage = _StorageClass(copying: _storage)
-    }
-    return _storage
-  }
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}workers\0\u{3}queue_depth\0\u{3}queue_limit\0\u{3}in_flight\0\u{1}clients\0\u{3}uptime_ms\0\u{1}totals\0\u{3}client_bytes_waiting\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    _ = _uniqueStorage()
-    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
-      while let fieldNumber = try decoder.nextFieldNumber() {
-        // The use of inline closures is to circumvent an issue where the compiler
-        // allocates stack space for every case branch when no optimizations are
-        // enabled. https://github.com/apple/swift-protobuf/issues/1034
-        switch fieldNumber {
-        case 1: try { try decoder.decodeRepeatedMessageField(value: &_storage._workers) }()
-        case 2: try { try decoder.decodeSingularUInt32Field(value: &_storage._queueDepth) }()
-        case 3: try { try decoder.decodeSingularUInt32Field(value: &_storage._queueLimit) }()
-        case 4: try { try decoder.decodeSingularUInt32Field(value: &_storage._inFlight) }()
-        case 5: try { try decoder.decodeSingularUInt32Field(value: &_storage._clients) }()
-        case 6: try { try decoder.decodeSingularUInt64Field(value: &_storage._uptimeMs) }()
-        case 7: try { try decoder.decodeSingularMessageField(value: &_storage._totals) }()
-        default: break
-        }
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.workers) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.queueDepth) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.queueLimit) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.inFlight) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.clients) }()
+      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.uptimeMs) }()
+      case 7: try { try decoder.decodeSingularMessageField(value: &self._totals) }()
+      case 8: try { try decoder.decodeSingularUInt64Field(value: &self.clientBytesWaiting) }()
+      default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every if/case branch local when no optimizations
-      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-      // https://github.com/apple/swift-protobuf/issues/1182
-      if !_storage._workers.isEmpty {
-        try visitor.visitRepeatedMessageField(value: _storage._workers, fieldNumber: 1)
-      }
-      if _storage._queueDepth != 0 {
-        try visitor.visitSingularUInt32Field(value: _storage._queueDepth, fieldNumber: 2)
-      }
-      if _storage._queueLimit != 0 {
-        try visitor.visitSingularUInt32Field(value: _storage._queueLimit, fieldNumber: 3)
-      }
-      if _storage._inFlight != 0 {
-        try visitor.visitSingularUInt32Field(value: _storage._inFlight, fieldNumber: 4)
-      }
-      if _storage._clients != 0 {
-        try visitor.visitSingularUInt32Field(value: _storage._clients, fieldNumber: 5)
-      }
-      if _storage._uptimeMs != 0 {
-        try visitor.visitSingularUInt64Field(value: _storage._uptimeMs, fieldNumber: 6)
-      }
-      try { if let v = _storage._totals {
-        try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
-      } }()
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if !self.workers.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.workers, fieldNumber: 1)
+    }
+    if self.queueDepth != 0 {
+      try visitor.visitSingularUInt32Field(value: self.queueDepth, fieldNumber: 2)
+    }
+    if self.queueLimit != 0 {
+      try visitor.visitSingularUInt32Field(value: self.queueLimit, fieldNumber: 3)
+    }
+    if self.inFlight != 0 {
+      try visitor.visitSingularUInt32Field(value: self.inFlight, fieldNumber: 4)
+    }
+    if self.clients != 0 {
+      try visitor.visitSingularUInt32Field(value: self.clients, fieldNumber: 5)
+    }
+    if self.uptimeMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.uptimeMs, fieldNumber: 6)
+    }
+    try { if let v = self._totals {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    } }()
+    if self.clientBytesWaiting != 0 {
+      try visitor.visitSingularUInt64Field(value: self.clientBytesWaiting, fieldNumber: 8)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Enlarger_V1_StatusReply, rhs: Enlarger_V1_StatusReply) -> Bool {
-    if lhs._storage !== rhs._storage {
-      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
-        let _storage = _args.0
-        let rhs_storage = _args.1
-        if _storage._workers != rhs_storage._workers {return false}
-        if _storage._queueDepth != rhs_storage._queueDepth {return false}
-        if _storage._queueLimit != rhs_storage._queueLimit {return false}
-        if _storage._inFlight != rhs_storage._inFlight {return false}
-        if _storage._clients != rhs_storage._clients {return false}
-        if _storage._uptimeMs != rhs_storage._uptimeMs {return false}
-        if _storage._totals != rhs_storage._totals {return false}
-        return true
-      }
-      if !storagesAreEqual {return false}
-    }
+    if lhs.workers != rhs.workers {return false}
+    if lhs.queueDepth != rhs.queueDepth {return false}
+    if lhs.queueLimit != rhs.queueLimit {return false}
+    if lhs.inFlight != rhs.inFlight {return false}
+    if lhs.clients != rhs.clients {return false}
+    if lhs.uptimeMs != rhs.uptimeMs {return false}
+    if lhs._totals != rhs._totals {return false}
+    if lhs.clientBytesWaiting != rhs.clientBytesWaiting {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1488,99 +1701,191 @@ nonisolated extension Enlarger_V1_WorkerStatus: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Totals"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}submitted\0\u{1}accepted\0\u{1}finished\0\u{1}failed\0\u{1}cancelled\0\u{1}rejected\0\u{3}duplicate_ids\0\u{3}late_results_dropped\0\u{3}malformed_dropped\0\u{3}workers_lost\0\u{3}workers_disconnected\0\u{3}jobs_requeued\0\u{3}clients_vanished\0\u{1}unroutable\0\u{3}cancel_acks_timed_out\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}submitted\0\u{1}accepted\0\u{1}finished\0\u{1}failed\0\u{1}cancelled\0\u{1}rejected\0\u{3}duplicate_ids\0\u{3}late_results_dropped\0\u{3}malformed_dropped\0\u{3}workers_lost\0\u{3}workers_disconnected\0\u{3}jobs_requeued\0\u{3}clients_vanished\0\u{1}unroutable\0\u{3}cancel_acks_timed_out\0\u{3}deadlines_exceeded\0\u{3}client_sends_deferred\0\u{3}jobs_quarantined\0\u{3}protocol_breaches\0")
+
+  fileprivate class _StorageClass {
+    var _submitted: UInt64 = 0
+    var _accepted: UInt64 = 0
+    var _finished: UInt64 = 0
+    var _failed: UInt64 = 0
+    var _cancelled: UInt64 = 0
+    var _rejected: UInt64 = 0
+    var _duplicateIds: UInt64 = 0
+    var _lateResultsDropped: UInt64 = 0
+    var _malformedDropped: UInt64 = 0
+    var _workersLost: UInt64 = 0
+    var _workersDisconnected: UInt64 = 0
+    var _jobsRequeued: UInt64 = 0
+    var _clientsVanished: UInt64 = 0
+    var _unroutable: UInt64 = 0
+    var _cancelAcksTimedOut: UInt64 = 0
+    var _deadlinesExceeded: UInt64 = 0
+    var _clientSendsDeferred: UInt64 = 0
+    var _jobsQuarantined: UInt64 = 0
+    var _protocolBreaches: UInt64 = 0
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _submitted = source._submitted
+      _accepted = source._accepted
+      _finished = source._finished
+      _failed = source._failed
+      _cancelled = source._cancelled
+      _rejected = source._rejected
+      _duplicateIds = source._duplicateIds
+      _lateResultsDropped = source._lateResultsDropped
+      _malformedDropped = source._malformedDropped
+      _workersLost = source._workersLost
+      _workersDisconnected = source._workersDisconnected
+      _jobsRequeued = source._jobsRequeued
+      _clientsVanished = source._clientsVanished
+      _unroutable = source._unroutable
+      _cancelAcksTimedOut = source._cancelAcksTimedOut
+      _deadlinesExceeded = source._deadlinesExceeded
+      _clientSendsDeferred = source._clientSendsDeferred
+      _jobsQuarantined = source._jobsQuarantined
+      _protocolBreaches = source._protocolBreaches
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.submitted) }()
-      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.accepted) }()
-      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.finished) }()
-      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.failed) }()
-      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.cancelled) }()
-      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.rejected) }()
-      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.duplicateIds) }()
-      case 8: try { try decoder.decodeSingularUInt64Field(value: &self.lateResultsDropped) }()
-      case 9: try { try decoder.decodeSingularUInt64Field(value: &self.malformedDropped) }()
-      case 10: try { try decoder.decodeSingularUInt64Field(value: &self.workersLost) }()
-      case 11: try { try decoder.decodeSingularUInt64Field(value: &self.workersDisconnected) }()
-      case 12: try { try decoder.decodeSingularUInt64Field(value: &self.jobsRequeued) }()
-      case 13: try { try decoder.decodeSingularUInt64Field(value: &self.clientsVanished) }()
-      case 14: try { try decoder.decodeSingularUInt64Field(value: &self.unroutable) }()
-      case 15: try { try decoder.decodeSingularUInt64Field(value: &self.cancelAcksTimedOut) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularUInt64Field(value: &_storage._submitted) }()
+        case 2: try { try decoder.decodeSingularUInt64Field(value: &_storage._accepted) }()
+        case 3: try { try decoder.decodeSingularUInt64Field(value: &_storage._finished) }()
+        case 4: try { try decoder.decodeSingularUInt64Field(value: &_storage._failed) }()
+        case 5: try { try decoder.decodeSingularUInt64Field(value: &_storage._cancelled) }()
+        case 6: try { try decoder.decodeSingularUInt64Field(value: &_storage._rejected) }()
+        case 7: try { try decoder.decodeSingularUInt64Field(value: &_storage._duplicateIds) }()
+        case 8: try { try decoder.decodeSingularUInt64Field(value: &_storage._lateResultsDropped) }()
+        case 9: try { try decoder.decodeSingularUInt64Field(value: &_storage._malformedDropped) }()
+        case 10: try { try decoder.decodeSingularUInt64Field(value: &_storage._workersLost) }()
+        case 11: try { try decoder.decodeSingularUInt64Field(value: &_storage._workersDisconnected) }()
+        case 12: try { try decoder.decodeSingularUInt64Field(value: &_storage._jobsRequeued) }()
+        case 13: try { try decoder.decodeSingularUInt64Field(value: &_storage._clientsVanished) }()
+        case 14: try { try decoder.decodeSingularUInt64Field(value: &_storage._unroutable) }()
+        case 15: try { try decoder.decodeSingularUInt64Field(value: &_storage._cancelAcksTimedOut) }()
+        case 16: try { try decoder.decodeSingularUInt64Field(value: &_storage._deadlinesExceeded) }()
+        case 17: try { try decoder.decodeSingularUInt64Field(value: &_storage._clientSendsDeferred) }()
+        case 18: try { try decoder.decodeSingularUInt64Field(value: &_storage._jobsQuarantined) }()
+        case 19: try { try decoder.decodeSingularUInt64Field(value: &_storage._protocolBreaches) }()
+        default: break
+        }
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if self.submitted != 0 {
-      try visitor.visitSingularUInt64Field(value: self.submitted, fieldNumber: 1)
-    }
-    if self.accepted != 0 {
-      try visitor.visitSingularUInt64Field(value: self.accepted, fieldNumber: 2)
-    }
-    if self.finished != 0 {
-      try visitor.visitSingularUInt64Field(value: self.finished, fieldNumber: 3)
-    }
-    if self.failed != 0 {
-      try visitor.visitSingularUInt64Field(value: self.failed, fieldNumber: 4)
-    }
-    if self.cancelled != 0 {
-      try visitor.visitSingularUInt64Field(value: self.cancelled, fieldNumber: 5)
-    }
-    if self.rejected != 0 {
-      try visitor.visitSingularUInt64Field(value: self.rejected, fieldNumber: 6)
-    }
-    if self.duplicateIds != 0 {
-      try visitor.visitSingularUInt64Field(value: self.duplicateIds, fieldNumber: 7)
-    }
-    if self.lateResultsDropped != 0 {
-      try visitor.visitSingularUInt64Field(value: self.lateResultsDropped, fieldNumber: 8)
-    }
-    if self.malformedDropped != 0 {
-      try visitor.visitSingularUInt64Field(value: self.malformedDropped, fieldNumber: 9)
-    }
-    if self.workersLost != 0 {
-      try visitor.visitSingularUInt64Field(value: self.workersLost, fieldNumber: 10)
-    }
-    if self.workersDisconnected != 0 {
-      try visitor.visitSingularUInt64Field(value: self.workersDisconnected, fieldNumber: 11)
-    }
-    if self.jobsRequeued != 0 {
-      try visitor.visitSingularUInt64Field(value: self.jobsRequeued, fieldNumber: 12)
-    }
-    if self.clientsVanished != 0 {
-      try visitor.visitSingularUInt64Field(value: self.clientsVanished, fieldNumber: 13)
-    }
-    if self.unroutable != 0 {
-      try visitor.visitSingularUInt64Field(value: self.unroutable, fieldNumber: 14)
-    }
-    if self.cancelAcksTimedOut != 0 {
-      try visitor.visitSingularUInt64Field(value: self.cancelAcksTimedOut, fieldNumber: 15)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      if _storage._submitted != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._submitted, fieldNumber: 1)
+      }
+      if _storage._accepted != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._accepted, fieldNumber: 2)
+      }
+      if _storage._finished != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._finished, fieldNumber: 3)
+      }
+      if _storage._failed != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._failed, fieldNumber: 4)
+      }
+      if _storage._cancelled != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._cancelled, fieldNumber: 5)
+      }
+      if _storage._rejected != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._rejected, fieldNumber: 6)
+      }
+      if _storage._duplicateIds != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._duplicateIds, fieldNumber: 7)
+      }
+      if _storage._lateResultsDropped != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._lateResultsDropped, fieldNumber: 8)
+      }
+      if _storage._malformedDropped != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._malformedDropped, fieldNumber: 9)
+      }
+      if _storage._workersLost != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._workersLost, fieldNumber: 10)
+      }
+      if _storage._workersDisconnected != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._workersDisconnected, fieldNumber: 11)
+      }
+      if _storage._jobsRequeued != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._jobsRequeued, fieldNumber: 12)
+      }
+      if _storage._clientsVanished != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._clientsVanished, fieldNumber: 13)
+      }
+      if _storage._unroutable != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._unroutable, fieldNumber: 14)
+      }
+      if _storage._cancelAcksTimedOut != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._cancelAcksTimedOut, fieldNumber: 15)
+      }
+      if _storage._deadlinesExceeded != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._deadlinesExceeded, fieldNumber: 16)
+      }
+      if _storage._clientSendsDeferred != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._clientSendsDeferred, fieldNumber: 17)
+      }
+      if _storage._jobsQuarantined != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._jobsQuarantined, fieldNumber: 18)
+      }
+      if _storage._protocolBreaches != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._protocolBreaches, fieldNumber: 19)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Enlarger_V1_Totals, rhs: Enlarger_V1_Totals) -> Bool {
-    if lhs.submitted != rhs.submitted {return false}
-    if lhs.accepted != rhs.accepted {return false}
-    if lhs.finished != rhs.finished {return false}
-    if lhs.failed != rhs.failed {return false}
-    if lhs.cancelled != rhs.cancelled {return false}
-    if lhs.rejected != rhs.rejected {return false}
-    if lhs.duplicateIds != rhs.duplicateIds {return false}
-    if lhs.lateResultsDropped != rhs.lateResultsDropped {return false}
-    if lhs.malformedDropped != rhs.malformedDropped {return false}
-    if lhs.workersLost != rhs.workersLost {return false}
-    if lhs.workersDisconnected != rhs.workersDisconnected {return false}
-    if lhs.jobsRequeued != rhs.jobsRequeued {return false}
-    if lhs.clientsVanished != rhs.clientsVanished {return false}
-    if lhs.unroutable != rhs.unroutable {return false}
-    if lhs.cancelAcksTimedOut != rhs.cancelAcksTimedOut {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._submitted != rhs_storage._submitted {return false}
+        if _storage._accepted != rhs_storage._accepted {return false}
+        if _storage._finished != rhs_storage._finished {return false}
+        if _storage._failed != rhs_storage._failed {return false}
+        if _storage._cancelled != rhs_storage._cancelled {return false}
+        if _storage._rejected != rhs_storage._rejected {return false}
+        if _storage._duplicateIds != rhs_storage._duplicateIds {return false}
+        if _storage._lateResultsDropped != rhs_storage._lateResultsDropped {return false}
+        if _storage._malformedDropped != rhs_storage._malformedDropped {return false}
+        if _storage._workersLost != rhs_storage._workersLost {return false}
+        if _storage._workersDisconnected != rhs_storage._workersDisconnected {return false}
+        if _storage._jobsRequeued != rhs_storage._jobsRequeued {return false}
+        if _storage._clientsVanished != rhs_storage._clientsVanished {return false}
+        if _storage._unroutable != rhs_storage._unroutable {return false}
+        if _storage._cancelAcksTimedOut != rhs_storage._cancelAcksTimedOut {return false}
+        if _storage._deadlinesExceeded != rhs_storage._deadlinesExceeded {return false}
+        if _storage._clientSendsDeferred != rhs_storage._clientSendsDeferred {return false}
+        if _storage._jobsQuarantined != rhs_storage._jobsQuarantined {return false}
+        if _storage._protocolBreaches != rhs_storage._protocolBreaches {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1588,7 +1893,7 @@ nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Enlarger_V1_Pong: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Pong"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}heartbeat_interval_ms\0\u{3}broker_instance\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}heartbeat_interval_ms\0\u{3}broker_instance\0\u{3}max_input_bytes\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1598,6 +1903,7 @@ nonisolated extension Enlarger_V1_Pong: SwiftProtobuf.Message, SwiftProtobuf._Me
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.heartbeatIntervalMs) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.brokerInstance) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.maxInputBytes) }()
       default: break
       }
     }
@@ -1610,11 +1916,55 @@ nonisolated extension Enlarger_V1_Pong: SwiftProtobuf.Message, SwiftProtobuf._Me
     if self.brokerInstance != 0 {
       try visitor.visitSingularUInt64Field(value: self.brokerInstance, fieldNumber: 2)
     }
+    if self.maxInputBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.maxInputBytes, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Enlarger_V1_Pong, rhs: Enlarger_V1_Pong) -> Bool {
     if lhs.heartbeatIntervalMs != rhs.heartbeatIntervalMs {return false}
+    if lhs.brokerInstance != rhs.brokerInstance {return false}
+    if lhs.maxInputBytes != rhs.maxInputBytes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_SyncReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SyncReply"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}unknown_request_ids\0\u{1}nonce\0\u{3}broker_instance\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.unknownRequestIds) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.nonce) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.brokerInstance) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.unknownRequestIds.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.unknownRequestIds, fieldNumber: 1)
+    }
+    if self.nonce != 0 {
+      try visitor.visitSingularUInt64Field(value: self.nonce, fieldNumber: 2)
+    }
+    if self.brokerInstance != 0 {
+      try visitor.visitSingularUInt64Field(value: self.brokerInstance, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_SyncReply, rhs: Enlarger_V1_SyncReply) -> Bool {
+    if lhs.unknownRequestIds != rhs.unknownRequestIds {return false}
+    if lhs.nonce != rhs.nonce {return false}
     if lhs.brokerInstance != rhs.brokerInstance {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true

@@ -329,6 +329,24 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
 
   /// Rejected, Failed: the broker is shutting down; live requests end with this code.
   case brokerShutdown // = 15
+
+  /// Failed: the request's deadline (Submit.deadline_ms, or the broker's default) passed
+  /// before it ended. The worker was told to stop.
+  case deadlineExceeded // = 16
+
+  /// Failed: the broker heard nothing from the submitting connection for its silence limit
+  /// (3 heartbeat intervals, given in Accepted and Pong) and gave the request up. Sent in
+  /// case the client is still there to read it.
+  case clientSilent // = 17
+
+  /// Used by client libraries, never sent by the broker: a Sync showed that the broker no
+  /// longer holds a request the client still waits for (its terminal event was lost with a
+  /// connection, or the Submit never arrived).
+  case requestLost // = 18
+
+  /// Rejected, Error: the peer's principal may not do this (for instance a worker key on
+  /// the client endpoint). The handshake refuses unknown keys before any message.
+  case unauthorized // = 19
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -353,6 +371,10 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     case 13: self = .encodeFailed
     case 14: self = .internal
     case 15: self = .brokerShutdown
+    case 16: self = .deadlineExceeded
+    case 17: self = .clientSilent
+    case 18: self = .requestLost
+    case 19: self = .unauthorized
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -375,6 +397,10 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     case .encodeFailed: return 13
     case .internal: return 14
     case .brokerShutdown: return 15
+    case .deadlineExceeded: return 16
+    case .clientSilent: return 17
+    case .requestLost: return 18
+    case .unauthorized: return 19
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -397,6 +423,10 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     .encodeFailed,
     .internal,
     .brokerShutdown,
+    .deadlineExceeded,
+    .clientSilent,
+    .requestLost,
+    .unauthorized,
   ]
 
 }
@@ -477,7 +507,7 @@ nonisolated extension Enlarger_V1_Stage: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension Enlarger_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0")
 }
 
 nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {

@@ -42,8 +42,10 @@
 //     DELIVERY_FINAL        JobResult(FINAL, terminal=true)
 //     DELIVERY_DEGRADED     JobResult(DEGRADED, terminal=true)
 //
-// or JobFailed at any point instead of the terminal result. A result that breaks this
-// table (wrong stage, wrong terminal flag, a second degraded) is malformed and dropped.
+// or JobFailed at any point instead of the terminal result. A frame that breaks this
+// table (wrong stage, wrong terminal flag, a second degraded) or the framing rules, about a
+// job the worker holds, ends that request with Failed{INTERNAL}; the job is cancelled
+// toward the worker and its credit comes back with the worker's terminal frame.
 // When a job is retried after its degraded result reached the client, the broker sends
 // the retry with DELIVERY_FINAL.
 //
@@ -238,6 +240,8 @@ public nonisolated struct Enlarger_V1_JobResult: Sendable {
 /// The attempt failed; the request ends with Failed{code, message}. Terminal for the attempt.
 /// Decoder errors use the matching codes (NOT_JPEG, EMPTY, TRUNCATED, CORRUPT, UNSUPPORTED,
 /// TOO_LARGE, TOO_MANY_SCANS, INVALID_ARGUMENT, ENCODE_FAILED); anything else is INTERNAL.
+/// The broker forwards only those codes; any other (DUPLICATE_ID, OVERLOADED, ...) reaches
+/// the client as INTERNAL, since a client must be able to treat every Failed as terminal.
 public nonisolated struct Enlarger_V1_JobFailed: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for

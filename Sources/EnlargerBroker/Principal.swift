@@ -1,0 +1,27 @@
+/// Who a client connection is: the CURVE public key it authenticated with on tcp, or
+/// `local` on ipc, whose socket only its owner can reach. Request ids are scoped to it: two
+/// principals may use the same id without seeing each other.
+public struct Principal: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let name: String
+
+    public init(_ name: String) {
+        self.name = name
+    }
+
+    /// Every peer of an unauthenticated (ipc) socket: the socket file's owner.
+    public static let local = Principal("local")
+
+    public static func < (lhs: Principal, rhs: Principal) -> Bool { lhs.name < rhs.name }
+
+    public var description: String { name }
+}
+
+/// A request's identity at the broker: the producer's id within its principal.
+struct RequestKey: Hashable, Comparable {
+    let principal: Principal
+    let id: String
+
+    static func < (lhs: RequestKey, rhs: RequestKey) -> Bool {
+        (lhs.principal, lhs.id) < (rhs.principal, rhs.id)
+    }
+}
