@@ -251,12 +251,15 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// Peers are judged by silence only while the broker is listening: when the loop itself
     /// did not run for longer than a heartbeat interval (the process was paused or starved),
     /// that gap is forgiven to every peer.
+    ///
+    /// The loop runs at least once per interval (its poll never waits past `nextDeadline`),
+    /// so a gap of more than 1.5 intervals is a stall; the time beyond one interval is
+    /// forgiven.
     mutating func noteActivity(_ now: MonotonicInstant) {
-        let gap = now.duration(since: lastActivity)
-        if gap > configuration.heartbeatInterval {
-            for index in workers.indices { workers[index].lastSeen = workers[index].lastSeen + gap }
-            for peer in clients.keys { clients[peer]!.lastSeen = clients[peer]!.lastSeen + gap }
-            if nextHousekeeping < now { nextHousekeeping = now }
+        let stall = now.duration(since: lastActivity + configuration.heartbeatInterval)
+        if stall > configuration.heartbeatInterval / 2 {
+            for index in workers.indices { workers[index].lastSeen = workers[index].lastSeen + stall }
+            for peer in clients.keys { clients[peer]!.lastSeen = clients[peer]!.lastSeen + stall }
         }
         if now > lastActivity { lastActivity = now }
     }

@@ -144,6 +144,7 @@ private final class Simulation {
         case 86..<88: toggleSleep()
         case 88..<89: unreachable()
         case 89..<91: status()
+        case 91..<93: backlog()
         default: timePasses(upTo: 250)
         }
     }
@@ -162,6 +163,7 @@ private final class Simulation {
         submit.requestID = requestID
         submit.spec.width = rng.chance(0.03) ? 0 : 100
         submit.delivery = delivery
+        if rng.chance(0.1) { submit.deadlineMs = UInt32.random(in: 100...3000, using: &rng) }
         let image = Bytes(repeating: 0xD8, count: rng.chance(0.03) ? 65 : 8)
         pendingSubmits.append((client.peer, requestID, delivery))
         send(client: client.peer, ClientToBrokerMessage.submit(submit, image: image).encoded().frames)
@@ -194,6 +196,14 @@ private final class Simulation {
         } else if !ack.hasSuffix("finished") && !ack.hasSuffix("unknown") {
             problem("cancel of ended \(requestID) answered \(summaries)")
         }
+    }
+
+    /// The I/O loop reports that a client is (or is no longer) not reading: its work must
+    /// be held back meanwhile and released afterwards, without breaking any invariant.
+    private func backlog() {
+        let client = clients.randomElement(using: &rng)!
+        let bytes = rng.chance(0.5) ? 0 : Int.random(in: 1...10_000_000, using: &rng)
+        perform(broker.clientBacklog(client.peer, waitingBytes: bytes, now: now))
     }
 
     private func toggleSleep() {
@@ -531,7 +541,10 @@ private final class Simulation {
 
     /// Everyone wakes up and behaves until every request has ended.
     private func drain() {
-        for index in clients.indices { clients[index].asleep = false }
+        for index in clients.indices {
+            clients[index].asleep = false
+            perform(broker.clientBacklog(clients[index].peer, waitingBytes: 0, now: now))
+        }
         for index in workers.indices { workers[index].frozen = false }
         addWorker()
         for round in 0..<400 {

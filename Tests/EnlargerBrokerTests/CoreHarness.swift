@@ -33,8 +33,17 @@ struct CoreHarness {
         clientFrames(peer, message.encoded().frames)
     }
 
-    mutating func clientFrames(_ peer: PeerID, _ frames: [Bytes]) {
-        record(core.clientFrames(from: peer, frames, now: now))
+    mutating func clientFrames(_ peer: PeerID, principal: Principal = .local, _ frames: [Bytes]) {
+        record(core.clientFrames(from: peer, principal: principal, frames, now: now))
+    }
+
+    mutating func client(_ peer: PeerID, as principal: Principal, _ message: ClientToBrokerMessage<Bytes>) {
+        clientFrames(peer, principal: principal, message.encoded().frames)
+    }
+
+    /// The I/O loop reports how many bytes wait for `peer`.
+    mutating func backlog(_ peer: PeerID, bytes: Int) {
+        record(core.clientBacklog(peer, waitingBytes: bytes, now: now))
     }
 
     mutating func worker(_ peer: PeerID, _ message: WorkerToBrokerMessage<Bytes>) {
