@@ -29,6 +29,11 @@ public struct BrokerStatus: Sendable, Equatable {
         public var jobsRequeued: UInt64
         public var clientsVanished: UInt64
         public var unroutable: UInt64
+        public var cancelAcksTimedOut: UInt64
+        public var deadlinesExceeded: UInt64
+        public var clientSendsDeferred: UInt64
+        public var jobsQuarantined: UInt64
+        public var protocolBreaches: UInt64
     }
 
     /// Registered workers, in registration order.
@@ -41,6 +46,8 @@ public struct BrokerStatus: Sendable, Equatable {
     /// Client connections with live requests.
     public var clients: Int
     public var uptime: Duration
+    /// Bytes of results waiting at the broker for clients that are not reading.
+    public var clientBytesWaiting: UInt64
     public var totals: Totals
 
     init(_ reply: Enlarger_V1_StatusReply) {
@@ -53,6 +60,7 @@ public struct BrokerStatus: Sendable, Equatable {
         inFlight = Int(reply.inFlight)
         clients = Int(reply.clients)
         uptime = .milliseconds(reply.uptimeMs)
+        clientBytesWaiting = reply.clientBytesWaiting
         let totals = reply.totals
         self.totals = Totals(
             submitted: totals.submitted, accepted: totals.accepted, finished: totals.finished,
@@ -60,6 +68,9 @@ public struct BrokerStatus: Sendable, Equatable {
             duplicateIDs: totals.duplicateIds, lateResultsDropped: totals.lateResultsDropped,
             malformedDropped: totals.malformedDropped, workersLost: totals.workersLost,
             workersDisconnected: totals.workersDisconnected, jobsRequeued: totals.jobsRequeued,
-            clientsVanished: totals.clientsVanished, unroutable: totals.unroutable)
+            clientsVanished: totals.clientsVanished, unroutable: totals.unroutable,
+            cancelAcksTimedOut: totals.cancelAcksTimedOut, deadlinesExceeded: totals.deadlinesExceeded,
+            clientSendsDeferred: totals.clientSendsDeferred, jobsQuarantined: totals.jobsQuarantined,
+            protocolBreaches: totals.protocolBreaches)
     }
 }

@@ -11,12 +11,29 @@ struct BrokerOptions: ParsableArguments {
     @Option(help: "Heartbeat interval in milliseconds; a peer silent for 3 intervals is presumed gone.")
     var heartbeatMs = 1000
 
-    @Option(help: "Times a request is retried after its worker is lost before it fails with WORKER_LOST.")
+    @Option(help: "Times a request may kill the worker it runs on alone before it fails with WORKER_LOST.")
     var maxRetries = BrokerConfiguration().maxRetries
 
+    @Option(help: "Seconds a request may live when its Submit names no deadline; it then fails DEADLINE_EXCEEDED.")
+    var defaultDeadline = 300
+
+    @Option(help: "The longest deadline, in seconds, a Submit may ask for.")
+    var maxDeadline = 3600
+
+    @Option(help: "Seconds a worker may take to stop a cancelled job before it is retired as stuck.")
+    var cancelAckTimeout = 10
+
+    @Option(help: "Seconds results may wait for a client that is not reading or not connected before it is given up.")
+    var clientPatience = 30
+
     func validate() throws {
-        guard queueLimit > 0, heartbeatMs > 0, maxRetries >= 0 else {
+        guard queueLimit > 0, heartbeatMs > 0, maxRetries >= 0, defaultDeadline > 0, maxDeadline > 0,
+              cancelAckTimeout > 0, clientPatience > 0
+        else {
             throw ValidationError("broker limits must be positive")
+        }
+        guard defaultDeadline <= maxDeadline else {
+            throw ValidationError("--default-deadline (\(defaultDeadline)) exceeds --max-deadline (\(maxDeadline))")
         }
     }
 
@@ -27,6 +44,10 @@ struct BrokerOptions: ParsableArguments {
         configuration.broker.heartbeatInterval = .milliseconds(heartbeatMs)
         configuration.broker.maxInputBytes = maxInputBytes
         configuration.broker.maxRetries = maxRetries
+        configuration.broker.defaultDeadline = .seconds(defaultDeadline)
+        configuration.broker.maxDeadline = .seconds(maxDeadline)
+        configuration.broker.cancelAckTimeout = .seconds(cancelAckTimeout)
+        configuration.clientBacklogPatience = .seconds(clientPatience)
         return configuration
     }
 }

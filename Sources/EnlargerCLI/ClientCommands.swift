@@ -68,6 +68,9 @@ struct StatusCommand: AsyncParsableCommand {
             ("late_results_dropped", t.lateResultsDropped), ("malformed_dropped", t.malformedDropped),
             ("workers_lost", t.workersLost), ("workers_disconnected", t.workersDisconnected),
             ("jobs_requeued", t.jobsRequeued), ("clients_vanished", t.clientsVanished), ("unroutable", t.unroutable),
+            ("cancel_acks_timed_out", t.cancelAcksTimedOut), ("deadlines_exceeded", t.deadlinesExceeded),
+            ("client_sends_deferred", t.clientSendsDeferred), ("jobs_quarantined", t.jobsQuarantined),
+            ("protocol_breaches", t.protocolBreaches),
         ]
         if json {
             var object = JSONLine()
@@ -77,6 +80,7 @@ struct StatusCommand: AsyncParsableCommand {
             object.add("queue_limit", status.queueLimit)
             object.add("in_flight", status.inFlight)
             object.add("clients", status.clients)
+            object.add("client_bytes_waiting", Int(status.clientBytesWaiting))
             var counters = JSONLine()
             for (name, value) in totals { counters.add(name, Int(value)) }
             object.add("totals", object: counters)
@@ -95,7 +99,8 @@ struct StatusCommand: AsyncParsableCommand {
         }
         print("broker \(service.clientEndpoint): up \(Int(milliseconds(status.uptime) / 1000)) s, \(status.clients) clients")
         print("workers \(status.workers.count), capacity \(status.workers.reduce(0) { $0 + $1.capacity }), "
-              + "in flight \(status.inFlight), queue \(status.queueDepth)/\(status.queueLimit)")
+              + "in flight \(status.inFlight), queue \(status.queueDepth)/\(status.queueLimit), "
+              + "\(status.clientBytesWaiting) bytes waiting for slow clients")
         for worker in status.workers {
             print("  \(worker.name) pid \(worker.pid): \(worker.inFlight)/\(worker.capacity) busy, "
                   + "heard \(Int(milliseconds(worker.lastSeen))) ms ago")

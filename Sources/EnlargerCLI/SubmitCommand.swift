@@ -41,6 +41,11 @@ struct SubmitCommand: AsyncParsableCommand {
     @Option(help: "Refuse input files larger than this many bytes before sending them.")
     var maxBytes = DecodeLimits().maxInputBytes
 
+    @Option(help: ArgumentHelp(
+        "Seconds each request may take from acceptance to its end (default: the broker's, 300).",
+        discussion: "A request still running then fails with deadlineExceeded and its worker is told to stop."))
+    var timeout: Double?
+
     @OptionGroup var service: ServiceOptions
 
     func validate() throws {
@@ -48,6 +53,9 @@ struct SubmitCommand: AsyncParsableCommand {
             throw ValidationError("--id-prefix is too long: request ids are at most 64 bytes")
         }
         guard inFlight > 0 else { throw ValidationError("--in-flight must be positive") }
+        if let timeout, !(timeout > 0 && timeout <= 4_000_000) {
+            throw ValidationError("--timeout must be a positive number of seconds (at most 4000000)")
+        }
         var seen: [String: String] = [:]
         for input in inputs {
             let name = ResizeCommand.outputName(input)
@@ -123,7 +131,9 @@ struct SubmitCommand: AsyncParsableCommand {
         let ext = options.format.fileExtension
         var timings: [String] = []
         do {
-            for try await event in client.submit(ResizeRequest(id: id, image: bytes, options: options, delivery: delivery)) {
+            let request = ResizeRequest(id: id, image: bytes, options: options, delivery: delivery,
+                                        timeout: timeout.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) })
+            for try await event in client.submit(request) {
                 switch event {
                 case .accepted:
                     report("accepted")

@@ -19,20 +19,27 @@ final class Cluster: @unchecked Sendable {
     private var threadWorkers: [WorkerService.Handle] = []
     private(set) var processWorkers: [Process] = []
 
-    init(_ test: XCTestCase, heartbeat: Duration = .milliseconds(200), queueLimit: Int = 1024) throws {
+    /// `tcp` binds the client endpoint on loopback tcp instead of ipc; `configure` adjusts the
+    /// broker's configuration.
+    init(_ test: XCTestCase, heartbeat: Duration = .milliseconds(200), queueLimit: Int = 1024, tcp: Bool = false,
+         configure: (inout BrokerService.Configuration) -> Void = { _ in }) throws {
         directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("enlarger-e2e-\(UUID().uuidString.prefix(8))", isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
-        clientsEndpoint = "ipc://\(directory.path)/clients.sock"
-        workersEndpoint = "ipc://\(directory.path)/workers.sock"
         self.heartbeat = heartbeat
-        var configuration = BrokerService.Configuration(clientsEndpoint: clientsEndpoint, workersEndpoint: workersEndpoint)
+        var configuration = BrokerService.Configuration(
+            clientsEndpoint: tcp ? "tcp://127.0.0.1:*" : "ipc://\(directory.path)/clients.sock",
+            workersEndpoint: "ipc://\(directory.path)/workers.sock")
         configuration.broker.heartbeatInterval = heartbeat
         configuration.broker.queueLimit = queueLimit
+        configure(&configuration)
         var logger = Logger(label: "test.broker")
         logger.logLevel = .error
-        broker = try BrokerService(configuration: configuration, logger: logger).startInBackground()
+        let service = try BrokerService(configuration: configuration, logger: logger)
+        clientsEndpoint = service.clientsEndpoint
+        workersEndpoint = service.workersEndpoint
+        broker = service.startInBackground()
         test.addTeardownBlock { [self] in shutdown() }
     }
 
@@ -59,9 +66,9 @@ final class Cluster: @unchecked Sendable {
         }
     }
 
-    func client() throws -> EnlargerClient {
-        try EnlargerClient(brokerEndpoint: clientsEndpoint,
-                           configuration: .init(heartbeatInterval: heartbeat, missedHeartbeats: 5))
+    func client(endpoint: String? = nil, configuration: EnlargerClient.Configuration? = nil) throws -> EnlargerClient {
+        try EnlargerClient(brokerEndpoint: endpoint ?? clientsEndpoint,
+                           configuration: configuration ?? .init(heartbeatInterval: heartbeat, missedHeartbeats: 5))
     }
 
     /// Waits until the broker reports `count` workers, returning the last status.
