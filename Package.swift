@@ -74,7 +74,8 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Imaging", "TestSupport",
+                "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "EnlargerTransport", "ZeroMQ",
+                "Imaging", "TestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]

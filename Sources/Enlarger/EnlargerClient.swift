@@ -88,10 +88,21 @@ public final class EnlargerClient: Sendable {
     /// marks this client's requests with the id cancelled synchronously, before it first
     /// suspends, so from then on their sequences deliver nothing (not even events already
     /// received) and simply end. It then waits for the broker's answer.
+    nonisolated(nonsending)
     public func cancel(_ id: String) async throws(EnlargerClientError) -> CancelResult {
         try ResizeRequest.validate(id: id)
-        // The continuation is created synchronously, so the request is marked before any suspension.
+        // Runs on the caller's executor (no hop before the body), and the continuation's body
+        // runs before the first suspension: the request is marked cancelled within the call.
         return try await withCheckedContinuation { registry.cancel(id, waiter: $0) }.get()
+    }
+
+    /// Cancels like `cancel(_:)` without waiting for the broker's answer: when this returns,
+    /// this client's requests with the id are marked cancelled (nothing more about them is
+    /// delivered) and the Cancel is on its way to the broker. For callers that cannot await
+    /// (callbacks, signal handlers).
+    public func cancelNow(_ id: String) throws(EnlargerClientError) {
+        try ResizeRequest.validate(id: id)
+        registry.cancel(id, waiter: nil)
     }
 
     /// Resizes one image and returns the final result (delivery `.final`). Cancelling the

@@ -86,7 +86,7 @@ extension BrokerToClientMessage where Payload: FrameBytes {
 }
 
 extension BrokerToClientMessage {
-    var kindName: String {
+    public var kindName: String {
         switch self {
         case .accepted: "Accepted"
         case .started: "Started"

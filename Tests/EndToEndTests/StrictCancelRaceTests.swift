@@ -11,7 +11,7 @@ import TestSupport
 ///   ENLARGER_RACE_SEED=N ENLARGER_RACE_REQUESTS=1000000 swift test --filter StrictCancelRaceTests
 final class StrictCancelRaceTests: XCTestCase {
     enum CancelPlan: CaseIterable {
-        case none, immediately, afterDelay, afterDegraded, afterFinal
+        case none, immediately, afterDelay, afterStarted, afterDegraded, afterFinal
     }
 
     struct Plan {
@@ -21,6 +21,9 @@ final class StrictCancelRaceTests: XCTestCase {
         var cancel: CancelPlan
         var fromSecondClient: Bool
         var delayMicroseconds: Int
+        /// Cancel with `cancelNow` and check "nothing after cancel" from the moment the call
+        /// returns (it does not wait for the broker); otherwise `await cancel(_:)`.
+        var synchronous: Bool
     }
 
     /// What happened to one request, as its consumer saw it.
@@ -28,47 +31,77 @@ final class StrictCancelRaceTests: XCTestCase {
         var events: [String] = []
         var ending = ""
         var violations: [String] = []
+        var cancelledMidWork = false
     }
 
-    /// Set once the submitting client's `cancel(id)` has returned.
+    /// Set once the submitting client's cancel has been called (`cancelNow`) or has returned
+    /// (`cancel`).
     final class CancelMark: Sendable {
         let returned = Atomic<Bool>(false)
+        /// The consumer has taken a `started` event, and no result yet.
+        let working = Atomic<Bool>(false)
+        /// The cancel was called while `working`: it reached a worker mid-decode or resize.
+        let midWork = Atomic<Bool>(false)
     }
 
     func testStrictCancelUnderRandomRaces() async throws {
+        let count = ProcessInfo.processInfo.environment["ENLARGER_RACE_REQUESTS"].flatMap(Int.init) ?? 10_000
+        try await race(count: count, processWorkers: false)
+    }
+
+    /// The same race against `enlarger worker` processes, whose job threads really run in
+    /// another process: cancels cross two process boundaries before the CPU work stops.
+    func testStrictCancelUnderRandomRacesWithWorkerProcesses() async throws {
+        let count = ProcessInfo.processInfo.environment["ENLARGER_RACE_PROCESS_REQUESTS"].flatMap(Int.init) ?? 2_000
+        try await race(count: count, processWorkers: true)
+    }
+
+    private func race(count: Int, processWorkers: Bool) async throws {
         let environment = ProcessInfo.processInfo.environment
         let seed = environment["ENLARGER_RACE_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...999_999)
-        let count = environment["ENLARGER_RACE_REQUESTS"].flatMap(Int.init) ?? 10_000
-        print("strict-cancel race: seed \(seed), \(count) requests (replay with ENLARGER_RACE_SEED=\(seed))")
+        print("strict-cancel race: seed \(seed), \(count) requests, \(processWorkers ? "worker processes" : "worker threads") "
+              + "(replay with ENLARGER_RACE_SEED=\(seed))")
 
-        // Small images keep 10,000 requests quick; the mix covers every degraded source and
-        // one larger photo so that cancels also land mid-decode.
+        // Small images keep 10,000 requests quick; the mix covers every degraded source, and
+        // larger photos (a fifth of the requests) make cancels land mid-decode.
         let images = try [
             Corpus.good("ljt_testorig.jpg"),                      // baseline: degraded from the decoded buffer
             Corpus.good("gofuzz_video-001.q50.420.progressive.jpeg"), // progressive: degraded from early scans
             Corpus.good("exifsamples_32-lens_data.jpeg"),         // EXIF thumbnail
             Corpus.good("jpegdecoder_jpg-size-33x33.jpg"),
             Corpus.good("sharp_flowers.jpeg"),                    // 1920×1080: a longer decode
+            Corpus.good("sharp_2569067123_aca715a2ee_o.jpg"),     // 6 MP: tens of milliseconds of decode
         ]
         var generator = SeededGenerator(seed: seed)
         let plans = (0..<count).map { index in
-            Plan(id: "race-\(seed)-\(index)",
-                 image: Int.random(in: 0..<100, using: &generator) < 5 ? 4 : Int.random(in: 0..<4, using: &generator),
+            let roll = Int.random(in: 0..<100, using: &generator)
+            return Plan(id: "race-\(seed)-\(index)",
+                 image: roll < 15 ? 4 : roll < 20 ? 5 : Int.random(in: 0..<4, using: &generator),
                  delivery: [Delivery.progressive, .progressive, .progressive, .final, .degraded].randomElement(using: &generator)!,
-                 cancel: [CancelPlan.none, .none, .immediately, .afterDelay, .afterDelay, .afterDegraded, .afterFinal]
+                 // Cancels of the larger photos mostly come a random moment after the worker
+                 // began: during the decode or the resize.
+                 cancel: (roll < 20 && Int.random(in: 0..<3, using: &generator) > 0) ? .afterStarted
+                    : [CancelPlan.none, .none, .immediately, .afterDelay, .afterDelay, .afterDegraded, .afterFinal]
                     .randomElement(using: &generator)!,
                  fromSecondClient: Bool.random(using: &generator),
-                 delayMicroseconds: Int.random(in: 0...3000, using: &generator))
+                 delayMicroseconds: roll < 20 ? Int.random(in: 0...30_000, using: &generator)
+                                              : Int.random(in: 0...3000, using: &generator),
+                 synchronous: Bool.random(using: &generator))
         }
 
         let cluster = try Cluster(self, heartbeat: .milliseconds(500), queueLimit: 4096)
-        try cluster.startThreadWorkers(2, concurrency: 2)
+        if processWorkers {
+            try cluster.startProcessWorkers(2, concurrency: 2)
+        } else {
+            try cluster.startThreadWorkers(2, concurrency: 2)
+        }
         let submitter = try cluster.client(), canceller = try cluster.client()
         try await cluster.waitForWorkers(2, client: submitter)
         let options = ResizeOptions(width: 48, height: 48)
 
         var failures: [String] = []
         var endings: [String: Int] = [:]
+        var cancelledAfterStart = 0
         try await withThrowingTaskGroup(of: (Plan, Outcome).self) { group in
             var next = 0
             func add() {
@@ -81,6 +114,7 @@ final class StrictCancelRaceTests: XCTestCase {
             while next < min(256, plans.count) { add() }
             for try await (plan, outcome) in group {
                 endings[outcome.ending, default: 0] += 1
+                if outcome.ending.hasPrefix("cancelled"), outcome.cancelledMidWork { cancelledAfterStart += 1 }
                 for violation in outcome.violations {
                     failures.append("\(plan.id) \(plan.cancel) second=\(plan.fromSecondClient) \(plan.delivery): "
                                     + "\(violation); events \(outcome.events) ending \(outcome.ending)")
@@ -88,7 +122,10 @@ final class StrictCancelRaceTests: XCTestCase {
                 if next < plans.count { add() }
             }
         }
-        print("strict-cancel race endings: \(endings.sorted { $0.key < $1.key })")
+        let cancels = endings.filter { $0.key.hasPrefix("cancelled") }.values.reduce(0, +)
+        print("strict-cancel race endings: \(endings.sorted { $0.key < $1.key }); "
+              + "\(cancelledAfterStart) of \(cancels) cancels landed after the worker started, before any result")
+        XCTAssertGreaterThan(cancelledAfterStart * 20, cancels, "at least 5% of cancels land while a worker is busy")
         XCTAssertTrue(failures.isEmpty, "seed \(seed): \(failures.count) violations, first: \(failures.prefix(5))")
 
         // Nothing is left anywhere: the broker holds no request, no worker holds a job.
@@ -109,7 +146,14 @@ final class StrictCancelRaceTests: XCTestCase {
         let mark = CancelMark()
         let cancelClient = plan.fromSecondClient ? canceller : submitter
         @Sendable func cancel() async {
-            _ = try? await cancelClient.cancel(plan.id)
+            if mark.working.load(ordering: .sequentiallyConsistent) {
+                mark.midWork.store(true, ordering: .sequentiallyConsistent)
+            }
+            if plan.synchronous {
+                try? cancelClient.cancelNow(plan.id)
+            } else {
+                _ = try? await cancelClient.cancel(plan.id)
+            }
             if !plan.fromSecondClient { mark.returned.store(true, ordering: .sequentiallyConsistent) }
         }
         let events = submitter.submit(ResizeRequest(id: plan.id, image: image, options: options, delivery: plan.delivery))
@@ -164,9 +208,18 @@ final class StrictCancelRaceTests: XCTestCase {
             if cancelReturnedBefore { outcome.violations.append("\(event.name) delivered after cancel returned") }
             if terminal { outcome.violations.append("\(event.name) after the terminal event") }
             switch event {
-            case .accepted, .started:
+            case .accepted:
                 break
+            case .started:
+                mark.working.store(true, ordering: .sequentiallyConsistent)
+                if plan.cancel == .afterStarted && side == nil {
+                    side = Task {
+                        try? await Task.sleep(for: .microseconds(plan.delayMicroseconds))
+                        await cancel()
+                    }
+                }
             case .degraded:
+                mark.working.store(false, ordering: .sequentiallyConsistent)
                 if outcome.events.filter({ $0 == "degraded" }).count > 1 { outcome.violations.append("two degraded results") }
                 if plan.delivery == .final { outcome.violations.append("degraded for a final-only request") }
                 if plan.delivery == .degraded {
@@ -177,6 +230,7 @@ final class StrictCancelRaceTests: XCTestCase {
                     await cancel()
                 }
             case .final:
+                mark.working.store(false, ordering: .sequentiallyConsistent)
                 if plan.delivery == .degraded { outcome.violations.append("final for a degraded-only request") }
                 terminal = true
                 outcome.ending = "final"
@@ -190,6 +244,7 @@ final class StrictCancelRaceTests: XCTestCase {
             }
         }
         await side?.value
+        outcome.cancelledMidWork = mark.midWork.load(ordering: .sequentiallyConsistent)
         if outcome.ending.isEmpty { outcome.violations.append("no ending recorded") }
         if plan.cancel == .none && !(outcome.ending == "final" || outcome.ending == "degraded") {
             outcome.violations.append("an uncancelled request did not end with its result")
