@@ -34,8 +34,10 @@ public struct AccessPolicy: Sendable, Equatable {
         /// Whether the policy's admin keys get in too (as the same kind of user id).
         public var admitsAdmins: Bool
         /// The user id every NULL-mechanism connection gets, or `nil` to refuse NULL. For
-        /// `ipc://` sockets, whose privacy comes from a private directory. Must be non-empty
-        /// and must not start with "curve:", so it cannot pass for a CURVE principal.
+        /// `ipc://` sockets, whose privacy comes from a private directory; give those sockets
+        /// domains of their own, so that a tcp socket left without CURVE by mistake cannot
+        /// admit NULL peers. Must be non-empty and must not start with "curve:", so it
+        /// cannot pass for a CURVE principal (`ZAPHandler.init` traps otherwise).
         public var nullUserID: String?
 
         public init(curveKeys: Keys = .none, admitsAdmins: Bool = false, nullUserID: String? = nil) {

@@ -77,7 +77,7 @@ extension CurveKeyPair {
     public var keyFileText: String {
         """
         # CURVE key pair. Secret: keep this file mode 0600, readable only by the process using it.
-        # Hand out the public key (the NAME.pub file beside this one), never this file.
+        # Hand out the public key (the .pub file of the same name), never this file.
         public-key = \(publicKey.z85)
         secret-key = \(secretKey.z85)
 

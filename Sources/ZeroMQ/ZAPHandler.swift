@@ -27,7 +27,11 @@ public final class ZAPHandler {
     private var control: AccessControl
     private var isClosed = false
 
-    /// Binds the handler in `context`.
+    /// Binds the handler in `context`. Allow-list directories are not read yet: call
+    /// `reload()` next to log what they hold.
+    ///
+    /// A domain whose `nullUserID` is empty or starts with "curve:" is a programming error
+    /// and traps here.
     ///
     /// - Parameter reloadInterval: the least time between two checks of the allow-list
     ///   directories for changes.
@@ -41,7 +45,8 @@ public final class ZAPHandler {
     /// The rules in force.
     public var policy: AccessPolicy { control.policy }
 
-    /// Re-reads every allow-list directory now, whether or not it changed.
+    /// Re-reads every allow-list directory now, whether or not it changed. Owner thread
+    /// only: other threads (a SIGHUP handler, say) post a command to the owner instead.
     ///
     /// - Returns: one `.allowListLoaded` per directory and one `.allowListProblem` per file
     ///   (or directory) that could not be used; log them. Never fails: a bad file is skipped.
@@ -71,7 +76,7 @@ public final class ZAPHandler {
         return events
     }
 
-    /// Whether `userID` (from `Message.userID`) is a CURVE principal whose key is in the
+    /// Whether `userID` (from `[Message].userID`) is a CURVE principal whose key is in the
     /// policy's admin list as last read. Does not re-read the list.
     public func isAdmin(userID: String) -> Bool {
         control.isAdmin(userID: userID)
@@ -79,7 +84,8 @@ public final class ZAPHandler {
 
     /// Unbinds and closes the handler, so that another can be bound in the context at
     /// once. Only once the sockets it guards are closed (they would fail every new
-    /// handshake). Idempotent; dropping the handler does the same.
+    /// handshake) and no `Poller` polls it any more. Idempotent; dropping the handler does
+    /// the same.
     public func close() {
         guard !isClosed else { return }
         isClosed = true
