@@ -8,6 +8,7 @@ struct EnlargerCommand: AsyncParsableCommand {
         subcommands: [
             ServeCommand.self, SubmitCommand.self, CancelCommand.self, StatusCommand.self,
             BrokerCommand.self, WorkerCommand.self, ResizeCommand.self, BenchCommand.self,
+            KeygenCommand.self,
         ]
     )
 }

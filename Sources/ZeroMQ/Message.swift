@@ -77,4 +77,39 @@ public final class Message {
     public var bytes: [UInt8] {
         withUnsafeBytes { Array($0) }
     }
+
+    // MARK: Metadata
+
+    /// A property of the connection a received frame came through (`zmq_msg_gets`):
+    /// "User-Id", "Peer-Address", "Socket-Type", or one the ZAP handler set; `nil` when the
+    /// frame has none (a frame this process made, or see `Array<Message>.userID`).
+    ///
+    /// The properties live in the `zmq_msg_t`, so read them while this `Message` exists,
+    /// before the received frames are dropped.
+    public func metadata(_ property: String) -> String? {
+        guard let value = zmq_msg_gets(pointer, property) else { return nil }
+        return String(cString: value)
+    }
+
+    /// The user id the `ZAPHandler` gave the connection this frame came through
+    /// (`curve:<public key>`, or a domain's NULL user id). Prefer `Array<Message>.userID`
+    /// for a whole received message.
+    public var userID: String? { metadata("User-Id") }
+}
+
+extension Array where Element == Message {
+    /// The authenticated identity of the peer that sent this received multipart message:
+    /// the "User-Id" of the first frame that carries connection properties.
+    ///
+    /// Every frame that came over the wire carries them, but a ROUTER's routing-id frame
+    /// may not (libzmq 4.3 leaves it bare when a poll fetched the message), so the first
+    /// frame alone is not enough. Read it before the frames are dropped, and only trust it
+    /// on sockets set up with `Socket.setCurveServer` or `Socket.setZAPDomain`: without a ZAP
+    /// domain, a NULL peer can supply its own "User-Id".
+    public var userID: String? {
+        for frame in self {
+            if let userID = frame.userID { return userID }
+        }
+        return nil
+    }
 }

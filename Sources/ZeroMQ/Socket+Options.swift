@@ -18,9 +18,30 @@ extension Socket {
         case immediate(Bool)
         /// The identity a ROUTER peer sees for this socket (1 to 255 bytes, not starting with 0).
         case routingID([UInt8])
-        /// ROUTER: a new connection that presents a routing id already in use takes it over
-        /// (the old connection is disconnected) instead of being refused.
+        /// ROUTER: a new connection presenting a routing id already in use takes it over
+        /// (instead of being refused), so a client that reconnects keeps its identity. Any
+        /// peer may present any routing id: pair it with the connection's authenticated
+        /// User-Id before trusting it.
         case routerHandover(Bool)
+
+        // CURVE and ZAP. Set before `bind`/`connect`; `Socket+Curve.swift` has the helpers
+        // that set the right combination.
+
+        /// Act as the CURVE server of every connection (needs `curveSecretKey`).
+        case curveServer(Bool)
+        /// This socket's long-term public key (CURVE client).
+        case curvePublicKey(CurvePublicKey)
+        /// This socket's long-term secret key (CURVE client and server).
+        case curveSecretKey(CurveSecretKey)
+        /// The public key of the server this client socket connects to.
+        case curveServerKey(CurvePublicKey)
+        /// The ZAP domain named in this socket's authentication requests (up to 254 bytes).
+        /// For the NULL mechanism, ZAP is consulted only when a domain is set.
+        case zapDomain(String)
+        /// Fail a handshake when no ZAP handler is bound in the context, instead of letting
+        /// every peer in (libzmq's default, kept for old "encryption without
+        /// authentication" setups). Needs libzmq 4.3.
+        case zapEnforceDomain(Bool)
     }
 
     public func set(_ option: Option) throws(ZMQError) {
@@ -32,6 +53,12 @@ extension Socket {
         case .immediate(let on): try setInt32(ZMQ_IMMEDIATE, on ? 1 : 0, "ZMQ_IMMEDIATE")
         case .routingID(let bytes): try setBytes(ZMQ_ROUTING_ID, bytes, "ZMQ_ROUTING_ID")
         case .routerHandover(let on): try setInt32(ZMQ_ROUTER_HANDOVER, on ? 1 : 0, "ZMQ_ROUTER_HANDOVER")
+        case .curveServer(let on): try setInt32(ZMQ_CURVE_SERVER, on ? 1 : 0, "ZMQ_CURVE_SERVER")
+        case .curvePublicKey(let key): try setBytes(ZMQ_CURVE_PUBLICKEY, key.bytes, "ZMQ_CURVE_PUBLICKEY")
+        case .curveSecretKey(let key): try setBytes(ZMQ_CURVE_SECRETKEY, key.bytes, "ZMQ_CURVE_SECRETKEY")
+        case .curveServerKey(let key): try setBytes(ZMQ_CURVE_SERVERKEY, key.bytes, "ZMQ_CURVE_SERVERKEY")
+        case .zapDomain(let domain): try setBytes(ZMQ_ZAP_DOMAIN, Array(domain.utf8), "ZMQ_ZAP_DOMAIN")
+        case .zapEnforceDomain(let on): try setInt32(zmqZAPEnforceDomain, on ? 1 : 0, "ZMQ_ZAP_ENFORCE_DOMAIN")
         }
     }
 
@@ -70,3 +97,7 @@ extension Socket {
         }
     }
 }
+
+// zmq.h declares ZMQ_ZAP_ENFORCE_DOMAIN only for draft builds, yet libzmq 4.3 accepts it in
+// release builds too, and authentication cannot fail closed without it.
+private let zmqZAPEnforceDomain: Int32 = 93

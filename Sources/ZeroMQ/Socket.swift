@@ -14,6 +14,8 @@ import CZeroMQ
 public final class Socket {
     public enum Kind: Sendable {
         case pair, dealer, router, push, pull
+        /// Strict request-reply server (one reply per request, in order); the ZAP handler's.
+        case rep
 
         var rawValue: Int32 {
             switch self {
@@ -22,6 +24,7 @@ public final class Socket {
             case .router: ZMQ_ROUTER
             case .push: ZMQ_PUSH
             case .pull: ZMQ_PULL
+            case .rep: ZMQ_REP
             }
         }
     }
