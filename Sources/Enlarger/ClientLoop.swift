@@ -79,7 +79,7 @@ final class ClientLoop: @unchecked Sendable {
         self.configuration = configuration
         self.registry = registry
         context = try Context()
-        socket = try Self.connect(context, endpoint)
+        socket = try Self.connect(context, endpoint, configuration.curve)
         lastHeard = clock.now
         lastSent = clock.now
         lastSync = clock.now
@@ -88,9 +88,12 @@ final class ClientLoop: @unchecked Sendable {
     /// A DEALER with a fresh random routing id, kept for the socket's life: libzmq
     /// reconnects a reset connection under the same id, and the broker hands the id (and
     /// what waited for it) over to the new connection.
-    private static func connect(_ context: Context, _ endpoint: String) throws(ZMQError) -> Socket {
+    private static func connect(
+        _ context: Context, _ endpoint: String, _ curve: CurveClientCredentials?
+    ) throws(ZMQError) -> Socket {
         let socket = try Socket(context, .dealer)
         try socket.set(.immediate(true))
+        try curve?.apply(to: socket)
         var identity = (0..<16).map { _ in UInt8.random(in: 0...255) }
         identity[0] = max(identity[0], 1)  // a leading zero byte is reserved by libzmq
         try socket.set(.routingID(identity))
@@ -386,7 +389,7 @@ final class ClientLoop: @unchecked Sendable {
     private func startOver(failing error: EnlargerClientError) throws(ZMQError) {
         failOutstanding(error)
         socket.close()
-        socket = try Self.connect(context, endpoint)
+        socket = try Self.connect(context, endpoint, configuration.curve)
         heardOnThisSocket = false
         busySince = nil
         brokerInstance = nil

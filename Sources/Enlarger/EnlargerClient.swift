@@ -45,6 +45,8 @@ public final class EnlargerClient: Sendable {
         /// The largest image the client sends before it has heard the broker's own limit
         /// (`Pong.max_input_bytes`); larger ones are refused locally with `.rejected(.tooLarge, …)`.
         public var maxInputBytes: Int
+        /// Keys for a broker that requires CURVE (every tcp broker unless run insecurely).
+        public var curve: CurveClientCredentials?
 
         public init(heartbeatInterval: Duration = .seconds(1), missedHeartbeats: Int = 3,
                     syncInterval: Duration = .seconds(2), resubmitAfterBrokerRestart: Bool = true,

@@ -281,7 +281,7 @@ public struct BrokerCore<Payload: FrameBytes> {
 
     /// Whether `principal` may cancel any request and see worker details.
     func isAdmin(_ principal: Principal) -> Bool {
-        principal == .local || configuration.admins.contains(principal)
+        principal.isAdmin || principal == .local || configuration.admins.contains(principal)
     }
 
     /// The snapshot sent in reply to StatusRequest. Worker names and pids are for admins.

@@ -52,6 +52,36 @@ public final class BrokerService: @unchecked Sendable {
         /// inputs up to it but over `broker.maxInputBytes` are answered `Rejected{TOO_LARGE}`.
         public var maxClientFrameBytes: Int64 = 256 << 20
 
+        /// CURVE authentication for both sockets; `nil` leaves them unauthenticated, which
+        /// is refused for `tcp://` endpoints unless `allowInsecureTCP` says otherwise.
+        public var security: Security?
+        /// Accept unauthenticated tcp endpoints (every tcp peer is then the principal
+        /// `anonymous`). For closed test networks only.
+        public var allowInsecureTCP = false
+
+        /// Keys and allow-lists. Allow-list directories hold `*.pub` files (see
+        /// `enlarger keygen`); they are re-read when they change, so keys are added and
+        /// revoked without a restart (a revoked key keeps the connections it has open).
+        public struct Security: Sendable {
+            /// The broker's own key pair; clients and workers need its public half.
+            public var serverKey: CurveKeyPair
+            /// Keys that may connect as clients.
+            public var clientKeys: AccessPolicy.Keys
+            /// Keys that may connect as workers. A client key can never register as a worker
+            /// unless it is listed here too.
+            public var workerKeys: AccessPolicy.Keys
+            /// Client keys that may cancel any request and see worker names and pids.
+            public var adminKeys: AccessPolicy.Keys
+
+            public init(serverKey: CurveKeyPair, clientKeys: AccessPolicy.Keys, workerKeys: AccessPolicy.Keys,
+                        adminKeys: AccessPolicy.Keys = .none) {
+                self.serverKey = serverKey
+                self.clientKeys = clientKeys
+                self.workerKeys = workerKeys
+                self.adminKeys = adminKeys
+            }
+        }
+
         public init(clientsEndpoint: String, workersEndpoint: String) {
             self.clientsEndpoint = clientsEndpoint
             self.workersEndpoint = workersEndpoint
@@ -71,6 +101,8 @@ public final class BrokerService: @unchecked Sendable {
     private let logger: Logger
     private let clients: Socket
     private let workers: Socket
+    /// Decides who may connect (ZAP); owned by the loop's thread like the sockets.
+    private let gatekeeper: ZAPHandler
     private let wakeup: Wakeup
     private let stopRequested = Atomic<Bool>(false)
     private let started = Atomic<Bool>(false)
@@ -81,14 +113,33 @@ public final class BrokerService: @unchecked Sendable {
 
     /// Creates the sockets and binds them, so connection errors surface here and peers may
     /// connect as soon as this returns (their messages wait until `run()`).
-    public init(configuration: Configuration, logger: Logger) throws(ZMQError) {
+    public init(configuration: Configuration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
+        if configuration.security == nil && !configuration.allowInsecureTCP {
+            for endpoint in [configuration.clientsEndpoint, configuration.workersEndpoint] where endpoint.hasPrefix("tcp://") {
+                throw BrokerSetupError(
+                    "refusing to bind \(endpoint) without authentication: give the broker a server key and "
+                        + "allow-lists (see `enlarger keygen`), or allow insecure tcp explicitly")
+            }
+        }
         let context = try Context()  // kept alive by the sockets
+        // The gatekeeper is bound before the sockets it guards, in their context.
+        gatekeeper = try ZAPHandler(context: context, policy: Self.accessPolicy(configuration))
+        for event in gatekeeper.reload() { Self.log(event, logger) }
         clients = try Socket(context, .router)
         workers = try Socket(context, .router)
         wakeup = try Wakeup()
         core = BrokerCore(configuration: configuration.broker, now: .now())
+        if let security = configuration.security {
+            try clients.setCurveServer(security.serverKey, zapDomain: Self.clientDomain)
+            try workers.setCurveServer(security.serverKey, zapDomain: Self.workerDomain)
+        } else {
+            // Unauthenticated, but every connection still passes the gatekeeper, which names
+            // its principal (a NULL peer could otherwise claim any User-Id).
+            try clients.setZAPDomain(Self.clientDomain)
+            try workers.setZAPDomain(Self.workerDomain)
+        }
         // Sends never block the loop. ROUTER_MANDATORY turns a departed peer (or, toward a
         // client, a full pipe) into an error we can act on. Toward workers no high-water
         // mark is needed: what waits there is bounded by their credits. Toward a client, a
@@ -126,11 +177,13 @@ public final class BrokerService: @unchecked Sendable {
         defer {
             clients.close()
             workers.close()
+            gatekeeper.close()
         }
         var poller = Poller()
         let clientsIndex = poller.register(clients)
         let workersIndex = poller.register(workers)
         let wakeupIndex = poller.register(fileDescriptor: wakeup.fileDescriptor)
+        let gatekeeperIndex = poller.register(gatekeeper)
         var frames: [Message] = []
         var closeAt: MonotonicInstant?
         logger.info(
@@ -152,6 +205,9 @@ public final class BrokerService: @unchecked Sendable {
             if let retry = nextBacklogRetry { deadline = min(deadline, retry) }
             _ = try poller.poll(timeout: pending ? .zero : deadline.duration(since: now))
             if poller.events(at: wakeupIndex).contains(.readable) { wakeup.drain() }
+            if poller.events(at: gatekeeperIndex).contains(.readable) {
+                for event in try gatekeeper.serviceRequests() { Self.log(event, logger) }
+            }
 
             // Bounded batches per socket, so a flood on one side cannot starve the other side
             // or the timers.
@@ -205,9 +261,48 @@ public final class BrokerService: @unchecked Sendable {
         return true
     }
 
-    /// Who sent a client message. Unauthenticated sockets have a single principal.
+    /// Who sent a client message: the user id the gatekeeper gave its connection.
     private func principal(of frames: [Message]) -> Principal {
-        .local
+        guard let userID = frames.userID else { return Principal("anonymous") }
+        if userID == Principal.local.name { return .local }
+        return Principal(userID, isAdmin: gatekeeper.isAdmin(userID: userID))
+    }
+
+    // MARK: - Access
+
+    static let clientDomain = "enlarger-clients"
+    static let workerDomain = "enlarger-workers"
+
+    /// With keys: CURVE allow-lists per role, admins among the clients. Without: ipc peers
+    /// are the socket owner (`local`); tcp peers, where allowed at all, are `anonymous`.
+    static func accessPolicy(_ configuration: Configuration) -> AccessPolicy {
+        guard let security = configuration.security else {
+            func nullID(_ endpoint: String) -> String { endpoint.hasPrefix("ipc://") ? Principal.local.name : "anonymous" }
+            return AccessPolicy(domains: [
+                clientDomain: .init(nullUserID: nullID(configuration.clientsEndpoint)),
+                workerDomain: .init(nullUserID: nullID(configuration.workersEndpoint)),
+            ])
+        }
+        return AccessPolicy(
+            domains: [
+                clientDomain: .init(curveKeys: security.clientKeys, admitsAdmins: true),
+                workerDomain: .init(curveKeys: security.workerKeys),
+            ],
+            admins: security.adminKeys)
+    }
+
+    private static func log(_ event: ZAPEvent, _ logger: Logger) {
+        switch event {
+        case .allowed(let peer, let userID):
+            logger.debug("peer authenticated", metadata: ["domain": "\(peer.domain)", "user": "\(userID)"])
+        case .refused(let peer, let reason):
+            logger.debug("peer refused", metadata: ["domain": "\(peer.domain)", "address": "\(peer.address)",
+                                                    "reason": "\(reason)"])
+        case .allowListLoaded(let directory, let count):
+            logger.info("allow-list loaded", metadata: ["directory": "\(directory)", "keys": "\(count)"])
+        case .allowListProblem(let error):
+            logger.warning("allow-list entry skipped", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Performs the core's actions in order. A send to a worker that has gone, or a client
@@ -400,4 +495,10 @@ public final class BrokerThread: Sendable {
         completion.done.signal()  // leave it open, so calling again returns at once
         try completion.result.withLock { $0 }?.get()
     }
+}
+
+/// A broker configuration that cannot be served (for instance tcp without authentication).
+public struct BrokerSetupError: Error, CustomStringConvertible {
+    public var description: String
+    init(_ description: String) { self.description = description }
 }

@@ -3,14 +3,21 @@
 /// principals may use the same id without seeing each other.
 public struct Principal: Hashable, Comparable, Sendable, CustomStringConvertible {
     public let name: String
+    /// May cancel any request and see worker details. Not part of the identity: it comes
+    /// from the admin allow-list as last read.
+    public let isAdmin: Bool
 
-    public init(_ name: String) {
+    public init(_ name: String, isAdmin: Bool = false) {
         self.name = name
+        self.isAdmin = isAdmin
     }
 
-    /// Every peer of an unauthenticated (ipc) socket: the socket file's owner.
-    public static let local = Principal("local")
+    /// Every peer of an unauthenticated ipc socket: the socket file's owner, who also runs
+    /// the broker, and so an admin.
+    public static let local = Principal("local", isAdmin: true)
 
+    public static func == (lhs: Principal, rhs: Principal) -> Bool { lhs.name == rhs.name }
+    public func hash(into hasher: inout Hasher) { hasher.combine(name) }
     public static func < (lhs: Principal, rhs: Principal) -> Bool { lhs.name < rhs.name }
 
     public var description: String { name }

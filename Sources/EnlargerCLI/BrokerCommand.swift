@@ -62,7 +62,14 @@ struct BrokerCommand: ParsableCommand {
             interfaces. SIGINT or SIGTERM stops it: live requests fail with BROKER_SHUTDOWN and \
             workers are told to disconnect.
 
-            Example: enlarger broker --clients tcp://*:5570 --workers tcp://*:5571
+            tcp endpoints need CURVE keys (fail closed): create them with `enlarger keygen`, \
+            give the broker its key and the directories of allowed client and worker public \
+            keys, and each client and worker its own key and the broker's public key. The \
+            directories are re-read when they change: keys are added or revoked without a \
+            restart.
+
+            Example: enlarger broker --clients tcp://*:5570 --workers tcp://*:5571 \
+              --server-key keys/broker.key --client-keys keys/clients --worker-keys keys/workers
             """
     )
 
@@ -77,15 +84,17 @@ struct BrokerCommand: ParsableCommand {
     @Option(help: "Largest image accepted from a client, in bytes.")
     var maxBytes = BrokerConfiguration().maxInputBytes
 
+    @OptionGroup var auth: BrokerAuthOptions
+
     func validate() throws {
         guard maxBytes > 0 else { throw ValidationError("--max-bytes must be positive") }
     }
 
     func run() throws {
         let logger = Logger(label: "enlarger.broker")
-        let service = try BrokerService(
-            configuration: brokerOptions.configuration(clients: clients, workers: workers, maxInputBytes: maxBytes),
-            logger: logger)
+        var configuration = brokerOptions.configuration(clients: clients, workers: workers, maxInputBytes: maxBytes)
+        try auth.apply(to: &configuration)
+        let service = try BrokerService(configuration: configuration, logger: logger)
         let signals = onTerminationSignals { _ in service.stop() }
         defer { signals.forEach { $0.cancel() } }
         logger.info("broker listening", metadata: ["clients": "\(service.clientsEndpoint)", "workers": "\(service.workersEndpoint)"])

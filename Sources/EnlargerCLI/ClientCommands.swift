@@ -57,7 +57,7 @@ struct StatusCommand: AsyncParsableCommand {
     func run() async throws {
         let status: BrokerStatus
         do {
-            status = try await withEnlargerClient(brokerEndpoint: service.clientEndpoint) { try await $0.status() }
+            status = try await withEnlargerClient(brokerEndpoint: service.clientEndpoint, configuration: try service.clientConfiguration()) { try await $0.status() }
         } catch let error as EnlargerClientError {
             throw CLIError("\(service.clientEndpoint): \(error.codeAndMessage.message)")
         }
@@ -125,7 +125,7 @@ struct CancelCommand: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        try await withEnlargerClient(brokerEndpoint: service.clientEndpoint) { client in
+        try await withEnlargerClient(brokerEndpoint: service.clientEndpoint, configuration: try service.clientConfiguration()) { client in
             for id in ids {
                 let result: String
                 do {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Enlarger
 import Foundation
 
 /// Where client commands find the broker: `--broker ENDPOINT`, or the sockets of a
@@ -10,12 +11,21 @@ struct ServiceOptions: ParsableArguments {
     @Option(help: "The runtime directory of `enlarger serve` whose sockets to use (default: \(RuntimeDirectory.defaultPath)).")
     var runtimeDir: String?
 
+    @OptionGroup var auth: PeerAuthOptions
+
     func validate() throws {
         if broker != nil && runtimeDir != nil { throw ValidationError("give --broker or --runtime-dir, not both") }
     }
 
     var clientEndpoint: String {
         broker ?? RuntimeDirectory(path: runtimeDir ?? RuntimeDirectory.defaultPath).clientsEndpoint
+    }
+
+    /// The client settings for `clientEndpoint`, with its credentials.
+    func clientConfiguration() throws -> EnlargerClient.Configuration {
+        var configuration = EnlargerClient.Configuration()
+        configuration.curve = try auth.credentials(for: clientEndpoint)
+        return configuration
     }
 }
 

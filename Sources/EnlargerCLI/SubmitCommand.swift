@@ -72,7 +72,7 @@ struct SubmitCommand: AsyncParsableCommand {
         let progress = Progress(total: inputs.count, enabled: !json && isatty(STDERR_FILENO) != 0, printer: printer)
         let options = image.resizeOptions
         let ids = inputs.indices.map { index in idPrefix.map { "\($0)-\(index)" } ?? UUID().uuidString }
-        let failures = try await withEnlargerClient(brokerEndpoint: service.clientEndpoint) { client in
+        let failures = try await withEnlargerClient(brokerEndpoint: service.clientEndpoint, configuration: try service.clientConfiguration()) { client in
             await withTaskGroup(of: Bool.self) { group in
                 var failures = 0
                 var next = 0

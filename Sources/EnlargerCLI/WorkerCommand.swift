@@ -40,6 +40,8 @@ struct WorkerCommand: ParsableCommand {
 
     @OptionGroup var limitOptions: LimitOptions
 
+    @OptionGroup var auth: PeerAuthOptions
+
     private var workerConfiguration: WorkerConfiguration {
         WorkerConfiguration(brokerEndpoint: broker,
                             concurrency: concurrency ?? ProcessInfo.processInfo.activeProcessorCount,
@@ -53,7 +55,9 @@ struct WorkerCommand: ParsableCommand {
     }
 
     func run() throws {
-        let service = try WorkerService(configuration: workerConfiguration)
+        var configuration = workerConfiguration
+        configuration.curve = try auth.credentials(for: broker)
+        let service = try WorkerService(configuration: configuration)
         // Signals become a graceful stop (handled on a dispatch queue, not in signal context).
         let signalSources = onTerminationSignals { _ in service.stop() }
         defer { signalSources.forEach { $0.cancel() } }

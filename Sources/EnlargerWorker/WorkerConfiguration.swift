@@ -2,6 +2,7 @@ import EnlargerProtocol
 import Foundation
 import Imaging
 import Logging
+import ZeroMQ
 
 /// How a `WorkerService` connects, how much it runs at once and what it accepts.
 public struct WorkerConfiguration: Sendable {
@@ -19,6 +20,8 @@ public struct WorkerConfiguration: Sendable {
     /// Checked from each job's JPEG header before any pixel is decoded.
     public var limits: DecodeLimits
     public var logger: Logger
+    /// Keys for a broker that requires CURVE (`nil`: none).
+    public var curve: CurveClientCredentials?
 
     public init(
         brokerEndpoint: String,

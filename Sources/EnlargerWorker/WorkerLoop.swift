@@ -110,6 +110,7 @@ final class WorkerLoop {
         disconnect()
         let socket = try Socket(context, .dealer)
         try socket.set(.maxMessageSize(configuration.maxInboundFrameBytes))
+        try configuration.curve?.apply(to: socket)
         try socket.connect(configuration.brokerEndpoint)
         let pollIndex = poller.register(socket)
         let now = clock.now
