@@ -6,6 +6,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "enlarger", targets: ["EnlargerCLI"]),
+        .executable(name: "enlarger-bench", targets: ["EnlargerBench"]),
         .executable(name: "imaging-fuzzer", targets: ["ImagingFuzzer"]),
         .library(name: "Imaging", targets: ["Imaging"]),
         .library(name: "Enlarger", targets: ["Enlarger"]),
@@ -42,10 +43,24 @@ let package = Package(
             ]
         ),
         .target(name: "Enlarger", dependencies: ["EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "Imaging", "Locking"]),
+        // What the two executables share: finding a broker (`--broker`, `--runtime-dir`) and errors.
+        .target(
+            name: "CLISupport",
+            dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
         .executableTarget(
             name: "EnlargerCLI",
             dependencies: [
-                "Imaging", "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Locking",
+                "Imaging", "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Locking", "CLISupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // `enlarger-bench`: measures Enlarger itself, kept out of the production binary.
+        .executableTarget(
+            name: "EnlargerBench",
+            dependencies: [
+                "Imaging", "Enlarger", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "CLISupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

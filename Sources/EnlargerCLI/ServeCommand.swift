@@ -1,4 +1,5 @@
 import ArgumentParser
+import CLISupport
 import EnlargerBroker
 import Foundation
 import Logging
