@@ -4,9 +4,11 @@
 #     workers (1 job each) vs `vipsthumbnail` over the same files as 2 parallel processes
 #     (fit 720x588, q80): wall-time ratio (target <= 0.9);
 #  2. time to first result: degraded vs final t_ms per photo (median), one request at a time;
-#  3. cancel: `enlarger bench cancel-rtt` (cancel() -> Cancelled over ipc) against the same serve.
+#  3. cancel: `enlarger-bench cancel-rtt` (cancel() -> Cancelled over ipc) against the same serve.
 #   Benchmarks/service.sh [ROUNDS] [COPIES]   (default 5 rounds, 4 copies)
 source "$(dirname "$0")/common.sh"
+(cd "$repo" && swift build -c release --product enlarger-bench >&2)
+bench="$(dirname "$enlarger")/enlarger-bench"
 rounds="${1:-5}"
 copies="${2:-4}"
 mapfile -t photos < <(photos)
@@ -81,4 +83,4 @@ PY
 
 echo
 echo "3. cancel over ipc"
-"$enlarger" bench cancel-rtt --runtime-dir "$runtime"
+"$bench" cancel-rtt --runtime-dir "$runtime"

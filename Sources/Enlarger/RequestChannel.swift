@@ -1,4 +1,4 @@
-import Synchronization
+import Locking
 
 /// One request's events on their way from the client's I/O thread to the consumer.
 ///
@@ -10,7 +10,7 @@ import Synchronization
 /// through `take()` and learns there that the sequence has ended.
 final class RequestChannel: Sendable {
     let id: String
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     /// What the consumer gets on its next step.
     enum Step: Equatable {

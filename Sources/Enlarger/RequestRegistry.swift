@@ -1,6 +1,6 @@
 import EnlargerProtocol
 import Imaging
-import Synchronization
+import Locking
 import ZeroMQ
 
 typealias CancelWaiter = CheckedContinuation<Result<CancelResult, EnlargerClientError>, Never>
@@ -28,7 +28,7 @@ struct SubmitPayload: @unchecked Sendable {
 /// broker sees a request's Submit and Cancel in the order the calls were made.
 final class RequestRegistry: Sendable {
     let mailbox: Mailbox<ClientMail>
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     enum Lifecycle {
         case open

@@ -1,6 +1,7 @@
 import EnlargerProtocol
 import Foundation
 import Logging
+import Locking
 import Synchronization
 import EnlargerTransport
 import ZeroMQ
@@ -469,7 +470,7 @@ public final class BrokerService: @unchecked Sendable {
 /// A `BrokerService` running on its own thread (see `BrokerService.startInBackground()`).
 public final class BrokerThread: Sendable {
     private final class Completion: Sendable {
-        let result = Mutex<Result<Void, ZMQError>?>(nil)
+        let result = Lock<Result<Void, ZMQError>?>(nil)
         let done = DispatchSemaphore(value: 0)
     }
 

@@ -1,3 +1,4 @@
+import CLISupport
 import ArgumentParser
 import Foundation
 import ZeroMQ

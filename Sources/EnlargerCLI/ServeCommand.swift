@@ -1,8 +1,9 @@
 import ArgumentParser
+import CLISupport
 import EnlargerBroker
 import Foundation
 import Logging
-import Synchronization
+import Locking
 import ZeroMQ
 
 struct ServeCommand: ParsableCommand {
@@ -59,7 +60,7 @@ struct ServeCommand: ParsableCommand {
             logger: Logger(label: "enlarger.broker"))
         // A stop request or the broker's own end (a failure) wakes the main thread.
         let wake = DispatchSemaphore(value: 0)
-        let brokerOutcome = Mutex<Result<Void, ZMQError>?>(nil)
+        let brokerOutcome = Lock<Result<Void, ZMQError>?>(nil)
         let brokerThread = Thread {
             let outcome = Result { () throws(ZMQError) in try service.run() }
             brokerOutcome.withLock { $0 = outcome }
@@ -107,14 +108,14 @@ final class WorkerSupervisor: Sendable {
     private let arguments: @Sendable (Int) -> [String]
     private let logger: Logger
     private let executable: URL
-    private let state: Mutex<(slots: [Slot], stopping: Bool)>
+    private let state: Lock<(slots: [Slot], stopping: Bool)>
 
     init(count: Int, logger: Logger, arguments: @escaping @Sendable (Int) -> [String]) {
         self.count = count
         self.arguments = arguments
         self.logger = logger
         executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        state = Mutex((slots: Array(repeating: Slot(), count: count), stopping: false))
+        state = Lock((slots: Array(repeating: Slot(), count: count), stopping: false))
     }
 
     func start() throws {

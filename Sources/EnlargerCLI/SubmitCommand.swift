@@ -1,4 +1,5 @@
 import ArgumentParser
+import CLISupport
 import Enlarger
 import Foundation
 import Imaging

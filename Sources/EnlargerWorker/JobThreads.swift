@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import Imaging
-import Synchronization
+import Locking
 import ZeroMQ
 
 /// A job as handed from the I/O thread to a job thread.
@@ -101,7 +101,7 @@ private final class TicketQueue: Sendable {
     }
 
     private let consumers: Int
-    private let state = Mutex(State())
+    private let state = Lock(State())
     // One signal per queued ticket, plus one per consumer on close: so after each wait
     // the queue is either closed or holds a ticket.
     private let available = DispatchSemaphore(value: 0)

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Locking
 import Synchronization
 import ZeroMQ
 
@@ -63,7 +64,7 @@ public final class WorkerService: Sendable {
     /// A service running on its own thread (see `start()`).
     public final class Handle: Sendable {
         private let service: WorkerService
-        private let outcome = Mutex<Result<Void, ZMQError>?>(nil)
+        private let outcome = Lock<Result<Void, ZMQError>?>(nil)
         private let finished = DispatchSemaphore(value: 0)
 
         init(service: WorkerService) {

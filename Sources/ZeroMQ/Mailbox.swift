@@ -1,4 +1,4 @@
-import Synchronization
+import Locking
 
 /// A queue of commands for the thread that owns some sockets, with a `Wakeup` so posting a
 /// command interrupts that thread's `Poller.poll`.
@@ -6,7 +6,7 @@ import Synchronization
 /// Any thread may `post`; only the owning thread calls `takeAll`, after its poll reports
 /// `fileDescriptor` readable (or at any other time).
 public final class Mailbox<Command: Sendable>: Sendable {
-    private let pending = Mutex<[Command]>([])
+    private let pending = Lock<[Command]>([])
     private let wakeup: Wakeup
 
     public init() throws(ZMQError) {

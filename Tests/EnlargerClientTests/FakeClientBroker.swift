@@ -1,6 +1,7 @@
 import Dispatch
 import EnlargerProtocol
 import Foundation
+import Locking
 import Synchronization
 import ZeroMQ
 
@@ -23,7 +24,7 @@ final class FakeClientBroker: @unchecked Sendable {
     private let context: Context
     private let mailbox: Mailbox<Command>
     private let script: Script
-    private let log = Mutex<[[[UInt8]]]>([])
+    private let log = Lock<[[[UInt8]]]>([])
     private let pongs = Atomic<Bool>(true)
     private let finished = DispatchSemaphore(value: 0)
 

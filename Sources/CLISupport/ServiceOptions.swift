@@ -4,25 +4,27 @@ import Foundation
 
 /// Where client commands find the broker: `--broker ENDPOINT`, or the sockets of a
 /// `serve` runtime directory (by default the one `serve` uses by default).
-struct ServiceOptions: ParsableArguments {
+public struct ServiceOptions: ParsableArguments, Sendable {
     @Option(help: "The broker's client endpoint, e.g. tcp://host:5570 or ipc:///path/clients.sock.")
     var broker: String?
 
     @Option(help: "The runtime directory of `enlarger serve` whose sockets to use (default: \(RuntimeDirectory.defaultPath)).")
     var runtimeDir: String?
 
-    @OptionGroup var auth: PeerAuthOptions
+    @OptionGroup public var auth: PeerAuthOptions
 
-    func validate() throws {
+    public init() {}
+
+    public func validate() throws {
         if broker != nil && runtimeDir != nil { throw ValidationError("give --broker or --runtime-dir, not both") }
     }
 
-    var clientEndpoint: String {
+    public var clientEndpoint: String {
         broker ?? RuntimeDirectory(path: runtimeDir ?? RuntimeDirectory.defaultPath).clientsEndpoint
     }
 
     /// The client settings for `clientEndpoint`, with its credentials.
-    func clientConfiguration() throws -> EnlargerClient.Configuration {
+    public func clientConfiguration() throws -> EnlargerClient.Configuration {
         var configuration = EnlargerClient.Configuration()
         configuration.curve = try auth.credentials(for: clientEndpoint)
         return configuration
@@ -30,25 +32,29 @@ struct ServiceOptions: ParsableArguments {
 }
 
 /// The private directory holding a `serve` instance's ipc sockets and lock.
-struct RuntimeDirectory {
-    var path: String
+public struct RuntimeDirectory: Sendable {
+    public var path: String
+
+    public init(path: String) {
+        self.path = path
+    }
 
     /// `$ENLARGER_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/enlarger`, else `/tmp/enlarger-UID`.
-    static var defaultPath: String {
+    public static var defaultPath: String {
         let environment = ProcessInfo.processInfo.environment
         if let explicit = environment["ENLARGER_RUNTIME_DIR"], !explicit.isEmpty { return explicit }
         if let xdg = environment["XDG_RUNTIME_DIR"], !xdg.isEmpty { return xdg + "/enlarger" }
         return "/tmp/enlarger-\(getuid())"
     }
 
-    var clientsSocket: String { path + "/clients.sock" }
-    var workersSocket: String { path + "/workers.sock" }
-    var clientsEndpoint: String { "ipc://" + clientsSocket }
-    var workersEndpoint: String { "ipc://" + workersSocket }
+    public var clientsSocket: String { path + "/clients.sock" }
+    public var workersSocket: String { path + "/workers.sock" }
+    public var clientsEndpoint: String { "ipc://" + clientsSocket }
+    public var workersEndpoint: String { "ipc://" + workersSocket }
 
     /// Creates the directory with mode 0700 (an ipc socket takes its mode from the umask, so
     /// privacy comes from the directory), refusing one owned by someone else.
-    func prepare() throws {
+    public func prepare() throws {
         if mkdir(path, 0o700) != 0 && errno != EEXIST {
             throw CLIError("cannot create runtime directory \(path): \(String(cString: strerror(errno)))")
         }
@@ -64,7 +70,7 @@ struct RuntimeDirectory {
 
     /// Holds an exclusive lock for this directory while the returned descriptor is open, so
     /// a second `serve` cannot silently steal the first one's ipc sockets.
-    func lock() throws -> Int32 {
+    public func lock() throws -> Int32 {
         let fd = open(path + "/serve.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw CLIError("cannot open \(path)/serve.lock: \(String(cString: strerror(errno)))") }
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
@@ -77,18 +83,7 @@ struct RuntimeDirectory {
 
 /// A failure of a command at run time: printed as `Error: message` without the usage text
 /// (ArgumentParser's `ValidationError` is for bad arguments).
-struct CLIError: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
-}
-
-/// Runs `handler` on SIGINT and SIGTERM (on a dispatch queue, not in signal context).
-func onTerminationSignals(_ handler: @escaping @Sendable (Int32) -> Void) -> [any DispatchSourceSignal] {
-    [SIGINT, SIGTERM].map { number in
-        signal(number, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-        source.setEventHandler { handler(number) }
-        source.resume()
-        return source
-    }
+public struct CLIError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }

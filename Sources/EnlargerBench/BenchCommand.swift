@@ -1,10 +1,12 @@
 import ArgumentParser
+import CLISupport
 import Foundation
 import Imaging
 
+@main
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench",
+        commandName: "enlarger-bench",
         abstract: "Measure Enlarger itself (the side-by-side comparisons live in Benchmarks/).",
         subcommands: [CancelLatency.self, BenchWorkerCancel.self, BenchCancelRoundTrip.self, BenchBroker.self]
     )
@@ -81,11 +83,6 @@ struct CancelLatency: ParsableCommand {
 private final class LatencyBox: @unchecked Sendable {
     var cancelled = false
     var returned = ContinuousClock.now
-}
-
-func milliseconds(_ d: Duration) -> Double {
-    let (s, a) = d.components
-    return Double(s) * 1e3 + Double(a) * 1e-15
 }
 
 /// SplitMix64, so a benchmark's random moments replay from its seed.

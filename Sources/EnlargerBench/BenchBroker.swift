@@ -1,4 +1,5 @@
 import ArgumentParser
+import CLISupport
 import EnlargerProtocol
 import Foundation
 import ZeroMQ
@@ -6,7 +7,8 @@ import ZeroMQ
 /// Broker CPU per request and broker memory under a load of tiny jobs. The broker runs as
 /// its own `enlarger broker` process so that its CPU time and RSS can be read from /proc;
 /// this process plays a client (a window of outstanding Submits) and a worker that answers
-/// every Job at once.
+/// every Job at once. The `enlarger` binary is looked for beside this one (both are products
+/// of the same package build) unless `--enlarger` names it.
 struct BenchBroker: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "broker",
@@ -25,6 +27,9 @@ struct BenchBroker: ParsableCommand {
     @Option(help: "Worker capacity announced to the broker.")
     var capacity = 64
 
+    @Option(help: "The `enlarger` executable that runs the broker (default: the one beside this executable).")
+    var enlarger: String?
+
     func run() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-bench-\(getpid())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
@@ -32,8 +37,13 @@ struct BenchBroker: ParsableCommand {
         defer { try? FileManager.default.removeItem(at: directory) }
         let clients = "ipc://\(directory.path)/clients.sock", workers = "ipc://\(directory.path)/workers.sock"
 
+        let executable = enlarger.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/proc/self/exe")
+            .resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("enlarger")
+        guard FileManager.default.isExecutableFile(atPath: executable.path) else {
+            throw CLIError("no enlarger executable at \(executable.path): build it (swift build -c release) or give --enlarger")
+        }
         let broker = Process()
-        broker.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        broker.executableURL = executable
         broker.arguments = ["broker", "--clients", clients, "--workers", workers, "--queue-limit", "\(inFlight * 2)"]
         broker.standardError = FileHandle.nullDevice
         try broker.run()
