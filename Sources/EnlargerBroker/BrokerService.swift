@@ -53,8 +53,9 @@ public final class BrokerService: @unchecked Sendable {
         /// inputs up to it but over `broker.maxInputBytes` are answered `Rejected{TOO_LARGE}`.
         public var maxClientFrameBytes: Int64 = 256 << 20
 
-        /// CURVE authentication for both sockets; `nil` leaves them unauthenticated, which
-        /// is refused for `tcp://` endpoints unless `allowInsecureTCP` says otherwise.
+        /// CURVE authentication for the `tcp://` endpoints (`ipc://` ones stay owner-only
+        /// through their private directory, and their peers are the principal `local`);
+        /// `nil` leaves tcp unauthenticated, which is refused unless `allowInsecureTCP`.
         public var security: Security?
         /// Accept unauthenticated tcp endpoints (every tcp peer is then the principal
         /// `anonymous`). For closed test networks only.
@@ -132,14 +133,19 @@ public final class BrokerService: @unchecked Sendable {
         workers = try Socket(context, .router)
         wakeup = try Wakeup()
         core = BrokerCore(configuration: configuration.broker, now: .now())
-        if let security = configuration.security {
-            try clients.setCurveServer(security.serverKey, zapDomain: Self.clientDomain)
-            try workers.setCurveServer(security.serverKey, zapDomain: Self.workerDomain)
-        } else {
-            // Unauthenticated, but every connection still passes the gatekeeper, which names
-            // its principal (a NULL peer could otherwise claim any User-Id).
-            try clients.setZAPDomain(Self.clientDomain)
-            try workers.setZAPDomain(Self.workerDomain)
+        // tcp endpoints use CURVE when the broker has keys; ipc endpoints stay unencrypted
+        // (their private directory keeps them owner-only) but every connection still passes
+        // the gatekeeper, which names its principal (a NULL peer could otherwise claim any
+        // User-Id).
+        for (socket, endpoint, domain) in [
+            (clients, configuration.clientsEndpoint, Self.clientDomain),
+            (workers, configuration.workersEndpoint, Self.workerDomain),
+        ] {
+            if let security = configuration.security, !endpoint.hasPrefix("ipc://") {
+                try socket.setCurveServer(security.serverKey, zapDomain: domain)
+            } else {
+                try socket.setZAPDomain(Self.nullDomain(domain))
+            }
         }
         // Sends never block the loop. ROUTER_MANDATORY turns a departed peer (or, toward a
         // client, a full pipe) into an error we can act on. Toward workers no high-water
@@ -277,20 +283,20 @@ public final class BrokerService: @unchecked Sendable {
     /// With keys: CURVE allow-lists per role, admins among the clients. Without: ipc peers
     /// are the socket owner (`local`); tcp peers, where allowed at all, are `anonymous`.
     static func accessPolicy(_ configuration: Configuration) -> AccessPolicy {
-        guard let security = configuration.security else {
-            func nullID(_ endpoint: String) -> String { endpoint.hasPrefix("ipc://") ? Principal.local.name : "anonymous" }
-            return AccessPolicy(domains: [
-                clientDomain: .init(nullUserID: nullID(configuration.clientsEndpoint)),
-                workerDomain: .init(nullUserID: nullID(configuration.workersEndpoint)),
-            ])
-        }
-        return AccessPolicy(
-            domains: [
-                clientDomain: .init(curveKeys: security.clientKeys, admitsAdmins: true),
-                workerDomain: .init(curveKeys: security.workerKeys),
-            ],
-            admins: security.adminKeys)
+        func nullID(_ endpoint: String) -> String { endpoint.hasPrefix("ipc://") ? Principal.local.name : "anonymous" }
+        var domains: [String: AccessPolicy.Domain] = [
+            nullDomain(clientDomain): .init(nullUserID: nullID(configuration.clientsEndpoint)),
+            nullDomain(workerDomain): .init(nullUserID: nullID(configuration.workersEndpoint)),
+        ]
+        guard let security = configuration.security else { return AccessPolicy(domains: domains) }
+        domains[clientDomain] = .init(curveKeys: security.clientKeys, admitsAdmins: true)
+        domains[workerDomain] = .init(curveKeys: security.workerKeys)
+        return AccessPolicy(domains: domains, admins: security.adminKeys)
     }
+
+    /// The domain of a socket without CURVE: separate from the CURVE one, so a CURVE
+    /// socket's domain never admits a NULL peer.
+    static func nullDomain(_ domain: String) -> String { domain + "-unauthenticated" }
 
     private static func log(_ event: ZAPEvent, _ logger: Logger) {
         switch event {

@@ -61,15 +61,19 @@ final class NetworkPromisesTests: XCTestCase {
     func testConnectionResetsMidRequestLoseNothingSilently() async throws {
         // The broker's silence limit (1.5 s) is longer than a reconnection takes (libzmq
         // retries every 100 ms), as in any sane deployment.
-        let cluster = try Cluster(self, heartbeat: .milliseconds(500), tcp: true)
+        // Over CURVE, as tcp always is: every reconnection goes through the handshake again.
+        let serverKey = try CurveKeyPair.generate(), clientKey = try CurveKeyPair.generate()
+        let cluster = try Cluster(self, heartbeat: .milliseconds(500), tcp: true) {
+            $0.security = .init(serverKey: serverKey, clientKeys: .fixed([clientKey.publicKey]), workerKeys: .none)
+        }
         try cluster.startThreadWorkers(2, concurrency: 2)
         let brokerPort = UInt16(cluster.clientsEndpoint.split(separator: ":").last!)!
         let proxy = try ResettingProxy(targetPort: brokerPort)
         defer { proxy.stop() }
-        let client = try cluster.client(
-            endpoint: "tcp://127.0.0.1:\(proxy.port)",
-            configuration: .init(heartbeatInterval: .milliseconds(100), missedHeartbeats: 30,
-                                 syncInterval: .milliseconds(200)))
+        var configuration = EnlargerClient.Configuration(
+            heartbeatInterval: .milliseconds(100), missedHeartbeats: 30, syncInterval: .milliseconds(200))
+        configuration.curve = CurveClientCredentials(keyPair: clientKey, serverKey: serverKey.publicKey)
+        let client = try cluster.client(endpoint: "tcp://127.0.0.1:\(proxy.port)", configuration: configuration)
         try await cluster.waitForWorkers(2, client: client)
         let photo = try Corpus.good("sharp_2569067123_aca715a2ee_o.jpg")
         let outcomes = try await withThrowingTaskGroup(of: String.self) { group in
