@@ -60,7 +60,7 @@ let package = Package(
         .executableTarget(
             name: "EnlargerBench",
             dependencies: [
-                "Imaging", "Enlarger", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "CLISupport",
+                "Imaging", "Enlarger", "EnlargerWorker", "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "CLISupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -39,7 +39,7 @@ public final class BrokerService: @unchecked Sendable {
         /// Messages libzmq queues toward one client before the broker keeps the rest itself
         /// (`ZMQ_SNDHWM`). Small, so that what a slow client has not read is counted (and
         /// its work held back) by the broker rather than buffered unseen by libzmq.
-        public var clientSendHighWaterMark: Int32 = 16
+        public var clientSendHighWaterMark: Int32 = 8
         /// Bytes the broker keeps waiting for one client that is not reading. Past this the
         /// client is treated as gone: what waited is dropped and its requests end.
         public var maxClientBacklogBytes = 256 << 20
