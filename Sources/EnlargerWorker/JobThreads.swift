@@ -30,6 +30,8 @@ enum WorkerMail: Sendable {
     case estimated(JobToken, MemoryEstimate)
     case result(JobToken, StageFrame)
     case ended(JobToken, JobOutcome)
+    /// The buffers the job's run handed to the reaper have been freed.
+    case memoryFreed(JobToken)
     case stop
 }
 
@@ -85,6 +87,9 @@ final class JobThreads: Sendable {
             }
         }
         mailbox.post(.ended(job.token, outcome))
+        // Large buffers are freed off this thread; the job's memory counts until they are.
+        let token = job.token
+        BufferReaper.afterPendingFrees { mailbox.post(.memoryFreed(token)) }
     }
 }
 

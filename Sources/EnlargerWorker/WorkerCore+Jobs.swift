@@ -5,8 +5,9 @@ import Imaging
 // thread reads the header, `waitingForMemory` once estimated, `running` once admitted, and
 // then either sends its terminal result (`terminalSent`) or is cancelled (`cancelling`,
 // answered with JobCancelled when its thread returns). Whatever the phase, the job is
-// forgotten only when its thread returns (`jobEnded`), which is also when its memory is
-// given back and the next waiting jobs are admitted.
+// forgotten only when its thread returns (`jobEnded`). Its share of the budget is given back
+// (and the next waiting jobs admitted) a little later, when the buffers its run handed to
+// the reaper have really been freed (`jobMemoryFreed`).
 
 extension WorkerCore {
     /// A job thread read the header: the job needs `estimate` at its peak.
@@ -46,14 +47,14 @@ extension WorkerCore {
         return [.send(.jobResult(result, image: output.image))]
     }
 
-    /// A job thread returned: the job is forgotten, its memory given back, and its terminal
-    /// frame sent if it has not been yet.
+    /// A job thread returned: the job is forgotten and its terminal frame sent if it has not
+    /// been yet. Its memory stays reserved until `jobMemoryFreed`.
     mutating func jobEnded(_ token: JobToken, _ outcome: JobOutcome) -> [Action] {
         guard let job = jobs.removeValue(forKey: token) else { return [] }
         var actions: [Action] = []
         if tokens[job.key] == token { tokens[job.key] = nil }
         if job.phase == .waitingForMemory { admission.withdraw(token) }
-        if job.reserved > 0 { admission.release(job.reserved) }
+        if job.reserved > 0 { freeing[token] = job.reserved }
         if !job.abandoned {
             switch (job.phase, outcome) {
             case (.terminalSent, _):
@@ -69,6 +70,15 @@ extension WorkerCore {
                 sendFailed(job.key, .internal, "the pipeline ended without a terminal result", &actions)
             }
         }
+        if !isStopped { admitWaitingJobs(&actions) }
+        return actions
+    }
+
+    /// Everything the job's run released has been freed: its share of the budget is free.
+    mutating func jobMemoryFreed(_ token: JobToken) -> [Action] {
+        guard let bytes = freeing.removeValue(forKey: token) else { return [] }
+        admission.release(bytes)
+        var actions: [Action] = []
         if !isStopped { admitWaitingJobs(&actions) }
         return actions
     }

@@ -20,8 +20,9 @@ import Imaging
 /// - **Memory.** A job's thread reads the header and reports the estimated peak before it
 ///   allocates pixel memory; the job then waits, first come first served, until the budget
 ///   has room (see `MemoryAdmission`), and fails at once with `TOO_LARGE` when its estimate
-///   exceeds the whole budget. An abandoned job keeps its share until its thread returns,
-///   because its memory is still in use until then.
+///   exceeds the whole budget. A job keeps its share until its thread has returned and the
+///   buffers it freed off-thread are gone, abandoned jobs included: until then the memory is
+///   still in use.
 ///
 /// Not thread-safe: one thread (the loop's) owns it.
 struct WorkerCore<Payload: FrameBytes> {
@@ -81,6 +82,8 @@ struct WorkerCore<Payload: FrameBytes> {
     var tokens: [JobKey: JobToken] = [:]
     var lastToken: JobToken = 0
     var admission: MemoryAdmission
+    /// Reservations of jobs whose threads returned, until their freed buffers are gone.
+    var freeing: [JobToken: Int] = [:]
 
     init(configuration: Configuration) {
         self.configuration = configuration
@@ -89,7 +92,7 @@ struct WorkerCore<Payload: FrameBytes> {
 
     // MARK: - Introspection
 
-    /// The estimated peak memory of the jobs running now (admitted and not yet ended).
+    /// The estimated peak memory of the jobs admitted whose buffers are not all freed yet.
     var memoryInUse: Int { admission.inUse }
     /// Jobs waiting for memory.
     var jobsWaitingForMemory: Int { admission.waitingCount }

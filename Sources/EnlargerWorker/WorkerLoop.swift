@@ -96,6 +96,7 @@ final class WorkerLoop {
         case .estimated(let token, let estimate): try perform(core.jobEstimated(token, estimate))
         case .result(let token, let frame): try perform(core.jobResult(token, frame.output))
         case .ended(let token, let outcome): try perform(core.jobEnded(token, outcome))
+        case .memoryFreed(let token): try perform(core.jobMemoryFreed(token))
         case .stop: stopping = true
         }
     }

@@ -74,8 +74,14 @@ struct WorkerCoreHarness {
                                                  format: .jpeg, image: Self.image)))
     }
 
-    mutating func ended(_ token: JobToken, _ outcome: JobOutcome = .completed) {
+    /// The job thread returned; with `freed`, the buffers it released are gone too.
+    mutating func ended(_ token: JobToken, _ outcome: JobOutcome = .completed, freed: Bool = true) {
         record(core.jobEnded(token, outcome))
+        if freed { memoryFreed(token) }
+    }
+
+    mutating func memoryFreed(_ token: JobToken) {
+        record(core.jobMemoryFreed(token))
     }
 
     /// Advances the clock and ticks.

@@ -112,6 +112,8 @@ struct Simulation {
     private var disconnectedAt: ContinuousClock.Instant?
     private var processed = 0
     private var threads: [JobToken: Thread] = [:]
+    /// Threads that returned whose freed buffers the reaper has not confirmed yet.
+    private var freeing: [JobToken] = []
     private var nextJobID: UInt64 = 1
 
     init(seed: UInt64) {
@@ -237,6 +239,12 @@ struct Simulation {
 
     /// One step of a random live job thread, as the real one would go.
     private mutating func stepThread() {
+        if !freeing.isEmpty && chance(30) {
+            let token = freeing.remove(at: pick(0...freeing.count - 1))
+            harness.memoryFreed(token)
+            observeNew()
+            return
+        }
         let live = threads.values.filter { !isFinished($0) }.map(\.token).sorted()
         guard let token = live.randomElement(using: &random) else { return }
         stepThread(token)
@@ -294,7 +302,8 @@ struct Simulation {
     }
 
     private mutating func end(_ thread: inout Thread, _ outcome: JobOutcome) {
-        harness.ended(thread.token, outcome)
+        harness.ended(thread.token, outcome, freed: false)
+        freeing.append(thread.token)
         thread.phase = .finished
         threads[thread.token] = thread
         observeNew()
@@ -302,10 +311,13 @@ struct Simulation {
 
     /// Lets every job thread run to its end while the broker keeps talking.
     private mutating func drain() {
-        for _ in 0..<10_000 where !threads.values.allSatisfy(isFinished) {
+        for _ in 0..<10_000 where !threads.values.allSatisfy(isFinished) || !freeing.isEmpty {
             if connected { deliver(.heartbeat) }
             advance(.milliseconds(10))
             for token in threads.keys.sorted() where !isFinished(threads[token]!) { stepThread(token) }
+            for token in freeing { harness.memoryFreed(token) }
+            freeing.removeAll()
+            observeNew()
             checkMemory()
         }
         if !threads.values.allSatisfy(isFinished) { violations.append("jobs never finished") }
@@ -426,7 +438,8 @@ struct Simulation {
     private mutating func checkMemory() {
         let core = harness.core
         if core.memoryInUse > Self.budget { violations.append("\(core.memoryInUse) in use over the budget") }
-        let held = threads.values.filter { !isFinished($0) && harness.jobs[$0.token]!.control.isAdmitted }
+        let held = threads.values
+            .filter { (!isFinished($0) || freeing.contains($0.token)) && harness.jobs[$0.token]!.control.isAdmitted }
             .reduce(0) { $0 + $1.estimate }
         if held != core.memoryInUse { violations.append("\(core.memoryInUse) in use but admitted threads hold \(held)") }
     }

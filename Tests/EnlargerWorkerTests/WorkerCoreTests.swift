@@ -251,6 +251,25 @@ final class WorkerCoreTests: XCTestCase {
         XCTAssertEqual(harness.sent.count, 0, "one terminal frame only")
     }
 
+    func testMemoryIsFreeOnlyOnceTheBuffersAFinishedJobReleasedAreGone() {
+        var harness = WorkerCoreHarness(memoryBudget: 100)
+        harness.job(1)
+        harness.job(2)
+        let (first, second) = (harness.token(1), harness.token(2))
+        harness.estimated(first, bytes: 80)
+        harness.estimated(second, bytes: 80)
+        harness.result(first, .final, terminal: true)
+        harness.clear()
+        harness.ended(first, .completed, freed: false)
+        XCTAssertEqual(harness.admitted, [], "the first job's buffers are still being freed")
+        XCTAssertEqual(harness.core.memoryInUse, 80)
+        XCTAssertEqual(harness.core.jobs.count, 1, "but the job itself is forgotten")
+        harness.memoryFreed(first)
+        XCTAssertEqual(harness.admitted, [second])
+        harness.memoryFreed(first)
+        XCTAssertEqual(harness.core.memoryInUse, 80, "a second notice changes nothing")
+    }
+
     func testAbandonedJobsKeepTheirMemoryUntilTheirThreadsReturn() {
         var harness = WorkerCoreHarness(heartbeat: .milliseconds(100), memoryBudget: 100)
         harness.job(1)
