@@ -1,5 +1,6 @@
 // See include/cjpeg_shim.h: this file exists because libjpeg's error recovery is longjmp.
 #include <setjmp.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,20 @@ ej_status ej_read_header(ej_decoder *dec, const uint8_t *data, size_t length, ej
     info->progressive = dec->cinfo.progressive_mode ? 1 : 0;
     info->arithmetic = dec->cinfo.arith_code ? 1 : 0;
     info->adobe_marker = dec->cinfo.saw_Adobe_marker ? 1 : 0;
+    // A sequential file whose first scan leaves out a component has further scans; libjpeg
+    // then buffers the whole image's coefficients, as it does for every progressive file.
+    info->multi_scan = (dec->cinfo.progressive_mode || dec->cinfo.comps_in_scan < dec->cinfo.num_components) ? 1 : 0;
+    info->max_h_samp = dec->cinfo.max_h_samp_factor;
+    info->max_v_samp = dec->cinfo.max_v_samp_factor;
+    // As jdcoefct.c sizes its virtual arrays: blocks rounded up to whole MCUs per component.
+    size_t coefficients = 0;
+    for (int i = 0; i < dec->cinfo.num_components; i++) {
+        const jpeg_component_info *c = &dec->cinfo.comp_info[i];
+        size_t across = ((size_t)c->width_in_blocks + c->h_samp_factor - 1) / c->h_samp_factor * c->h_samp_factor;
+        size_t down = ((size_t)c->height_in_blocks + c->v_samp_factor - 1) / c->v_samp_factor * c->v_samp_factor;
+        coefficients += across * down * DCTSIZE2 * sizeof(JCOEF);
+    }
+    info->coefficient_bytes = coefficients;
     for (jpeg_saved_marker_ptr m = dec->cinfo.marker_list; m != NULL; m = m->next) {
         if (m->marker == JPEG_APP0 + 1 && m->data_length >= 6 && memcmp(m->data, "Exif\0\0", 6) == 0) {
             info->exif = m->data + 6;
@@ -345,6 +360,7 @@ typedef struct {
     unsigned char *buffer;  // always the live allocation (or NULL)
     size_t capacity;
     size_t length;          // bytes finished when the encode ends
+    size_t limit;           // largest capacity allowed (0 = no bound)
 } ej_destination;
 
 typedef struct {
@@ -354,11 +370,22 @@ typedef struct {
     ej_destination dest;
 } ej_encoder;
 
+static void ej_dest_out_of_memory(j_compress_ptr cinfo, size_t wanted) {
+    ej_destination *dest = (ej_destination *)cinfo->dest;
+    char text[160];
+    if (dest->limit > 0 && wanted > dest->limit)
+        snprintf(text, sizeof text, "the encoded output needs more than %zu bytes, the limit per buffer", dest->limit);
+    else
+        snprintf(text, sizeof text, "out of memory growing the encoded output to %zu bytes", wanted);
+    ej_fail_with((j_common_ptr)cinfo, EJ_ERR_NO_MEMORY, text);
+}
+
 static void ej_dest_init(j_compress_ptr cinfo) {
     ej_destination *dest = (ej_destination *)cinfo->dest;
     dest->capacity = 64 * 1024;
+    if (dest->limit > 0 && dest->capacity > dest->limit) dest->capacity = dest->limit;
     dest->buffer = malloc(dest->capacity);
-    if (dest->buffer == NULL) ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 10);
+    if (dest->buffer == NULL) ej_dest_out_of_memory(cinfo, dest->capacity);
     dest->pub.next_output_byte = dest->buffer;
     dest->pub.free_in_buffer = dest->capacity;
 }
@@ -366,8 +393,12 @@ static void ej_dest_init(j_compress_ptr cinfo) {
 static boolean ej_dest_empty(j_compress_ptr cinfo) {
     ej_destination *dest = (ej_destination *)cinfo->dest;
     size_t grown = dest->capacity * 2;
+    if (dest->limit > 0 && grown > dest->limit) {
+        if (dest->capacity >= dest->limit) ej_dest_out_of_memory(cinfo, dest->capacity + 1);
+        grown = dest->limit;
+    }
     unsigned char *bigger = realloc(dest->buffer, grown);
-    if (bigger == NULL) ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 11);
+    if (bigger == NULL) ej_dest_out_of_memory(cinfo, grown);
     // libjpeg calls this only when the buffer is full.
     dest->pub.next_output_byte = bigger + dest->capacity;
     dest->pub.free_in_buffer = grown - dest->capacity;
@@ -382,8 +413,8 @@ static void ej_dest_term(j_compress_ptr cinfo) {
 }
 
 ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, int quality,
-                    int progressive, int chroma_444, const int32_t *cancel_flag, uint8_t **out,
-                    unsigned long *out_length, char *message, size_t message_capacity) {
+                    int progressive, int chroma_444, const int32_t *cancel_flag, size_t max_memory,
+                    uint8_t **out, unsigned long *out_length, char *message, size_t message_capacity) {
     *out = NULL;
     *out_length = 0;
     if (width <= 0 || height <= 0 || (channels != 1 && channels != 3) || quality < 1 || quality > 100) {
@@ -408,6 +439,9 @@ ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, 
     }
     enc->cinfo.client_data = &enc->guard;
     jpeg_create_compress(&enc->cinfo);
+    // Without a backing store, a whole-image buffer over this bound fails instead of allocating.
+    if (max_memory > 0) enc->cinfo.mem->max_memory_to_use = (long)(max_memory > (size_t)LONG_MAX ? LONG_MAX : max_memory);
+    enc->dest.limit = max_memory;
     enc->dest.pub.init_destination = ej_dest_init;
     enc->dest.pub.empty_output_buffer = ej_dest_empty;
     enc->dest.pub.term_destination = ej_dest_term;
@@ -438,6 +472,11 @@ ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, 
         jpeg_write_scanlines(&enc->cinfo, rows, count);
     }
     jpeg_finish_compress(&enc->cinfo);
+    // The buffer grew by doubling: give back the unused tail (the caller keeps the buffer).
+    if (enc->dest.length + 64 * 1024 < enc->dest.capacity) {
+        unsigned char *fitted = realloc(enc->dest.buffer, enc->dest.length > 0 ? enc->dest.length : 1);
+        if (fitted != NULL) enc->dest.buffer = fitted;
+    }
     *out = enc->dest.buffer;
     *out_length = enc->dest.length;
     jpeg_destroy_compress(&enc->cinfo);

@@ -1,6 +1,7 @@
 import ArgumentParser
 import CLISupport
 import EnlargerBroker
+import EnlargerWorker
 import Foundation
 import Logging
 import Locking
@@ -30,6 +31,13 @@ struct ServeCommand: ParsableCommand {
 
     @Option(help: "Private directory for the sockets (default: \(RuntimeDirectory.defaultPath)).")
     var runtimeDir: String?
+
+    @Option(help: ArgumentHelp(
+        "Memory all workers' jobs may use together, split evenly among the workers, e.g. 2G "
+            + "(default: \(Int(MemoryBudget.defaultFraction * 100))% of the cgroup memory limit, or of physical RAM).",
+        valueName: "bytes"),
+            transform: parseMemoryBudget)
+    var memoryBudget: Int?
 
     @OptionGroup var brokerOptions: BrokerOptions
     @OptionGroup var limitOptions: LimitOptions
@@ -70,8 +78,11 @@ struct ServeCommand: ParsableCommand {
         brokerThread.start()
 
         let perWorker = concurrency ?? max(1, ProcessInfo.processInfo.activeProcessorCount / workers)
+        // The workers share this host's memory: each gets its share of one budget.
+        let budgetPerWorker = max(1, (memoryBudget ?? MemoryBudget.defaultBudget()) / workers)
         let supervisor = WorkerSupervisor(count: workers, logger: logger) { index in
             ["worker", "--broker", directory.workersEndpoint, "--concurrency", "\(perWorker)",
+             "--memory-budget", "\(budgetPerWorker)",
              "--name", "serve-\(index)", "--heartbeat-ms", "\(brokerOptions.heartbeatMs)",
              "--max-pixels", "\(limitOptions.maxPixels)", "--max-bytes", "\(limitOptions.maxBytes)",
              "--max-scans", "\(limitOptions.maxScans)", "--parent-pid", "\(getpid())"]

@@ -15,6 +15,11 @@ struct WorkerCommand: ParsableCommand {
             degraded result before the final one when the job asks for it. A cancelled job \
             stops at its next checkpoint and sends nothing more.
 
+            Jobs are admitted against a memory budget (--memory-budget): each job's peak is \
+            estimated from its JPEG header before any pixel memory is allocated, a job waits \
+            (first come, first served) while the others leave too little room, and a job that \
+            could never fit fails at once with TOO_LARGE.
+
             If the broker falls silent for three heartbeat intervals, or restarts, the worker \
             drops its jobs (the broker retries them elsewhere) and registers again. SIGINT or \
             SIGTERM stops it gracefully: it tells the broker it is leaving, so its jobs are \
@@ -36,6 +41,13 @@ struct WorkerCommand: ParsableCommand {
     @Option(help: "Heartbeat interval in milliseconds; the broker is presumed gone after 3 silent intervals.")
     var heartbeatMs = 1000
 
+    @Option(help: ArgumentHelp(
+        "Memory the running jobs may use together, by their estimated peaks, e.g. 512M or 2G "
+            + "(default: \(Int(MemoryBudget.defaultFraction * 100))% of the cgroup memory limit, or of physical RAM).",
+        valueName: "bytes"),
+            transform: parseMemoryBudget)
+    var memoryBudget: Int?
+
     @Option(help: ArgumentHelp("Leave gracefully when this process (the supervising `serve`) is gone.", visibility: .hidden))
     var parentPid: Int32?
 
@@ -48,7 +60,8 @@ struct WorkerCommand: ParsableCommand {
                             concurrency: concurrency ?? ProcessInfo.processInfo.activeProcessorCount,
                             heartbeatInterval: .milliseconds(heartbeatMs),
                             name: name ?? ProcessInfo.processInfo.hostName,
-                            limits: limitOptions.limits, logger: Logger(label: "enlarger.worker"))
+                            limits: limitOptions.limits, memoryBudget: memoryBudget ?? MemoryBudget.defaultBudget(),
+                            logger: Logger(label: "enlarger.worker"))
     }
 
     func validate() throws {
@@ -73,4 +86,12 @@ struct WorkerCommand: ParsableCommand {
         defer { orphanCheck?.cancel() }
         try service.run()
     }
+}
+
+/// Parses `--memory-budget`: a byte count with an optional binary suffix (K, M, G, T).
+func parseMemoryBudget(_ text: String) throws -> Int {
+    guard let bytes = MemoryBudget.parseByteCount(text) else {
+        throw ValidationError("--memory-budget must be a positive byte count such as 536870912, 512M or 2G, got '\(text)'")
+    }
+    return bytes
 }

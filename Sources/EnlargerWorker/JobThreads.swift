@@ -6,47 +6,40 @@ import ZeroMQ
 
 /// A job as handed from the I/O thread to a job thread.
 struct JobTicket: @unchecked Sendable {
-    // @unchecked: `payload` is the received frame, handed over by the I/O thread, which never
-    // touches it again; the pipeline reads the JPEG straight from it (no copy).
-    let token: JobTable.Token
-    let payload: Message
-    let options: ResizeOptions
-    let delivery: Imaging.Delivery
-    let cancel: CancellationFlag
+    // @unchecked: `start.image` is the received frame, handed over by the I/O thread, which
+    // never touches it again; the pipeline reads the JPEG straight from it (no copy).
+    let start: JobStart<Message>
 }
 
 /// One result of a job, with its image already in the frame the I/O thread will send.
 struct StageFrame: @unchecked Sendable {
-    // @unchecked: the job thread creates `image` and hands it over; only the I/O thread
+    // @unchecked: the job thread creates the frame and hands it over; only the I/O thread
     // uses it afterwards.
-    let stage: Imaging.Stage
-    let isTerminal: Bool
-    let width: Int
-    let height: Int
-    let format: OutputFormat
-    let image: Message
+    let output: StageOutput<Message>
 
     init(_ result: StageResult) {
-        stage = result.stage
-        isTerminal = result.isTerminal
-        width = result.image.width
-        height = result.image.height
-        format = result.image.format
-        image = Message(result.image.bytes)
+        output = StageOutput(stage: result.stage, isTerminal: result.isTerminal, width: result.image.width,
+                             height: result.image.height, format: result.image.format,
+                             image: result.image.withUnsafeBytes { Message(copying: $0) })
     }
 }
 
-/// What the I/O thread's mailbox carries: job threads' results and endings, and `stop`.
+/// What the I/O thread's mailbox carries: what job threads learn and produce, and `stop`.
 enum WorkerMail: Sendable {
-    case result(JobTable.Token, StageFrame)
-    case ended(JobTable.Token, JobTable.Outcome)
+    /// The job's header was read: its estimated peak memory. It now waits for admission.
+    case estimated(JobToken, MemoryEstimate)
+    case result(JobToken, StageFrame)
+    case ended(JobToken, JobOutcome)
+    /// The buffers the job's run handed to the reaper have been freed.
+    case memoryFreed(JobToken)
     case stop
 }
 
 /// A fixed set of threads that run the image pipeline, one job at a time each.
 ///
-/// Job threads never call ZeroMQ: every result and every ending is posted to the I/O
-/// thread's mailbox, in order, and the I/O thread decides what is sent.
+/// Job threads never call ZeroMQ: every estimate, result and ending is posted to the I/O
+/// thread's mailbox, in order, and the I/O thread decides what is sent. A job allocates
+/// pixel memory only once the I/O thread has admitted it (`JobControl`).
 final class JobThreads: Sendable {
     private let queue: TicketQueue
     private let exited = DispatchGroup()
@@ -58,7 +51,7 @@ final class JobThreads: Sendable {
             let thread = Thread { [queue, exited] in
                 defer { exited.leave() }
                 while let ticket = queue.pop() {
-                    Self.execute(ticket, pipeline: pipeline, mailbox: mailbox)
+                    Self.execute(ticket.start, pipeline: pipeline, mailbox: mailbox)
                 }
             }
             thread.name = "enlarger-job-\(index)"
@@ -67,29 +60,36 @@ final class JobThreads: Sendable {
     }
 
     /// Queues a job for the next free thread.
-    func submit(_ ticket: JobTicket) {
-        queue.push(ticket)
+    func submit(_ start: JobStart<Message>) {
+        queue.push(JobTicket(start: start))
     }
 
-    /// Discards queued jobs, lets running ones return (their flags must be set first) and
-    /// waits until every thread has exited.
+    /// Discards queued jobs, lets running ones return (their controls must be cancelled
+    /// first) and waits until every thread has exited.
     func closeAndJoin() {
         queue.close()
         exited.wait()
     }
 
-    private static func execute(_ ticket: JobTicket, pipeline: ImagePipeline, mailbox: Mailbox<WorkerMail>) {
-        let outcome = ticket.payload.withUnsafeBytes { input -> JobTable.Outcome in
+    private static func execute(_ job: JobStart<Message>, pipeline: ImagePipeline, mailbox: Mailbox<WorkerMail>) {
+        let outcome = job.image.withUnsafeBytes { input -> JobOutcome in
             do throws(ImagingError) {
-                try pipeline.run(input, options: ticket.options, delivery: ticket.delivery, cancel: ticket.cancel) {
-                    mailbox.post(.result(ticket.token, StageFrame($0)))
+                let prepared = try pipeline.prepare(input, options: job.options, delivery: job.delivery,
+                                                    cancel: job.control.flag)
+                mailbox.post(.estimated(job.token, prepared.memoryEstimate))
+                guard job.control.waitForAdmission() else {
+                    throw ImagingError(.cancelled, "cancelled before it was admitted")
                 }
+                try prepared.run { mailbox.post(.result(job.token, StageFrame($0))) }
                 return .completed
             } catch {
                 return .failed(error)
             }
         }
-        mailbox.post(.ended(ticket.token, outcome))
+        mailbox.post(.ended(job.token, outcome))
+        // Large buffers are freed off this thread; the job's memory counts until they are.
+        let token = job.token
+        BufferReaper.afterPendingFrees { mailbox.post(.memoryFreed(token)) }
     }
 }
 

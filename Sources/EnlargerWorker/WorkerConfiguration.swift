@@ -19,9 +19,17 @@ public struct WorkerConfiguration: Sendable {
     public var name: String
     /// Checked from each job's JPEG header before any pixel is decoded.
     public var limits: DecodeLimits
+    /// Bytes the running jobs may use together, by their estimated peaks (see
+    /// `MemoryEstimate`): a job waits until it fits, first come first served, and fails at
+    /// once with TOO_LARGE when its estimate exceeds the whole budget. Default:
+    /// `MemoryBudget.defaultBudget()`, from the cgroup limit or physical RAM.
+    public var memoryBudget: Int
     public var logger: Logger
     /// Keys for a broker that requires CURVE (`nil`: none).
     public var curve: CurveClientCredentials?
+    /// The DEALER's send high-water mark (messages), or nil for libzmq's default; tests
+    /// lower it to make the broker connection refuse messages.
+    var sendHighWaterMark: Int32?
 
     public init(
         brokerEndpoint: String,
@@ -30,6 +38,7 @@ public struct WorkerConfiguration: Sendable {
         missedHeartbeats: Int = 3,
         name: String = ProcessInfo.processInfo.hostName,
         limits: DecodeLimits = DecodeLimits(),
+        memoryBudget: Int = MemoryBudget.defaultBudget(),
         logger: Logger = Logger(label: "enlarger.worker")
     ) {
         self.brokerEndpoint = brokerEndpoint
@@ -38,6 +47,7 @@ public struct WorkerConfiguration: Sendable {
         self.missedHeartbeats = missedHeartbeats
         self.name = name
         self.limits = limits
+        self.memoryBudget = memoryBudget
         self.logger = logger
     }
 
@@ -63,6 +73,7 @@ public struct WorkerConfiguration: Sendable {
         }
         if heartbeatInterval <= .zero { return "heartbeat interval must be positive" }
         if missedHeartbeats < 1 { return "missed heartbeats must be at least 1" }
+        if memoryBudget < 1 { return "the memory budget must be positive, got \(memoryBudget)" }
         return nil
     }
 }

@@ -1,40 +1,35 @@
 import EnlargerProtocol
+import EnlargerTransport
 import Foundation
 import Imaging
 import Logging
-import EnlargerTransport
+import Synchronization
 import ZeroMQ
 
 /// The worker's I/O thread: the only code that touches the DEALER socket.
 ///
-/// It polls the socket and the mailbox, dispatches jobs to the job threads, forwards what
-/// they post (as `JobTable` allows), sends heartbeats, and replaces the connection when the
-/// broker falls silent or sends `Disconnect`. One instance serves one `WorkerService.run()`.
+/// Poll and perform: it polls the mailbox and the current connection, feeds what arrives and
+/// the time to the `WorkerCore`, and performs the actions the core returns. What it adds is
+/// I/O: creating and closing sockets, handing jobs to the job threads, and an `Outbox` that
+/// keeps the messages the socket cannot take yet. One instance serves one
+/// `WorkerService.run()`.
 final class WorkerLoop {
     private let configuration: WorkerConfiguration
     private var logger: Logger { configuration.logger }
     private let mailbox: Mailbox<WorkerMail>
+    private let gauges: WorkerGauges
     private let context: Context
     private let jobThreads: JobThreads
     private let clock = ContinuousClock()
 
-    private var table = JobTable()
-    private var connection: Connection?
-    /// When the next connection is due after a broker `Disconnect` (the protocol asks for one
-    /// heartbeat interval of patience before the next `Ready`).
-    private var reconnectAt: ContinuousClock.Instant?
+    private var core: WorkerCore<Message>
+    private var socket: Socket?
+    private var outbox: Outbox<OutgoingMessage<Message>>
     private var stopping = false
 
-    /// Polls the mailbox (index 0) and the current connection's socket, if any.
-    private var poller: Poller
-
-    /// The DEALER of the current connection and its timers.
-    private struct Connection {
-        let socket: Socket
-        let pollIndex: Int
-        var lastHeard: ContinuousClock.Instant
-        var nextHeartbeat: ContinuousClock.Instant
-    }
+    /// Polls the mailbox (index 0) and the current socket (index 1), if any.
+    private var poller = Poller()
+    private var pollsWritable = false
 
     // LINGER is 0 on every socket, so closing discards frames libzmq has not written yet;
     // this much time between sending `Disconnect` and closing lets it reach the broker.
@@ -42,13 +37,19 @@ final class WorkerLoop {
     // Messages handled per readiness of the socket before the mailbox gets a turn.
     private static let receiveBudget = 256
 
-    init(configuration: WorkerConfiguration, mailbox: Mailbox<WorkerMail>) throws(ZMQError) {
+    init(configuration: WorkerConfiguration, mailbox: Mailbox<WorkerMail>, gauges: WorkerGauges) throws(ZMQError) {
         self.configuration = configuration
         self.mailbox = mailbox
+        self.gauges = gauges
         context = try Context()
-        poller = Self.mailboxPoller(mailbox)
+        core = WorkerCore(configuration: .init(
+            capacity: configuration.concurrency, name: configuration.name,
+            pid: UInt32(ProcessInfo.processInfo.processIdentifier), heartbeatInterval: configuration.heartbeatInterval,
+            missedHeartbeats: configuration.missedHeartbeats, memoryBudget: configuration.memoryBudget))
+        outbox = Outbox(optionalLimit: configuration.concurrency)
         jobThreads = JobThreads(
             count: configuration.concurrency, pipeline: ImagePipeline(limits: configuration.limits), mailbox: mailbox)
+        rebuildPoller()
     }
 
     // MARK: Main loop
@@ -57,206 +58,177 @@ final class WorkerLoop {
     /// loop with the error after the job threads have been stopped.
     func run() throws(ZMQError) {
         do {
-            try connect()
+            try perform(core.start(now: clock.now))
             while !stopping {
                 try turn()
             }
         } catch {
-            table.abandonAll()
+            for case .cancel(let control) in core.stop() { control.cancel() }
             jobThreads.closeAndJoin()
-            disconnect()
+            closeSocket()
             throw error
         }
         try leave()
     }
 
-    /// One poll and whatever became due.
+    /// One poll, then whatever it found and whatever became due.
     private func turn() throws(ZMQError) {
-        let now = clock.now
-        let wake = [connection?.nextHeartbeat, connection.map { $0.lastHeard + configuration.brokerSilenceLimit },
-                    reconnectAt].compactMap { $0 }.min()
-        _ = try poller.poll(timeout: wake.map { max(.zero, $0 - now) })
+        let wantsWritable = socket != nil && !outbox.isEmpty
+        if wantsWritable != pollsWritable { rebuildPoller() }
+        let timeout = core.nextDeadline.map { max(.zero, $0 - clock.now) }
+        _ = try poller.poll(timeout: timeout)
 
         if poller.events(at: 0).contains(.readable) {
             for mail in mailbox.takeAll() { try handle(mail) }
         }
-        if let connection, poller.events(at: connection.pollIndex).contains(.readable) {
-            try receive(from: connection.socket)
+        if let current = socket, poller.events(at: 1).contains(.writable) {
+            try outbox.flush { (message) throws(ZMQError) in try current.send(message) }
         }
-        try checkTimers()
+        if let current = socket, poller.events(at: 1).contains(.readable) {
+            try receive(from: current)
+        }
+        try perform(core.tick(now: clock.now))
+        gauges.update(core)
     }
 
-    private func checkTimers() throws(ZMQError) {
-        let now = clock.now
-        if let due = reconnectAt, now >= due {
-            reconnectAt = nil
-            try connect()
-        }
-        guard let current = connection else { return }
-        if now - current.lastHeard >= configuration.brokerSilenceLimit {
-            logger.warning("broker silent, reconnecting", metadata: ["silence": "\(now - current.lastHeard)"])
-            table.abandonAll()
-            try connect()
-        } else if now >= current.nextHeartbeat {
-            try send(.heartbeat)
-            connection?.nextHeartbeat = now + configuration.heartbeatInterval
+    private func handle(_ mail: WorkerMail) throws(ZMQError) {
+        switch mail {
+        case .estimated(let token, let estimate): try perform(core.jobEstimated(token, estimate))
+        case .result(let token, let frame): try perform(core.jobResult(token, frame.output))
+        case .ended(let token, let outcome): try perform(core.jobEnded(token, outcome))
+        case .memoryFreed(let token): try perform(core.jobMemoryFreed(token))
+        case .stop: stopping = true
         }
     }
 
-    // MARK: Connection
+    private func receive(from current: Socket) throws(ZMQError) {
+        for _ in 0..<Self.receiveBudget {
+            guard let frames = try current.receiveFrames() else { return }
+            switch Result(catching: { () throws(FrameError) in try BrokerToWorkerMessage<Message>(frames: frames) }) {
+            case .success(let message): try perform(core.received(message, now: clock.now))
+            case .failure(let error): try perform(core.receivedMalformed("\(error)", now: clock.now))
+            }
+            // A Disconnect closed the socket this loop was reading.
+            guard socket === current else { return }
+        }
+    }
 
-    /// Replaces the DEALER with a new one and announces this worker with `Ready`.
+    // MARK: Actions
+
+    private func perform(_ actions: [WorkerAction<Message>]) throws(ZMQError) {
+        for action in actions {
+            switch action {
+            case .connect:
+                try connect()
+            case .closeConnection:
+                closeSocket()
+            case .send(let message):
+                guard let current = socket else { continue }
+                try outbox.send(message.encoded(), Outbox.Importance(of: message)) { (outgoing) throws(ZMQError) in
+                    try current.send(outgoing)
+                }
+            case .startJob(let start):
+                jobThreads.submit(start)
+            case .admit(let control):
+                control.admit()
+            case .cancel(let control):
+                control.cancel()
+            case .report(let report):
+                log(report)
+            }
+        }
+    }
+
+    /// Replaces the DEALER with a new one (the core sends `Ready` next).
     private func connect() throws(ZMQError) {
-        disconnect()
-        let socket = try Socket(context, .dealer)
-        try socket.set(.maxMessageSize(configuration.maxInboundFrameBytes))
-        try configuration.curve?.apply(to: socket)
-        try socket.connect(configuration.brokerEndpoint)
-        let pollIndex = poller.register(socket)
-        let now = clock.now
-        connection = Connection(socket: socket, pollIndex: pollIndex, lastHeard: now,
-                                nextHeartbeat: now + configuration.heartbeatInterval)
-        var ready = Enlarger_V1_Ready()
-        ready.capacity = UInt32(configuration.concurrency)
-        ready.workerName = configuration.name
-        ready.pid = UInt32(ProcessInfo.processInfo.processIdentifier)
-        try send(.ready(ready))
-        logger.info("ready", metadata: ["broker": "\(configuration.brokerEndpoint)",
-                                        "capacity": "\(configuration.concurrency)"])
+        closeSocket()
+        let fresh = try Socket(context, .dealer)
+        try fresh.set(.maxMessageSize(configuration.maxInboundFrameBytes))
+        if let mark = configuration.sendHighWaterMark { try fresh.set(.sendHighWaterMark(mark)) }
+        try configuration.curve?.apply(to: fresh)
+        try fresh.connect(configuration.brokerEndpoint)
+        socket = fresh
+        rebuildPoller()
     }
 
-    /// Closes the current DEALER, if any, leaving only the mailbox to poll.
-    private func disconnect() {
-        connection?.socket.close()
-        connection = nil
-        poller = Self.mailboxPoller(mailbox)
+    /// Closes the current DEALER, if any, with whatever it had not sent yet.
+    private func closeSocket() {
+        socket?.close()
+        socket = nil
+        if !outbox.isEmpty {
+            logger.debug("discarding unsent messages with the connection", metadata: ["count": "\(outbox.count)"])
+        }
+        outbox.clear()
+        rebuildPoller()
     }
 
-    private static func mailboxPoller(_ mailbox: Mailbox<WorkerMail>) -> Poller {
-        var poller = Poller()
+    private func rebuildPoller() {
+        poller = Poller()
         poller.register(fileDescriptor: mailbox.fileDescriptor)
-        return poller
+        pollsWritable = socket != nil && !outbox.isEmpty
+        if let socket { poller.register(socket, for: pollsWritable ? [.readable, .writable] : .readable) }
     }
 
     /// Sends `Disconnect`, stops every job and closes the socket.
     private func leave() throws(ZMQError) {
         let sentAt = clock.now
-        if connection != nil { try send(.disconnect) }
-        table.abandonAll()
+        let hadConnection = socket != nil
+        try perform(core.stop())
         jobThreads.closeAndJoin()
+        if let current = socket {
+            try outbox.flush { (message) throws(ZMQError) in try current.send(message) }
+        }
         let unflushed = sentAt + Self.disconnectFlushTime - clock.now
-        if connection != nil, unflushed > .zero {
+        if hadConnection, unflushed > .zero {
             let (seconds, attoseconds) = unflushed.components
             Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) * 1e-18)
         }
-        disconnect()
+        closeSocket()
+        gauges.update(core)
         logger.info("stopped")
     }
 
-    /// Sends a message to the broker; a message that cannot be queued now is dropped (the
-    /// broker is unreachable, and its liveness check will replace the connection).
-    private func send(_ message: WorkerToBrokerMessage<Message>) throws(ZMQError) {
-        guard let socket = connection?.socket else { return }
-        if try !socket.send(message.encoded()) {
-            logger.debug("dropped a message the broker connection could not take")
-        }
-    }
-
-    // MARK: Broker messages
-
-    private func receive(from socket: Socket) throws(ZMQError) {
-        for _ in 0..<Self.receiveBudget {
-            guard let frames = try socket.receiveFrames() else { return }
-            connection?.lastHeard = clock.now
-            let message: BrokerToWorkerMessage<Message>
-            do {
-                message = try BrokerToWorkerMessage(frames: frames)
-            } catch {
-                logger.warning("malformed message from the broker", metadata: ["error": "\(error)"])
-                continue
-            }
-            try handle(message)
-            // A Disconnect closed the socket this loop was reading.
-            guard connection?.socket === socket else { return }
-        }
-    }
-
-    private func handle(_ message: BrokerToWorkerMessage<Message>) throws(ZMQError) {
-        switch message {
-        case .job(let job, let image):
-            try start(job, image: image)
-        case .cancelJob(let cancel):
-            let key = JobTable.Key(jobID: cancel.jobID, attempt: cancel.attempt)
-            if table.cancel(key) { logger.debug("cancelling", metadata: ["job": "\(key)"]) }
-        case .heartbeat:
-            break
-        case .disconnect:
-            logger.warning("the broker disconnected this worker; registering again shortly")
-            table.abandonAll()
-            disconnect()
-            reconnectAt = clock.now + configuration.heartbeatInterval
-        case .error(let error):
-            logger.warning("the broker reported an error", metadata: ["code": "\(error.code)", "message": "\(error.message)"])
-        }
-    }
-
-    private func start(_ job: Enlarger_V1_Job, image: Message) throws(ZMQError) {
-        let key = JobTable.Key(jobID: job.jobID, attempt: job.attempt)
-        guard let (token, flag) = table.start(key) else {
+    private func log(_ report: WorkerReport) {
+        switch report {
+        case .registering(let capacity, let budget):
+            logger.info("ready", metadata: ["broker": "\(configuration.brokerEndpoint)", "capacity": "\(capacity)",
+                                            "memory-budget": "\(ByteCount(budget))"])
+        case .brokerSilent(let silence, let abandoned):
+            logger.warning("broker silent, reconnecting", metadata: ["silence": "\(silence)", "abandoned": "\(abandoned)"])
+        case .brokerDisconnected(let abandoned):
+            logger.warning("the broker disconnected this worker; registering again shortly",
+                           metadata: ["abandoned": "\(abandoned)"])
+        case .brokerError(let code, let message):
+            logger.warning("the broker reported an error", metadata: ["code": "\(code)", "message": "\(message)"])
+        case .malformed(let reason):
+            logger.warning("malformed message from the broker", metadata: ["error": "\(reason)"])
+        case .duplicateJob(let key):
             logger.warning("ignoring a job that is already running", metadata: ["job": "\(key)"])
-            return
-        }
-        var started = Enlarger_V1_JobStarted()
-        started.jobID = key.jobID
-        started.attempt = key.attempt
-        try send(.jobStarted(started))
-        do throws(ImagingError) {
-            let ticket = JobTicket(token: token, payload: image, options: try ResizeOptions(job.spec),
-                                   delivery: try Imaging.Delivery(job.delivery), cancel: flag)
-            jobThreads.submit(ticket)
-        } catch {
-            try finish(table.end(token, .failed(error)))
+        case .cancelling(let key):
+            logger.debug("cancelling", metadata: ["job": "\(key)"])
+        case .tooLargeForBudget(let key, let bytes):
+            logger.info("refused a job larger than the memory budget",
+                        metadata: ["job": "\(key)", "estimate": "\(ByteCount(bytes))"])
+        case .waitingForMemory(let key, let bytes, let inUse):
+            logger.debug("job waits for memory", metadata: ["job": "\(key)", "estimate": "\(ByteCount(bytes))",
+                                                            "in-use": "\(ByteCount(inUse))"])
         }
     }
+}
 
-    // MARK: Mail from job threads
+/// Counters the worker publishes from its I/O thread for any thread to read.
+final class WorkerGauges: Sendable {
+    private let inUse = Atomic<Int>(0)
+    private let waiting = Atomic<Int>(0)
+    private let jobs = Atomic<Int>(0)
 
-    private func handle(_ mail: WorkerMail) throws(ZMQError) {
-        switch mail {
-        case .result(let token, let frame):
-            guard let key = table.admitResult(token, terminal: frame.isTerminal) else { return }
-            var result = Enlarger_V1_JobResult()
-            result.jobID = key.jobID
-            result.attempt = key.attempt
-            result.stage = Enlarger_V1_Stage(frame.stage)
-            result.width = UInt32(frame.width)
-            result.height = UInt32(frame.height)
-            result.format = Enlarger_V1_ImageFormat(frame.format)
-            result.terminal = frame.isTerminal
-            try send(.jobResult(result, image: frame.image))
-        case .ended(let token, let outcome):
-            try finish(table.end(token, outcome))
-        case .stop:
-            stopping = true
-        }
+    func update<Payload>(_ core: WorkerCore<Payload>) {
+        inUse.store(core.memoryInUse, ordering: .relaxed)
+        waiting.store(core.jobsWaitingForMemory, ordering: .relaxed)
+        jobs.store(core.jobs.count, ordering: .relaxed)
     }
 
-    private func finish(_ ending: JobTable.Ending?) throws(ZMQError) {
-        switch ending {
-        case .cancelled(let key)?:
-            var cancelled = Enlarger_V1_JobCancelled()
-            cancelled.jobID = key.jobID
-            cancelled.attempt = key.attempt
-            try send(.jobCancelled(cancelled))
-        case .failed(let key, let code, let message)?:
-            var failed = Enlarger_V1_JobFailed()
-            failed.jobID = key.jobID
-            failed.attempt = key.attempt
-            failed.code = code
-            failed.message = message
-            try send(.jobFailed(failed))
-        case nil:
-            break
-        }
-    }
+    var memoryInUse: Int { inUse.load(ordering: .relaxed) }
+    var jobsWaitingForMemory: Int { waiting.load(ordering: .relaxed) }
+    var jobCount: Int { jobs.load(ordering: .relaxed) }
 }

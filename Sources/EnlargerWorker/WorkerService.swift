@@ -21,11 +21,21 @@ import ZeroMQ
 /// `Disconnect`, the worker abandons its jobs without a word about them, replaces its socket
 /// and sends `Ready` again (so it rejoins a restarted broker).
 ///
+/// **Memory.** Each job's peak memory is estimated from its JPEG header before any pixel
+/// memory is allocated; jobs run only while their estimates fit `configuration.memoryBudget`
+/// together, waiting first come first served (and cancellable) otherwise, and a job that
+/// could never fit fails at once with `TOO_LARGE`. A buffer that cannot be allocated fails
+/// its job (`TOO_LARGE`), never the process. `memoryInUse` shows the budget in use.
+///
+/// **Backpressure.** A message the broker connection cannot take now waits in order for the
+/// socket to become writable; a terminal frame is never dropped while the connection lives.
+///
 /// **Stopping.** `stop()`, from any thread, makes `run()` send `Disconnect` (the broker
 /// re-queues this worker's jobs), stop the jobs, wait for the job threads and return.
 public final class WorkerService: Sendable {
     public let configuration: WorkerConfiguration
     private let mailbox: Mailbox<WorkerMail>
+    private let gauges = WorkerGauges()
     private let hasRun = Atomic<Bool>(false)
 
     /// - Precondition: `configuration.problem == nil`.
@@ -40,8 +50,19 @@ public final class WorkerService: Sendable {
     /// it once.
     public func run() throws(ZMQError) {
         precondition(!hasRun.exchange(true, ordering: .relaxed), "WorkerService.run() called twice")
-        try WorkerLoop(configuration: configuration, mailbox: mailbox).run()
+        try WorkerLoop(configuration: configuration, mailbox: mailbox, gauges: gauges).run()
     }
+
+    /// The memory budget in use: the sum of the estimated peaks of the jobs admitted and not
+    /// yet ended (abandoned jobs included until their threads return). Safe from any thread;
+    /// updated after every turn of the I/O loop.
+    public var memoryInUse: Int { gauges.memoryInUse }
+
+    /// Jobs estimated and waiting for memory. Safe from any thread.
+    public var jobsWaitingForMemory: Int { gauges.jobsWaitingForMemory }
+
+    /// Jobs whose threads have not returned (running, waiting or finishing). Safe from any thread.
+    public var jobCount: Int { gauges.jobCount }
 
     /// Asks `run()` to leave gracefully. Safe from any thread (a signal handler's queue, for
     /// instance), at any time, also before `run()` has started.

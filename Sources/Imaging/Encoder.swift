@@ -1,59 +1,126 @@
 import CJPEG
 
 /// Encoded output of one stage.
+///
+/// Output the encoder makes stays in the memory it was encoded into (no copy); an image made
+/// from an array keeps that array.
 public struct EncodedImage: Sendable, Equatable {
-    public var bytes: [UInt8]
     public var width: Int
     public var height: Int
     public var format: OutputFormat
+    private let storage: Storage
+
+    private enum Storage: Sendable {
+        case array([UInt8])
+        case allocated(Allocation)
+    }
 
     public init(bytes: [UInt8], width: Int, height: Int, format: OutputFormat) {
-        self.bytes = bytes
+        storage = .array(bytes)
         self.width = width
         self.height = height
         self.format = format
+    }
+
+    init(_ memory: Allocation, width: Int, height: Int, format: OutputFormat) {
+        storage = .allocated(memory)
+        self.width = width
+        self.height = height
+        self.format = format
+    }
+
+    /// The encoded bytes; a copy unless the image was made from an array. To read them in
+    /// place (to copy them into a frame, say), use `withUnsafeBytes`.
+    public var bytes: [UInt8] {
+        switch storage {
+        case .array(let array): array
+        case .allocated(let memory): memory.copyBytes()
+        }
+    }
+
+    public var byteCount: Int {
+        switch storage {
+        case .array(let array): array.count
+        case .allocated(let memory): memory.count
+        }
+    }
+
+    /// Calls `body` with the encoded bytes, valid only during the call.
+    public func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+        switch storage {
+        case .array(let array):
+            var result: Result<R, E>?
+            array.withUnsafeBytes { bytes in result = Result { () throws(E) in try body(bytes) } }
+            return try result!.get()
+        case .allocated(let memory):
+            return try body(memory.bytes)
+        }
+    }
+
+    public static func == (lhs: EncodedImage, rhs: EncodedImage) -> Bool {
+        guard lhs.width == rhs.width, lhs.height == rhs.height, lhs.format == rhs.format else { return false }
+        return lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in a.elementsEqual(b) } }
     }
 }
 
 public enum Encoder {
     /// Encodes gray or RGB pixels. JPEG output carries no metadata (orientation is already
     /// applied, so no tag is needed); PNM output is binary PGM (gray) or PPM (RGB).
-    /// `cancel` is polled every few rows (JPEG) or megabytes (PNM).
+    /// `cancel` is polled every few rows (JPEG) or megabytes (PNM). The output and libjpeg's
+    /// large buffers come from `allocator`: running out of memory throws `.tooLarge`.
     public static func encode(_ image: PixelBuffer, format: OutputFormat, quality: Int = 80,
                               progressive: Bool = false, chroma444: Bool = false,
-                              cancel: CancellationFlag? = nil) throws(ImagingError) -> EncodedImage {
+                              cancel: CancellationFlag? = nil,
+                              allocator: BufferAllocator = BufferAllocator()) throws(ImagingError) -> EncodedImage {
+        let memory: Allocation
         switch format {
         case .jpeg:
-            let bytes = try jpeg(image, quality: quality, progressive: progressive, chroma444: chroma444, cancel: cancel)
-            return EncodedImage(bytes: bytes, width: image.width, height: image.height, format: .jpeg)
+            memory = try jpegOutput(image, quality: quality, progressive: progressive, chroma444: chroma444,
+                                    cancel: cancel, allocator: allocator)
         case .pnm:
-            return EncodedImage(bytes: try pnm(image, cancel: cancel), width: image.width, height: image.height, format: .pnm)
+            memory = try pnmOutput(image, cancel: cancel, allocator: allocator)
         }
+        return EncodedImage(memory, width: image.width, height: image.height, format: format)
     }
 
     public static func jpeg(_ image: PixelBuffer, quality: Int, progressive: Bool, chroma444: Bool,
                             cancel: CancellationFlag? = nil) throws(ImagingError) -> [UInt8] {
+        try jpegOutput(image, quality: quality, progressive: progressive, chroma444: chroma444,
+                       cancel: cancel, allocator: BufferAllocator()).copyBytes()
+    }
+
+    static func jpegOutput(_ image: PixelBuffer, quality: Int, progressive: Bool, chroma444: Bool,
+                           cancel: CancellationFlag?, allocator: BufferAllocator) throws(ImagingError) -> Allocation {
         guard image.channels == 1 || image.channels == 3 else {
             throw ImagingError(.encodeFailed, "JPEG output needs 1 or 3 channels, not \(image.channels)")
         }
         var output: UnsafeMutablePointer<UInt8>?
         var length: UInt = 0
         var message = [CChar](repeating: 0, count: 256)
-        let status = image.pixels.withUnsafeBufferPointer { pixels in
+        let maxMemory = allocator.maxBytes == .max ? 0 : allocator.maxBytes
+        let status = image.withUnsafeBufferPointer { pixels in
             ej_encode(pixels.baseAddress, Int32(image.width), Int32(image.height), Int32(image.channels),
-                      Int32(quality), progressive ? 1 : 0, chroma444 ? 1 : 0, cancel?.storage, &output, &length,
-                      &message, message.count)
+                      Int32(quality), progressive ? 1 : 0, chroma444 ? 1 : 0, cancel?.storage, maxMemory,
+                      &output, &length, &message, message.count)
         }
         if status == EJ_ERR_CANCELLED { throw ImagingError(.cancelled, "cancelled") }
+        let text = message.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        if status == EJ_ERR_NO_MEMORY {
+            throw ImagingError(.tooLarge, "encoding \(image.width)×\(image.height): \(text)")
+        }
         guard status == EJ_OK, let output else {
-            let text = message.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
             throw ImagingError(.encodeFailed, text.isEmpty ? "JPEG encoding failed" : text)
         }
-        defer { ej_free(output) }
-        return Array(UnsafeBufferPointer(start: output, count: Int(length)))
+        // The shim's buffer comes from malloc: adopted as is, never copied.
+        return Allocation(adopting: UnsafeMutableRawPointer(output), count: Int(length))
     }
 
     public static func pnm(_ image: PixelBuffer, cancel: CancellationFlag? = nil) throws(ImagingError) -> [UInt8] {
+        try pnmOutput(image, cancel: cancel, allocator: BufferAllocator()).copyBytes()
+    }
+
+    static func pnmOutput(_ image: PixelBuffer, cancel: CancellationFlag?,
+                          allocator: BufferAllocator) throws(ImagingError) -> Allocation {
         let magic: String
         switch image.channels {
         case 1: magic = "P5"
@@ -61,26 +128,26 @@ public enum Encoder {
         default: throw ImagingError(.encodeFailed, "PNM output needs 1 or 3 channels, not \(image.channels)")
         }
         let header = Array("\(magic)\n\(image.width) \(image.height)\n255\n".utf8)
+        let memory = try allocator.allocate(header.count + image.byteCount, for: "the PNM output")
         let chunk = 4 << 20
-        var cancelled = false
-        let bytes = [UInt8](unsafeUninitializedCapacity: header.count + image.pixels.count) { out, count in
-            count = out.count
-            _ = out.initialize(from: header)
-            image.pixels.withUnsafeBufferPointer { pixels in
-                var done = 0
-                while done < pixels.count {
-                    if cancel?.isCancelled == true {
-                        cancelled = true
-                        return
+        do throws(ImagingError) {
+            try memory.withMemory(as: UInt8.self) { (out) throws(ImagingError) in
+                _ = out.initialize(from: header)
+                try image.withUnsafeBufferPointer { (pixels) throws(ImagingError) in
+                    var done = 0
+                    while done < pixels.count {
+                        try cancel?.check()
+                        let n = min(chunk, pixels.count - done)
+                        (out.baseAddress! + header.count + done).initialize(from: pixels.baseAddress! + done, count: n)
+                        done += n
                     }
-                    let n = min(chunk, pixels.count - done)
-                    (out.baseAddress! + header.count + done).initialize(from: pixels.baseAddress! + done, count: n)
-                    done += n
                 }
             }
+        } catch {
+            BufferReaper.release(memory)
+            throw error
         }
-        if cancelled { throw ImagingError(.cancelled, "cancelled") }
-        return bytes
+        return memory
     }
 
     /// Parses a binary PGM/PPM (as written by `pnm`) back into pixels; used by tests and tools.

@@ -68,16 +68,15 @@ public struct ImagePipeline: Sendable {
     /// `isTerminal == true`. Throws `ImagingError` (e.g. `.cancelled` once `cancel` is set).
     public func run(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery = .final,
                     cancel: CancellationFlag? = nil, emit: (StageResult) throws(ImagingError) -> Void) throws(ImagingError) {
-        // Owned here so that the big buffer is freed off this thread, whatever the outcome.
-        var decoded: PixelBuffer?
-        defer { if decoded != nil { BufferReaper.release(&decoded!.pixels) } }
-        try run(input, options: options, delivery: delivery, cancel: cancel, decoded: &decoded, emit: emit)
+        try prepare(input, options: options, delivery: delivery, cancel: cancel).run(emit: emit)
     }
 
-    private func run(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery,
-                     cancel: CancellationFlag?, decoded: inout PixelBuffer?,
-                     emit: (StageResult) throws(ImagingError) -> Void) throws(ImagingError) {
-        var clock = Stopwatch()
+    /// Reads the header, checks the limits and plans the resize, allocating nothing in
+    /// proportion to the image; the result says how much memory running it will take
+    /// (`PreparedResize.memoryEstimate`) before any pixel memory is committed. `input` must
+    /// stay valid until the prepared resize has run (or been dropped).
+    public func prepare(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery = .final,
+                        cancel: CancellationFlag? = nil) throws(ImagingError) -> PreparedResize {
         let decoder = try JPEGDecoder(data: input, limits: limits, cancel: cancel)
         let header = decoder.header
         let plan = try ResizePlan.make(sourceWidth: header.width, sourceHeight: header.height,
@@ -86,6 +85,30 @@ public struct ImagePipeline: Sendable {
             throw ImagingError(.tooLarge, "the output would be \(plan.outputWidth)×\(plan.outputHeight), "
                                + "above the limit of \(limits.maxPixels) pixels")
         }
+        let wantsDegraded = delivery != .final
+        // Only the thumbnail's header is read here, for the estimate.
+        let thumbnail = wantsDegraded ? decoder.thumbnail.flatMap { bytes in
+            try? withBytes(bytes) { raw throws(ImagingError) in
+                try JPEGDecoder(data: raw, limits: Self.thumbnailLimits(raw.count), cancel: nil).header
+            }
+        } : nil
+        let estimate = MemoryEstimate(header: header, thumbnail: thumbnail, plan: plan, options: options,
+                                      delivery: delivery, inputBytes: input.count)
+        return PreparedResize(pipeline: self, decoder: decoder, plan: plan, options: options, delivery: delivery,
+                              cancel: cancel, estimate: estimate)
+    }
+
+    static func thumbnailLimits(_ bytes: Int) -> DecodeLimits {
+        DecodeLimits(maxPixels: maxThumbnailPixels, maxInputBytes: bytes, maxScans: 16)
+    }
+
+    var allocator: BufferAllocator { BufferAllocator(maxBytes: limits.maxBufferBytes) }
+
+    fileprivate func run(_ job: PreparedResize, decoded: inout PixelBuffer?,
+                         emit: (StageResult) throws(ImagingError) -> Void) throws(ImagingError) {
+        var clock = Stopwatch()
+        let decoder = job.decoder, plan = job.plan, options = job.options, delivery = job.delivery, cancel = job.cancel
+        let header = decoder.header
         let oriented = header.orientedSize
         func result(_ stage: Stage, _ image: EncodedImage, _ source: DegradedSource?, _ timings: StageTimings) -> StageResult {
             StageResult(stage: stage, isTerminal: stage == .final || delivery == .degraded, image: image,
@@ -104,12 +127,13 @@ public struct ImagePipeline: Sendable {
         } else if wantsDegraded && header.progressive {
             let size = try decoder.startBuffered(scaleNumerator: plan.scaleNumerator)
             let complete = try decoder.consume(scans: previewScans)
-            var early = try decoder.outputPass(width: size.width, height: size.height, channels: size.channels, fast: true)
+            var early: PixelBuffer? = try decoder.outputPass(width: size.width, height: size.height,
+                                                             channels: size.channels, fast: true)
             var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
-            let image = try finish(early, .degraded, plan: plan, header: header, options: options,
+            let image = try finish(early!, .degraded, plan: plan, header: header, options: options,
                                    quality: degradedQuality, cancel: cancel, timings: &previewTimings, clock: &clock)
             // Not alive during the final pass, which allocates a buffer of the same size.
-            BufferReaper.release(&early.pixels)
+            BufferReaper.release(&early)
             try emit(result(.degraded, image, .progressiveScans, previewTimings))
             if delivery == .degraded { return }
             clock.reset()
@@ -157,20 +181,26 @@ public struct ImagePipeline: Sendable {
         let (filter, fraction) = stage == .final ? (ResampleFilter.lanczos3, 1.0) : (.triangle, Self.degradedScale)
         let width = max(1, Int((Double(plan.storedOutputWidth) * fraction).rounded()))
         let height = max(1, Int((Double(plan.storedOutputHeight) * fraction).rounded()))
-        var upright: PixelBuffer
+        var upright: PixelBuffer?
+        // Like the decoded buffer, a large output is freed off this thread.
+        defer { BufferReaper.release(&upright) }
         if region == PixelRect(x: 0, y: 0, width: decoded.width, height: decoded.height)
             && decoded.width == width && decoded.height == height {
-            upright = header.orientation.apply(to: decoded)
+            upright = try header.orientation.apply(to: decoded, allocator: allocator)
         } else {
-            upright = header.orientation.apply(to: try Resampler.resample(
-                decoded, region: region, width: width, height: height, filter: filter, cancel: cancel))
+            var resized: PixelBuffer? = try Resampler.resample(
+                decoded, region: region, width: width, height: height, filter: filter, cancel: cancel, allocator: allocator)
+            if header.orientation == .up {
+                upright = resized
+            } else {
+                upright = try header.orientation.apply(to: resized!, allocator: allocator)
+            }
+            BufferReaper.release(&resized)
         }
-        // Like the decoded buffer, a large output is freed off this thread.
-        defer { BufferReaper.release(&upright.pixels) }
         timings.resizeMilliseconds += clock.lap()
         try cancel?.check()
-        let image = try Encoder.encode(upright, format: options.format, quality: quality,
-                                       progressive: options.progressive, chroma444: options.chroma444, cancel: cancel)
+        let image = try Encoder.encode(upright!, format: options.format, quality: quality, progressive: options.progressive,
+                                       chroma444: options.chroma444, cancel: cancel, allocator: allocator)
         timings.encodeMilliseconds += clock.lap()
         return image
     }
@@ -182,8 +212,9 @@ public struct ImagePipeline: Sendable {
         var clock = Stopwatch()
         return try? withBytes(bytes) { raw throws(ImagingError) -> (image: EncodedImage, timings: StageTimings)? in
             // A thumbnail is small by definition: one declaring more is not worth decoding.
-            let thumb = try JPEGDecoder(data: raw, limits: DecodeLimits(maxPixels: Self.maxThumbnailPixels,
-                                                                        maxInputBytes: raw.count, maxScans: 16), cancel: cancel)
+            var limits = Self.thumbnailLimits(raw.count)
+            limits.maxBufferBytes = self.limits.maxBufferBytes
+            let thumb = try JPEGDecoder(data: raw, limits: limits, cancel: cancel)
             let (tw, th) = (thumb.header.width, thumb.header.height)
             let aspect = Double(tw) / Double(th), expected = Double(header.width) / Double(header.height)
             guard abs(aspect / expected - 1) < 0.02 else { return nil }
@@ -196,11 +227,11 @@ public struct ImagePipeline: Sendable {
             let width = max(1, Int((Double(plan.storedOutputWidth) * factor).rounded()))
             let height = max(1, Int((Double(plan.storedOutputHeight) * factor).rounded()))
             let resized = try Resampler.resample(pixels, region: region, width: width, height: height,
-                                                 filter: .lanczos3, cancel: cancel)
-            let upright = header.orientation.apply(to: resized)
+                                                 filter: .lanczos3, cancel: cancel, allocator: allocator)
+            let upright = try header.orientation.apply(to: resized, allocator: allocator)
             timings.resizeMilliseconds = clock.lap()
             let image = try Encoder.encode(upright, format: options.format, quality: degradedQuality,
-                                           progressive: false, chroma444: options.chroma444)
+                                           progressive: false, chroma444: options.chroma444, allocator: allocator)
             timings.encodeMilliseconds = clock.lap()
             return (image, timings)
         }
@@ -229,6 +260,47 @@ extension ImagePipeline {
     /// Reads only the header (and EXIF) of a JPEG, checking the limits.
     public func header(of input: UnsafeRawBufferPointer) throws(ImagingError) -> JPEGHeader {
         try JPEGDecoder(data: input, limits: limits, cancel: nil).header
+    }
+}
+
+/// One resize whose JPEG header has been read and whose plan and peak memory are known,
+/// before any pixel memory has been allocated (see `ImagePipeline.prepare`).
+///
+/// Single use, on one thread at a time; it reads the input the pipeline was given, which
+/// must stay valid until `run` returns or the value is dropped.
+public final class PreparedResize {
+    public let plan: ResizePlan
+    /// An upper bound of the memory `run` will need at its peak, the input included.
+    public let memoryEstimate: MemoryEstimate
+    let pipeline: ImagePipeline
+    let decoder: JPEGDecoder
+    let options: ResizeOptions
+    let delivery: Delivery
+    let cancel: CancellationFlag?
+    private var hasRun = false
+
+    init(pipeline: ImagePipeline, decoder: JPEGDecoder, plan: ResizePlan, options: ResizeOptions, delivery: Delivery,
+         cancel: CancellationFlag?, estimate: MemoryEstimate) {
+        self.pipeline = pipeline
+        self.decoder = decoder
+        self.plan = plan
+        self.options = options
+        self.delivery = delivery
+        self.cancel = cancel
+        memoryEstimate = estimate
+    }
+
+    public var header: JPEGHeader { decoder.header }
+
+    /// Decodes, resizes and encodes, calling `emit` on this thread once per result, degraded
+    /// first; the last call has `isTerminal == true`. Call it once.
+    public func run(emit: (StageResult) throws(ImagingError) -> Void) throws(ImagingError) {
+        precondition(!hasRun, "a prepared resize runs once")
+        hasRun = true
+        // Owned here so that the big buffer is freed off this thread, whatever the outcome.
+        var decoded: PixelBuffer?
+        defer { BufferReaper.release(&decoded) }
+        try pipeline.run(self, decoded: &decoded, emit: emit)
     }
 }
 

@@ -11,6 +11,15 @@ public struct JPEGHeader: Sendable, Equatable {
     public var colorSpace: ColorSpace
     public var progressive: Bool
     public var arithmetic: Bool
+    /// Whether the image comes in several scans (progressive, or sequential with components
+    /// in separate scans): libjpeg then keeps every DCT coefficient of the image in memory.
+    public var multiScan: Bool
+    /// The size of that whole-image coefficient buffer, in bytes (needed only for multi-scan
+    /// images, and for progressive previews).
+    public var coefficientBytes: Int
+    /// The largest sampling factors among the components: an MCU is 8 × these pixels.
+    public var maxHorizontalSampling: Int
+    public var maxVerticalSampling: Int
     public var exif: EXIFMetadata
 
     public var orientation: Orientation { exif.orientation }
@@ -29,6 +38,7 @@ final class JPEGDecoder {
     private let data: UnsafeRawBufferPointer
     private let cancel: CancellationFlag?
     private let memoryLimit: Int
+    private let allocator: BufferAllocator
     private(set) var header: JPEGHeader
 
     /// Rows decoded per shim call: the cancellation checkpoint granularity in Swift.
@@ -38,23 +48,29 @@ final class JPEGDecoder {
     /// before libjpeg allocates anything proportional to the image.
     init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?) throws(ImagingError) {
         try JPEGDecoder.sniff(data, limits: limits)
-        guard let handle = ej_decoder_create(cancel?.storage, Int32(clamping: limits.maxScans), limits.maxDecoderMemory) else {
+        // libjpeg's whole-image buffers are one more large buffer: the per-buffer cap bounds them too.
+        let memoryLimit = min(limits.maxDecoderMemory, limits.maxBufferBytes)
+        guard let handle = ej_decoder_create(cancel?.storage, Int32(clamping: limits.maxScans), memoryLimit) else {
             throw ImagingError(.tooLarge, "out of memory creating a decoder")
         }
         self.handle = handle
-        self.memoryLimit = limits.maxDecoderMemory
+        self.memoryLimit = memoryLimit
+        allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
         self.data = data
         self.cancel = cancel
         var info = ej_info()
         let status = ej_read_header(handle, data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count, &info)
         header = JPEGHeader(width: 0, height: 0, components: 0, colorSpace: .gray, progressive: false,
-                            arithmetic: false, exif: EXIFMetadata())
+                            arithmetic: false, multiScan: false, coefficientBytes: 0, maxHorizontalSampling: 1,
+                            maxVerticalSampling: 1, exif: EXIFMetadata())
         try check(status)
         let exif = info.exif.map { EXIFMetadata(tiff: UnsafeRawBufferPointer(start: $0, count: info.exif_length)) }
         header = JPEGHeader(
             width: Int(info.width), height: Int(info.height), components: Int(info.components),
             colorSpace: JPEGDecoder.colorSpace(info.color), progressive: info.progressive != 0,
-            arithmetic: info.arithmetic != 0, exif: exif ?? EXIFMetadata())
+            arithmetic: info.arithmetic != 0, multiScan: info.multi_scan != 0,
+            coefficientBytes: Int(info.coefficient_bytes), maxHorizontalSampling: Int(info.max_h_samp),
+            maxVerticalSampling: Int(info.max_v_samp), exif: exif ?? EXIFMetadata())
         if let range = header.exif.thumbnail, let base = info.exif {
             thumbnail = Array(UnsafeBufferPointer(start: base + range.lowerBound, count: range.count))
         }
@@ -111,35 +127,20 @@ final class JPEGDecoder {
 
     private func readRows(width: Int, height: Int, channels: Int) throws(ImagingError) -> PixelBuffer {
         let stride = width * channels
-        var failure: ImagingError?
         // Uninitialised: the decoder writes every byte, and zero-filling 300 MB costs real time.
-        var pixels = [UInt8](unsafeUninitializedCapacity: stride * height) { buffer, count in
-            count = buffer.count
+        return try PixelBuffer.make(width: width, height: height, channels: channels, allocator: allocator,
+                                    what: "the decoded image") { (buffer) throws(ImagingError) in
             var row = 0
             while row < height {
-                if let cancel, cancel.isCancelled {
-                    failure = ImagingError(.cancelled, "cancelled")
-                    return
-                }
+                try cancel?.check()
                 var got: Int32 = 0
                 let want = Int32(min(JPEGDecoder.rowsPerChunk, height - row))
                 let status = ej_read_rows(handle, buffer.baseAddress! + row * stride, stride, want, &got)
-                if status != EJ_OK {
-                    failure = error(status)
-                    return
-                }
-                if got == 0 {
-                    failure = ImagingError(.truncated, "decoder produced no rows at row \(row) of \(height)")
-                    return
-                }
+                if status != EJ_OK { throw error(status) }
+                if got == 0 { throw ImagingError(.truncated, "decoder produced no rows at row \(row) of \(height)") }
                 row += Int(got)
             }
         }
-        if let failure {
-            BufferReaper.release(&pixels)
-            throw failure
-        }
-        return PixelBuffer(width: width, height: height, channels: channels, pixels: pixels)
     }
 
     private func check(_ status: ej_status) throws(ImagingError) {

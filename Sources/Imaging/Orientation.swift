@@ -26,13 +26,15 @@ public enum Orientation: Int, Sendable, CaseIterable {
     }
 
     /// Returns the image transformed to display upright. Done after resizing, where it is cheap.
-    public func apply(to image: PixelBuffer) -> PixelBuffer {
+    /// The new buffer comes from `allocator`.
+    public func apply(to image: PixelBuffer,
+                      allocator: BufferAllocator = BufferAllocator()) throws(ImagingError) -> PixelBuffer {
         if self == .up { return image }
         let w = image.width, h = image.height, c = image.channels
         let (ow, oh) = orientedSize(width: w, height: h)
-        var out = PixelBuffer(width: ow, height: oh, channels: c)
-        image.pixels.withUnsafeBufferPointer { src in
-            out.pixels.withUnsafeMutableBufferPointer { dst in
+        return try PixelBuffer.make(width: ow, height: oh, channels: c, allocator: allocator,
+                                    what: "the oriented image") { dst in
+            image.withUnsafeBufferPointer { src in
                 for y in 0..<oh {
                     for x in 0..<ow {
                         // Source pixel of displayed (x, y); see the EXIF definitions of 1…8.
@@ -53,6 +55,5 @@ public enum Orientation: Int, Sendable, CaseIterable {
                 }
             }
         }
-        return out
     }
 }

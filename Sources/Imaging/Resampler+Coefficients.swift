@@ -59,15 +59,8 @@ struct AxisCoefficients {
 
     init(inSize: Int, outSize: Int, filter: ResampleFilter) {
         let scale = Double(inSize) / Double(outSize)
-        let filterScale = max(scale, 1)
-        let inverseFilterScale = 1 / filterScale
-        let support = filter.support * filterScale
-        let windows = (0..<outSize).map { i in
-            let center = (Double(i) + 0.5) * scale
-            let lo = max(0, Int((center - support + 0.5).rounded(.down)))
-            let hi = min(inSize, Int((center + support + 0.5).rounded(.down)))
-            return lo..<hi
-        }
+        let inverseFilterScale = 1 / max(scale, 1)
+        let windows = (0..<outSize).map { Self.window($0, inSize: inSize, outSize: outSize, filter: filter) }
         let taps = windows.map(\.count).max()!
 
         var starts = [Int](repeating: 0, count: outSize)
@@ -102,5 +95,25 @@ struct AxisCoefficients {
         self.taps = taps
         self.starts = starts
         self.weights = weights
+    }
+
+    /// The input indices output `i`'s kernel covers, cut at the borders.
+    static func window(_ i: Int, inSize: Int, outSize: Int, filter: ResampleFilter) -> Range<Int> {
+        let scale = Double(inSize) / Double(outSize)
+        let support = filter.support * max(scale, 1)
+        let center = (Double(i) + 0.5) * scale
+        let lo = max(0, Int((center - support + 0.5).rounded(.down)))
+        let hi = min(inSize, Int((center + support + 0.5).rounded(.down)))
+        return lo..<hi
+    }
+
+    /// `taps` and the first and last window starts the initialiser would compute, without the
+    /// weights (for memory estimates).
+    static func shape(inSize: Int, outSize: Int, filter: ResampleFilter) -> (taps: Int, firstStart: Int, lastStart: Int) {
+        var taps = 0
+        for i in 0..<outSize { taps = max(taps, window(i, inSize: inSize, outSize: outSize, filter: filter).count) }
+        let first = window(0, inSize: inSize, outSize: outSize, filter: filter).lowerBound
+        let last = window(outSize - 1, inSize: inSize, outSize: outSize, filter: filter).lowerBound
+        return (taps, min(first, inSize - taps), min(last, inSize - taps))
     }
 }

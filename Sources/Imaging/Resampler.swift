@@ -36,16 +36,18 @@ public enum Resampler {
     /// `width`×`height` pixels with `filter`, keeping the channel count.
     ///
     /// Synchronous, on the calling thread, and free of shared state: safe to call from
-    /// several threads at once. Allocates the output, the filter tables and one intermediate
-    /// buffer; the caller bounds the output size. Checks `cancel` before starting and then
-    /// between runs of rows (about every 0.1 ms of work); once it is set, throws
-    /// `ImagingError.cancelled` and returns no image.
+    /// several threads at once. Allocates the output and one intermediate buffer from
+    /// `allocator`, and the filter tables; the caller bounds the output size. Checks `cancel`
+    /// before starting and then between runs of rows (about every 0.1 ms of work); once it
+    /// is set, throws `ImagingError.cancelled` and returns no image.
     ///
     /// - Throws: `.invalidArgument` if `width` or `height` is below 1 (or their product
-    ///   overflows), or `region` is empty or not inside `source`; `.cancelled`.
+    ///   overflows), or `region` is empty or not inside `source`; `.cancelled`; `.tooLarge`
+    ///   when a buffer cannot be allocated.
     public static func resample(
         _ source: PixelBuffer, region: PixelRect? = nil, width: Int, height: Int,
-        filter: ResampleFilter = .lanczos3, cancel: CancellationFlag? = nil
+        filter: ResampleFilter = .lanczos3, cancel: CancellationFlag? = nil,
+        allocator: BufferAllocator = BufferAllocator()
     ) throws(ImagingError) -> PixelBuffer {
         let region = region ?? PixelRect(x: 0, y: 0, width: source.width, height: source.height)
         try validate(source: source, region: region, width: width, height: height)
@@ -56,16 +58,15 @@ public enum Resampler {
         let xs = width == region.width ? nil : AxisCoefficients(inSize: region.width, outSize: width, filter: filter)
         let ys = height == region.height
             ? nil : AxisCoefficients(inSize: region.height, outSize: height, filter: filter)
-        guard xs != nil || ys != nil else { return crop(source, to: region) }
+        guard xs != nil || ys != nil else { return try crop(source, to: region, allocator: allocator) }
 
-        let job = Job(source: source, region: region, width: width, height: height, xs: xs, ys: ys, cancel: cancel)
-        let pixels: [UInt8]
+        let job = Job(source: source, region: region, width: width, height: height, xs: xs, ys: ys, cancel: cancel,
+                      allocator: allocator)
         switch source.channels {
-        case 1: pixels = try job.run(GrayLayout.self)
-        case 3: pixels = try job.run(RGBLayout.self)
-        default: pixels = try job.run(RGBALayout.self)
+        case 1: return try job.run(GrayLayout.self)
+        case 3: return try job.run(RGBLayout.self)
+        default: return try job.run(RGBALayout.self)
         }
-        return PixelBuffer(width: width, height: height, channels: source.channels, pixels: pixels)
     }
 
     static func validate(source: PixelBuffer, region: PixelRect, width: Int, height: Int) throws(ImagingError) {
@@ -86,15 +87,18 @@ public enum Resampler {
         }
     }
 
-    static func crop(_ source: PixelBuffer, to region: PixelRect) -> PixelBuffer {
+    static func crop(_ source: PixelBuffer, to region: PixelRect, allocator: BufferAllocator) throws(ImagingError) -> PixelBuffer {
         if region == PixelRect(x: 0, y: 0, width: source.width, height: source.height) { return source }
-        var pixels: [UInt8] = []
-        pixels.reserveCapacity(region.width * region.height * source.channels)
-        for y in region.y..<(region.y + region.height) {
-            let start = (y * source.width + region.x) * source.channels
-            pixels.append(contentsOf: source.pixels[start..<(start + region.width * source.channels)])
+        let c = source.channels, rowLength = region.width * c
+        return try PixelBuffer.make(width: region.width, height: region.height, channels: c, allocator: allocator,
+                                    what: "the cropped image") { out in
+            source.withUnsafeBufferPointer { pixels in
+                for row in 0..<region.height {
+                    let start = ((region.y + row) * source.width + region.x) * c
+                    (out.baseAddress! + row * rowLength).update(from: pixels.baseAddress! + start, count: rowLength)
+                }
+            }
         }
-        return PixelBuffer(width: region.width, height: region.height, channels: source.channels, pixels: pixels)
     }
 }
 
@@ -111,51 +115,47 @@ extension Resampler {
         let xs: AxisCoefficients?
         let ys: AxisCoefficients?
         let cancel: CancellationFlag?
+        let allocator: BufferAllocator
 
-        func run<Layout: PixelLayout>(_: Layout.Type) throws(ImagingError) -> [UInt8] {
+        func run<Layout: PixelLayout>(_: Layout.Type) throws(ImagingError) -> PixelBuffer {
             let horizontal = xs.map { HorizontalTaps<Layout>($0) }
             let vertical = ys.map(VerticalTaps.init)
             // Uninitialised: the passes write every sample, and zero-filling hundreds of
             // megabytes up front would be work that no cancellation check can interrupt.
-            var pixels = [UInt8](unsafeUninitializedCapacity: width * height * Layout.channels) { $1 = $0.count }
             // A cancelled job frees its buffers off this thread (see BufferReaper).
-            do throws(ImagingError) {
-                try fill(&pixels, Layout.self, horizontal, vertical)
-            } catch {
-                BufferReaper.release(&pixels)
-                throw error
+            return try PixelBuffer.make(width: width, height: height, channels: Layout.channels, allocator: allocator,
+                                        what: "the resized image") { (dst) throws(ImagingError) in
+                try fill(dst, Layout.self, horizontal, vertical)
             }
-            return pixels
         }
 
         private func fill<Layout: PixelLayout>(
-            _ pixels: inout [UInt8], _: Layout.Type, _ horizontal: HorizontalTaps<Layout>?, _ vertical: VerticalTaps?
+            _ dst: UnsafeMutableBufferPointer<UInt8>, _: Layout.Type, _ horizontal: HorizontalTaps<Layout>?,
+            _ vertical: VerticalTaps?
         ) throws(ImagingError) {
-            try source.pixels.withUnsafeBufferPointer { (src) throws(ImagingError) in
-                try pixels.withUnsafeMutableBufferPointer { (dst) throws(ImagingError) in
-                    let input = Plane(samples: src, origin: (region.y * source.width + region.x) * Layout.channels,
-                                      stride: source.width * Layout.channels)
-                    let output = MutablePlane(samples: dst.baseAddress!, stride: width * Layout.channels)
-                    switch (horizontal, vertical) {
-                    case let (xs?, ys?):
-                        if verticalFirstIsCheaper(xs, ys) {
-                            try resampleVerticalFirst(xs, ys, from: input, to: output)
-                        } else {
-                            try resampleHorizontalFirst(xs, ys, from: input, to: output)
-                        }
-                    case let (xs?, nil):
-                        try forEachRun(of: 0..<height, workPerRow: xs.workPerRow) { rows in
-                            horizontalPass(xs, rows: rows, from: input, to: output.advanced(by: rows.lowerBound))
-                        }
-                    case let (nil, ys?):
-                        let rowLength = width * Layout.channels
-                        try forEachRun(of: 0..<height, workPerRow: rowLength * ys.workPerSample) { rows in
-                            verticalPass(ys, rows: rows, from: input, firstInputRow: 0, rowLength: rowLength,
-                                         to: output.advanced(by: rows.lowerBound))
-                        }
-                    case (nil, nil):
-                        preconditionFailure("an unchanged size is a crop")
+            try source.withUnsafeBufferPointer { (src) throws(ImagingError) in
+                let input = Plane(samples: src, origin: (region.y * source.width + region.x) * Layout.channels,
+                                  stride: source.width * Layout.channels)
+                let output = MutablePlane(samples: dst.baseAddress!, stride: width * Layout.channels)
+                switch (horizontal, vertical) {
+                case let (xs?, ys?):
+                    if verticalFirstIsCheaper(xs, ys) {
+                        try resampleVerticalFirst(xs, ys, from: input, to: output)
+                    } else {
+                        try resampleHorizontalFirst(xs, ys, from: input, to: output)
                     }
+                case let (xs?, nil):
+                    try forEachRun(of: 0..<height, workPerRow: xs.workPerRow) { rows in
+                        horizontalPass(xs, rows: rows, from: input, to: output.advanced(by: rows.lowerBound))
+                    }
+                case let (nil, ys?):
+                    let rowLength = width * Layout.channels
+                    try forEachRun(of: 0..<height, workPerRow: rowLength * ys.workPerSample) { rows in
+                        verticalPass(ys, rows: rows, from: input, firstInputRow: 0, rowLength: rowLength,
+                                     to: output.advanced(by: rows.lowerBound))
+                    }
+                case (nil, nil):
+                    preconditionFailure("an unchanged size is a crop")
                 }
             }
         }
@@ -170,9 +170,9 @@ extension Resampler {
 
 extension Resampler.Job {
     func verticalFirstIsCheaper<Layout>(_ xs: HorizontalTaps<Layout>, _ ys: VerticalTaps) -> Bool {
-        let horizontalFirst = ys.inputRows.count * xs.workPerRow + height * width * Layout.channels * ys.workPerSample
-        let verticalFirst = height * region.width * Layout.channels * ys.workPerSample + height * xs.workPerRow
-        return verticalFirst <= horizontalFirst
+        Resampler.verticalFirstIsCheaper(inputRows: ys.inputRows.count, horizontalWorkPerRow: xs.workPerRow,
+                                         verticalWorkPerSample: ys.workPerSample, regionWidth: region.width,
+                                         width: width, height: height, channels: Layout.channels)
     }
 
     /// Vertical first, in strips: each run of output rows is filtered vertically at the input
@@ -182,9 +182,12 @@ extension Resampler.Job {
     ) throws(ImagingError) {
         let rowLength = region.width * Layout.channels
         let stripRows = rowsPerRun(workPerRow: rowLength * ys.workPerSample + xs.workPerRow)
-        // The last row has room for the horizontal kernel's over-read.
-        var strip = [Int16](repeating: 0, count: (stripRows - 1) * rowLength + max(rowLength, xs.readSpan))
-        try strip.withUnsafeMutableBufferPointer { (buffer) throws(ImagingError) in
+        // The last row has room for the horizontal kernel's over-read, which must read
+        // initialised samples: the strip is zero-filled (it is small).
+        let count = (stripRows - 1) * rowLength + max(rowLength, xs.readSpan)
+        let memory = try allocator.allocate(count, of: Int16.self, for: "the resampler's strip")
+        try memory.withMemory(as: Int16.self) { (buffer) throws(ImagingError) in
+            buffer.initialize(repeating: 0)
             let stripOut = MutablePlane(samples: buffer.baseAddress!, stride: rowLength)
             let stripIn = Plane(samples: UnsafeBufferPointer(buffer), origin: 0, stride: rowLength)
             try forEachRun(of: 0..<height, rowsPerRun: stripRows) { rows in
@@ -202,9 +205,10 @@ extension Resampler.Job {
         let inputRows = ys.inputRows
         let rowLength = width * Layout.channels
         // Uninitialised for the same reason as the output: the horizontal pass writes every row.
-        var intermediate = [Int16](unsafeUninitializedCapacity: inputRows.count * rowLength) { $1 = $0.count }
-        defer { BufferReaper.release(&intermediate) }
-        try intermediate.withUnsafeMutableBufferPointer { (buffer) throws(ImagingError) in
+        let memory = try allocator.allocate(inputRows.count * rowLength, of: Int16.self,
+                                            for: "the resampler's intermediate (\(rowLength / Layout.channels)×\(inputRows.count))")
+        defer { BufferReaper.release(memory) }
+        try memory.withMemory(as: Int16.self) { (buffer) throws(ImagingError) in
             let filteredOut = MutablePlane(samples: buffer.baseAddress!, stride: rowLength)
             try forEachRun(of: inputRows, workPerRow: xs.workPerRow) { rows in
                 horizontalPass(xs, rows: rows, from: input,
@@ -224,11 +228,9 @@ extension Resampler.Job {
 // cannot be interrupted, so it is what bounds the delay between cancel and throw.
 
 extension Resampler.Job {
-    /// Multiply-adds per run: about 0.1 ms of work.
-    static let cancellationWork = 1 << 20
 
     func rowsPerRun(workPerRow: Int) -> Int {
-        max(1, min(16, Self.cancellationWork / max(1, workPerRow)))
+        Resampler.rowsPerRun(workPerRow: workPerRow)
     }
 
     func forEachRun(of rows: Range<Int>, workPerRow: Int, _ body: (Range<Int>) -> Void) throws(ImagingError) {
@@ -243,5 +245,67 @@ extension Resampler.Job {
             body(run)
             first = run.upperBound
         }
+    }
+}
+
+// The same decisions as plain arithmetic, shared by a job and by `workingBytes`, so that a
+// memory estimate counts the buffer the run will really allocate.
+
+extension Resampler {
+    /// Multiply-adds per run: about 0.1 ms of work.
+    static let cancellationWork = 1 << 20
+
+    static func rowsPerRun(workPerRow: Int) -> Int {
+        max(1, min(16, cancellationWork / max(1, workPerRow)))
+    }
+
+    static func verticalFirstIsCheaper(inputRows: Int, horizontalWorkPerRow: Int, verticalWorkPerSample: Int,
+                                       regionWidth: Int, width: Int, height: Int, channels: Int) -> Bool {
+        let horizontalFirst = inputRows * horizontalWorkPerRow + height * width * channels * verticalWorkPerSample
+        let verticalFirst = height * regionWidth * channels * verticalWorkPerSample + height * horizontalWorkPerRow
+        return verticalFirst <= horizontalFirst
+    }
+
+    /// What `resample` allocates besides its output for a `regionWidth`×`regionHeight`
+    /// region resized to `width`×`height`, in bytes: the buffer between the passes (decided as
+    /// `resample` decides) and the filter tables, with room for the arrays' own overhead.
+    public static func workingBytes(regionWidth: Int, regionHeight: Int, width: Int, height: Int, channels: Int,
+                                    filter: ResampleFilter) -> Int {
+        let groupPixels = switch channels {
+        case 1: GrayLayout.groupPixels
+        case 3: RGBLayout.groupPixels
+        default: RGBALayout.groupPixels
+        }
+        let resizesX = width != regionWidth, resizesY = height != regionHeight
+        guard resizesX || resizesY else { return 0 }  // a crop
+        var tables = 64 << 10
+        var horizontalWorkPerRow = 0, readSpan = 0
+        if resizesX {
+            let x = AxisCoefficients.shape(inSize: regionWidth, outSize: width, filter: filter)
+            let groupCount = (x.taps + 2 * groupPixels - 1) / (2 * groupPixels)
+            horizontalWorkPerRow = width * groupCount * 32
+            readSpan = (x.lastStart + (2 * groupCount - 1) * groupPixels) * channels + 16
+            // Windows, starts and Int16 weights, then the SIMD weights; a padded row.
+            tables += width * (16 + 8 + 2 * x.taps + groupCount * 64) + 2 * readSpan
+        }
+        var inputRows = 0, verticalWorkPerSample = 0
+        if resizesY {
+            let y = AxisCoefficients.shape(inSize: regionHeight, outSize: height, filter: filter)
+            inputRows = y.lastStart + y.taps - y.firstStart
+            verticalWorkPerSample = 2 * ((y.taps + 1) / 2)
+            tables += height * (16 + 8 + 2 * y.taps + 16 * ((y.taps + 1) / 2))
+        }
+        guard resizesX && resizesY else { return tables }  // one pass, no intermediate
+        let intermediate: Int
+        if verticalFirstIsCheaper(inputRows: inputRows, horizontalWorkPerRow: horizontalWorkPerRow,
+                                  verticalWorkPerSample: verticalWorkPerSample, regionWidth: regionWidth,
+                                  width: width, height: height, channels: channels) {
+            let rowLength = regionWidth * channels
+            let stripRows = rowsPerRun(workPerRow: rowLength * verticalWorkPerSample + horizontalWorkPerRow)
+            intermediate = (stripRows - 1) * rowLength + max(rowLength, readSpan)
+        } else {
+            intermediate = inputRows * width * channels
+        }
+        return tables + intermediate * MemoryLayout<Int16>.stride
     }
 }

@@ -18,10 +18,13 @@ final class FakeBroker {
     private var poller = Poller()
     var answersHeartbeats = true
 
-    init(endpoint: String) throws {
+    /// `receiveHighWaterMark` lowers the ROUTER's inbound queue, so that a broker that stops
+    /// receiving soon pushes back on the worker.
+    init(endpoint: String, receiveHighWaterMark: Int32? = nil) throws {
         context = try Context()
         router = try Socket(context, .router)
         try router.set(.routerMandatory(true))
+        if let receiveHighWaterMark { try router.set(.receiveHighWaterMark(receiveHighWaterMark)) }
         try router.bind(endpoint)
         poller.register(router)
     }

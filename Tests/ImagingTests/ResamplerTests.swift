@@ -117,14 +117,14 @@ final class ResamplerTests: XCTestCase {
                                 pixels: Array(repeatElement(row, count: height).joined()))
         for (w, h) in [(97, 5), (700, 9), (13, 2), (256, 3)] {
             for filter in [ResampleFilter.lanczos3, .triangle] {
-                let out = try Resampler.resample(image, width: w, height: h, filter: filter)
+                let out = try Resampler.resample(image, width: w, height: h, filter: filter).pixels
                 for y in 0..<h {
                     for x in 1..<w {
                         let previous = (y * w + x - 1) * 3, current = (y * w + x) * 3
                         let label = "\(w)×\(h) \(filter) at (\(x), \(y))"
-                        XCTAssertLessThanOrEqual(out.pixels[previous], out.pixels[current], label)
-                        XCTAssertLessThanOrEqual(out.pixels[previous + 1], out.pixels[current + 1], label)
-                        XCTAssertGreaterThanOrEqual(out.pixels[previous + 2], out.pixels[current + 2], label)
+                        XCTAssertLessThanOrEqual(out[previous], out[current], label)
+                        XCTAssertLessThanOrEqual(out[previous + 1], out[current + 1], label)
+                        XCTAssertGreaterThanOrEqual(out[previous + 2], out[current + 2], label)
                     }
                 }
             }
@@ -254,6 +254,7 @@ final class ResamplerTests: XCTestCase {
                    _ filter: ResampleFilter) -> [UInt8] {
         let region = region ?? PixelRect(x: 0, y: 0, width: image.width, height: image.height)
         let c = image.channels
+        let pixels = image.pixels
         var rows = [Double](repeating: 0, count: region.height * width * c)
         for y in 0..<region.height {
             let rowStart = ((region.y + y) * image.width + region.x) * c
@@ -261,7 +262,7 @@ final class ResamplerTests: XCTestCase {
                 for ch in 0..<c {
                     var sum = 0.0
                     for (k, w) in weights.enumerated() {
-                        sum += w * Double(image.pixels[rowStart + (first + k) * c + ch])
+                        sum += w * Double(pixels[rowStart + (first + k) * c + ch])
                     }
                     rows[(y * width + x) * c + ch] = sum
                 }
@@ -315,8 +316,9 @@ final class ResamplerTests: XCTestCase {
                                 _ filter: ResampleFilter, _ label: String, checkMean: Bool = true,
                                 line: UInt = #line) {
         let expected = reference(image, region, out.width, out.height, filter)
+        let actual = out.pixels
         var worst = 0, worstIndex = 0, bias = 0
-        for (i, (a, b)) in zip(out.pixels, expected).enumerated() {
+        for (i, (a, b)) in zip(actual, expected).enumerated() {
             let difference = Int(a) - Int(b)
             bias += difference
             if abs(difference) > worst {
@@ -325,10 +327,10 @@ final class ResamplerTests: XCTestCase {
             }
         }
         XCTAssertLessThanOrEqual(
-            worst, 1, "\(label): sample \(worstIndex) is \(out.pixels[worstIndex]), reference \(expected[worstIndex])",
+            worst, 1, "\(label): sample \(worstIndex) is \(actual[worstIndex]), reference \(expected[worstIndex])",
             line: line)
-        if checkMean && out.pixels.count >= 200 {
-            XCTAssertLessThan(abs(Double(bias) / Double(out.pixels.count)), 0.05, "\(label): mean difference",
+        if checkMean && actual.count >= 200 {
+            XCTAssertLessThan(abs(Double(bias) / Double(actual.count)), 0.05, "\(label): mean difference",
                               line: line)
         }
     }
@@ -341,7 +343,7 @@ final class ResamplerTests: XCTestCase {
         let job = Resampler.Job(
             source: PixelBuffer(width: source.0, height: source.1, channels: 3),
             region: PixelRect(x: 0, y: 0, width: source.0, height: source.1),
-            width: output.0, height: output.1, xs: xs, ys: ys, cancel: nil)
+            width: output.0, height: output.1, xs: xs, ys: ys, cancel: nil, allocator: BufferAllocator())
         return job.verticalFirstIsCheaper(HorizontalTaps<RGBLayout>(xs), VerticalTaps(ys))
     }
 

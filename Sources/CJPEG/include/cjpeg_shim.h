@@ -38,6 +38,10 @@ typedef struct {
     int progressive;         // 1 for multi-scan (SOF2/SOF10)
     int arithmetic;          // 1 for arithmetic coding (SOF9/SOF10)
     int adobe_marker;        // 1 if an Adobe APP14 marker was seen (CMYK is then stored inverted)
+    int multi_scan;          // 1 if the components span several scans (libjpeg then buffers all coefficients)
+    int max_h_samp;          // largest sampling factors: an MCU is 8*max_h_samp x 8*max_v_samp pixels
+    int max_v_samp;
+    size_t coefficient_bytes; // size of libjpeg's whole-image coefficient buffer, when it needs one
     const uint8_t *exif;     // the first APP1 "Exif\0\0" payload after its 6-byte header, or NULL
     size_t exif_length;      // valid while the decoder lives
 } ej_info;
@@ -81,11 +85,13 @@ ej_status ej_finish_output_pass(ej_decoder *dec);
 const char *ej_message(const ej_decoder *dec);
 
 /// Encodes interleaved 8-bit pixels (1 channel = grayscale, 3 = RGB) to a JPEG in memory.
-/// On success `*out` holds `*out_length` bytes to be released with `ej_free`. `cancel_flag`
-/// (may be NULL) is polled every 16 rows.
+/// On success `*out` holds `*out_length` bytes from malloc, to be released with `ej_free`
+/// (or `free`). `cancel_flag` (may be NULL) is polled every 16 rows. `max_memory` (0 = no
+/// bound) bounds the output buffer and libjpeg's whole-image buffers (progressive output):
+/// beyond it encoding fails with EJ_ERR_NO_MEMORY, as it does when malloc fails.
 ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, int quality,
-                    int progressive, int chroma_444, const int32_t *cancel_flag, uint8_t **out,
-                    unsigned long *out_length, char *message, size_t message_capacity);
+                    int progressive, int chroma_444, const int32_t *cancel_flag, size_t max_memory,
+                    uint8_t **out, unsigned long *out_length, char *message, size_t message_capacity);
 void ej_free(void *pointer);
 
 int32_t ej_atomic_load(const int32_t *p);

@@ -1,0 +1,151 @@
+import EnlargerProtocol
+import Imaging
+
+// Jobs: from the broker's Job to the one terminal frame. A job is `preparing` while its
+// thread reads the header, `waitingForMemory` once estimated, `running` once admitted, and
+// then either sends its terminal result (`terminalSent`) or is cancelled (`cancelling`,
+// answered with JobCancelled when its thread returns). Whatever the phase, the job is
+// forgotten only when its thread returns (`jobEnded`). Its share of the budget is given back
+// (and the next waiting jobs admitted) a little later, when the buffers its run handed to
+// the reaper have really been freed (`jobMemoryFreed`).
+
+extension WorkerCore {
+    /// A job thread read the header: the job needs `estimate` at its peak.
+    mutating func jobEstimated(_ token: JobToken, _ estimate: MemoryEstimate) -> [Action] {
+        guard let job = jobs[token], !job.abandoned, job.phase == .preparing else { return [] }
+        var actions: [Action] = []
+        guard admission.enqueue(token, bytes: estimate.bytes) else {
+            // It can never fit: fail it now, from its header, and release its thread.
+            jobs[token]!.phase = .terminalSent
+            let budget = ByteCount(configuration.memoryBudget)
+            sendFailed(job.key, .tooLarge, "the image needs \(estimate), more than this worker's whole memory "
+                       + "budget of \(budget), so it can never run here", &actions)
+            actions.append(.cancel(job.control))
+            actions.append(.report(.tooLargeForBudget(job.key, bytes: estimate.bytes)))
+            return actions
+        }
+        jobs[token]!.phase = .waitingForMemory
+        admitWaitingJobs(&actions)
+        if jobs[token]?.phase == .waitingForMemory {
+            actions.append(.report(.waitingForMemory(job.key, bytes: estimate.bytes, inUse: admission.inUse)))
+        }
+        return actions
+    }
+
+    /// A job thread posted a result. Sent only while the job runs and is not cancelled.
+    mutating func jobResult(_ token: JobToken, _ output: StageOutput<Payload>) -> [Action] {
+        guard let job = jobs[token], !job.abandoned, job.phase == .running else { return [] }
+        if output.isTerminal { jobs[token]!.phase = .terminalSent }
+        var result = Enlarger_V1_JobResult()
+        result.jobID = job.key.jobID
+        result.attempt = job.key.attempt
+        result.stage = Enlarger_V1_Stage(output.stage)
+        result.width = UInt32(output.width)
+        result.height = UInt32(output.height)
+        result.format = Enlarger_V1_ImageFormat(output.format)
+        result.terminal = output.isTerminal
+        return [.send(.jobResult(result, image: output.image))]
+    }
+
+    /// A job thread returned: the job is forgotten and its terminal frame sent if it has not
+    /// been yet. Its memory stays reserved until `jobMemoryFreed`.
+    mutating func jobEnded(_ token: JobToken, _ outcome: JobOutcome) -> [Action] {
+        guard let job = jobs.removeValue(forKey: token) else { return [] }
+        var actions: [Action] = []
+        if tokens[job.key] == token { tokens[job.key] = nil }
+        if job.phase == .waitingForMemory { admission.withdraw(token) }
+        if job.reserved > 0 { freeing[token] = job.reserved }
+        if !job.abandoned {
+            switch (job.phase, outcome) {
+            case (.terminalSent, _):
+                break
+            case (.cancelling, _):
+                var cancelled = Enlarger_V1_JobCancelled()
+                cancelled.jobID = job.key.jobID
+                cancelled.attempt = job.key.attempt
+                actions.append(.send(.jobCancelled(cancelled)))
+            case (_, .failed(let error)):
+                sendFailed(job.key, Enlarger_V1_ErrorCode(error.code), error.message, &actions)
+            case (_, .completed):
+                sendFailed(job.key, .internal, "the pipeline ended without a terminal result", &actions)
+            }
+        }
+        if !isStopped { admitWaitingJobs(&actions) }
+        return actions
+    }
+
+    /// Everything the job's run released has been freed: its share of the budget is free.
+    mutating func jobMemoryFreed(_ token: JobToken) -> [Action] {
+        guard let bytes = freeing.removeValue(forKey: token) else { return [] }
+        admission.release(bytes)
+        var actions: [Action] = []
+        if !isStopped { admitWaitingJobs(&actions) }
+        return actions
+    }
+
+    // MARK: - From the broker
+
+    mutating func startJob(_ job: Enlarger_V1_Job, image: Payload, _ actions: inout [Action]) {
+        let key = JobKey(jobID: job.jobID, attempt: job.attempt)
+        guard tokens[key] == nil else {
+            actions.append(.report(.duplicateJob(key)))
+            return
+        }
+        var started = Enlarger_V1_JobStarted()
+        started.jobID = key.jobID
+        started.attempt = key.attempt
+        actions.append(.send(.jobStarted(started)))
+        let options: ResizeOptions, delivery: Imaging.Delivery
+        do throws(ImagingError) {
+            options = try ResizeOptions(job.spec)
+            delivery = try Imaging.Delivery(job.delivery)
+        } catch {
+            sendFailed(key, Enlarger_V1_ErrorCode(error.code), error.message, &actions)
+            return
+        }
+        lastToken += 1
+        let control = JobControl()
+        jobs[lastToken] = Job(key: key, control: control)
+        tokens[key] = lastToken
+        actions.append(.startJob(JobStart(token: lastToken, key: key, image: image, options: options,
+                                          delivery: delivery, control: control)))
+    }
+
+    /// `CancelJob`: stop the job and send nothing more for it but `JobCancelled`. Ignored for
+    /// a job that is unknown, already cancelling, or whose terminal frame went out.
+    mutating func cancelJob(_ key: JobKey, _ actions: inout [Action]) {
+        guard let token = tokens[key], let job = jobs[token] else { return }
+        switch job.phase {
+        case .cancelling, .terminalSent:
+            return
+        case .waitingForMemory:
+            admission.withdraw(token)
+        case .preparing, .running:
+            break
+        }
+        jobs[token]!.phase = .cancelling
+        actions.append(.cancel(job.control))
+        actions.append(.report(.cancelling(key)))
+        // Withdrawing the head of the queue may let the jobs behind it in.
+        admitWaitingJobs(&actions)
+    }
+
+    // MARK: - Helpers
+
+    private mutating func admitWaitingJobs(_ actions: inout [Action]) {
+        for (token, bytes) in admission.admitReady() {
+            jobs[token]!.phase = .running
+            jobs[token]!.reserved = bytes
+            actions.append(.admit(jobs[token]!.control))
+        }
+    }
+
+    private func sendFailed(_ key: JobKey, _ code: Enlarger_V1_ErrorCode, _ message: String, _ actions: inout [Action]) {
+        var failed = Enlarger_V1_JobFailed()
+        failed.jobID = key.jobID
+        failed.attempt = key.attempt
+        failed.code = code
+        failed.message = message
+        actions.append(.send(.jobFailed(failed)))
+    }
+}

@@ -1,0 +1,208 @@
+import EnlargerProtocol
+import Imaging
+
+/// The worker's decisions as a pure state machine: no sockets, no clock, no threads.
+///
+/// Feed it what happened — a message from the broker, mail from a job thread, the time
+/// (`tick`) — and it returns the `WorkerAction`s to perform, in order. `WorkerLoop` is the
+/// poll-and-perform loop around it; tests drive it directly with a hand-made clock.
+///
+/// Rules, each enforced here and nowhere else:
+/// - **Registration and liveness.** Every new connection starts with `Ready{capacity}`; a
+///   heartbeat goes out every interval; after `missedHeartbeats` intervals without a word
+///   from the broker, or on its `Disconnect`, every job is abandoned without a word about it
+///   and the worker registers again: at once after silence, one interval later after
+///   `Disconnect`.
+/// - **Frames per job.** `JobStarted`, then the results the delivery asks for, then exactly
+///   one terminal frame per attempt (a terminal `JobResult`, `JobFailed` or `JobCancelled`),
+///   then nothing. Once a `CancelJob` has reached the core, nothing but `JobCancelled` is sent
+///   for the job, when its thread has stopped. A `Job` the worker already runs is ignored.
+/// - **Memory.** A job's thread reads the header and reports the estimated peak before it
+///   allocates pixel memory; the job then waits, first come first served, until the budget
+///   has room (see `MemoryAdmission`), and fails at once with `TOO_LARGE` when its estimate
+///   exceeds the whole budget. A job keeps its share until its thread has returned and the
+///   buffers it freed off-thread are gone, abandoned jobs included: until then the memory is
+///   still in use.
+///
+/// Not thread-safe: one thread (the loop's) owns it.
+struct WorkerCore<Payload: FrameBytes> {
+    typealias Action = WorkerAction<Payload>
+    typealias Instant = ContinuousClock.Instant
+
+    struct Configuration {
+        var capacity: Int
+        var name: String
+        var pid: UInt32
+        var heartbeatInterval: Duration
+        var missedHeartbeats: Int
+        var memoryBudget: Int
+
+        var silenceLimit: Duration { heartbeatInterval * missedHeartbeats }
+    }
+
+    /// The current connection's timers.
+    struct Connection {
+        var lastHeard: Instant
+        var nextHeartbeat: Instant
+    }
+
+    enum Phase: Equatable {
+        /// The job thread is reading the header; nothing is reserved yet.
+        case preparing
+        /// Estimated and queued for memory.
+        case waitingForMemory
+        /// Admitted: its estimate is reserved and results may be sent.
+        case running
+        /// `CancelJob` arrived; nothing more is sent until `JobCancelled`.
+        case cancelling
+        /// The terminal frame went out; the job thread is finishing.
+        case terminalSent
+    }
+
+    struct Job {
+        let key: JobKey
+        let control: JobControl
+        var phase: Phase = .preparing
+        /// The estimate reserved in `admission` while admitted.
+        var reserved = 0
+        /// The connection it came on was replaced: nothing more is sent about it.
+        var abandoned = false
+    }
+
+    // State. Internal rather than private only so that WorkerCore+Jobs.swift can reach it;
+    // nothing outside the core writes it.
+    let configuration: Configuration
+    private(set) var connection: Connection?
+    /// When to register again after a broker `Disconnect`.
+    private(set) var reconnectAt: Instant?
+    private(set) var isStopped = false
+    /// Jobs whose thread has not returned, abandoned ones included.
+    var jobs: [JobToken: Job] = [:]
+    /// Live (not abandoned) jobs by their wire key.
+    var tokens: [JobKey: JobToken] = [:]
+    var lastToken: JobToken = 0
+    var admission: MemoryAdmission
+    /// Reservations of jobs whose threads returned, until their freed buffers are gone.
+    var freeing: [JobToken: Int] = [:]
+
+    init(configuration: Configuration) {
+        self.configuration = configuration
+        admission = MemoryAdmission(budget: configuration.memoryBudget)
+    }
+
+    // MARK: - Introspection
+
+    /// The estimated peak memory of the jobs admitted whose buffers are not all freed yet.
+    var memoryInUse: Int { admission.inUse }
+    /// Jobs waiting for memory.
+    var jobsWaitingForMemory: Int { admission.waitingCount }
+
+    /// When `tick` next has something to do: a heartbeat, the silence limit, a reconnect.
+    var nextDeadline: Instant? {
+        guard !isStopped else { return nil }
+        let timers = [connection?.nextHeartbeat, connection.map { $0.lastHeard + configuration.silenceLimit }, reconnectAt]
+        return timers.compactMap { $0 }.min()
+    }
+
+    // MARK: - Events
+
+    /// The service starts: connect and register.
+    mutating func start(now: Instant) -> [Action] {
+        var actions: [Action] = []
+        connect(now: now, &actions)
+        return actions
+    }
+
+    /// Time passed. Call it after every wakeup.
+    mutating func tick(now: Instant) -> [Action] {
+        guard !isStopped else { return [] }
+        var actions: [Action] = []
+        if let due = reconnectAt, now >= due {
+            reconnectAt = nil
+            connect(now: now, &actions)
+        }
+        guard let current = connection else { return actions }
+        let silence = now - current.lastHeard
+        if silence >= configuration.silenceLimit {
+            let abandoned = abandonAll(&actions)
+            actions.append(.report(.brokerSilent(silence, abandoned: abandoned)))
+            connect(now: now, &actions)
+        } else if now >= current.nextHeartbeat {
+            actions.append(.send(.heartbeat))
+            let next = now + configuration.heartbeatInterval
+            connection?.nextHeartbeat = next
+        }
+        return actions
+    }
+
+    /// A message arrived on the current connection.
+    mutating func received(_ message: BrokerToWorkerMessage<Payload>, now: Instant) -> [Action] {
+        guard !isStopped, connection != nil else { return [] }
+        connection?.lastHeard = now
+        var actions: [Action] = []
+        switch message {
+        case .job(let job, let image):
+            startJob(job, image: image, &actions)
+        case .cancelJob(let cancel):
+            cancelJob(JobKey(jobID: cancel.jobID, attempt: cancel.attempt), &actions)
+        case .heartbeat:
+            break
+        case .disconnect:
+            let abandoned = abandonAll(&actions)
+            actions.append(.report(.brokerDisconnected(abandoned: abandoned)))
+            actions.append(.closeConnection)
+            connection = nil
+            reconnectAt = now + configuration.heartbeatInterval
+        case .error(let error):
+            actions.append(.report(.brokerError(error.code, error.message)))
+        }
+        return actions
+    }
+
+    /// Something arrived on the current connection that is not a valid message; it still
+    /// shows that the broker is there.
+    mutating func receivedMalformed(_ reason: String, now: Instant) -> [Action] {
+        guard !isStopped, connection != nil else { return [] }
+        connection?.lastHeard = now
+        return [.report(.malformed(reason))]
+    }
+
+    /// The service is leaving: `Disconnect` (the broker re-queues this worker's jobs) and
+    /// every job stopped without a word. Nothing happens after this.
+    mutating func stop() -> [Action] {
+        guard !isStopped else { return [] }
+        var actions: [Action] = []
+        if connection != nil { actions.append(.send(.disconnect)) }
+        _ = abandonAll(&actions)
+        isStopped = true
+        reconnectAt = nil
+        return actions
+    }
+
+    // MARK: - Connection
+
+    private mutating func connect(now: Instant, _ actions: inout [Action]) {
+        actions.append(.connect)
+        connection = Connection(lastHeard: now, nextHeartbeat: now + configuration.heartbeatInterval)
+        var ready = Enlarger_V1_Ready()
+        ready.capacity = UInt32(configuration.capacity)
+        ready.workerName = configuration.name
+        ready.pid = configuration.pid
+        actions.append(.send(.ready(ready)))
+        actions.append(.report(.registering(capacity: configuration.capacity, memoryBudget: configuration.memoryBudget)))
+    }
+
+    /// Stops every live job without telling the broker (which is gone, or has forgotten this
+    /// worker). Each keeps its memory until its thread returns. Returns how many there were.
+    private mutating func abandonAll(_ actions: inout [Action]) -> Int {
+        var count = 0
+        for token in jobs.keys.sorted() where !jobs[token]!.abandoned {
+            jobs[token]!.abandoned = true
+            if jobs[token]!.phase == .waitingForMemory { admission.withdraw(token) }
+            actions.append(.cancel(jobs[token]!.control))
+            count += 1
+        }
+        tokens.removeAll()
+        return count
+    }
+}

@@ -1,0 +1,202 @@
+/// An upper bound of the memory one run of the pipeline needs at its peak, worked out from
+/// the JPEG header and the resize plan before any pixel memory is allocated.
+///
+/// It follows the pipeline step by step and errs on the high side (plus 1/16 and 2 MiB of
+/// slack for what allocators add): every buffer alive in a
+/// phase is counted, buffers handed to `BufferReaper` stay counted until the run ends (they
+/// are freed shortly after, off the thread), and the encoded output is bounded by the worst
+/// case libjpeg-turbo itself allows for (`tjBufSize`), counted twice (the encoder's buffer
+/// and the caller's copy of it into a frame). What it covers:
+///
+/// - the input bytes (the caller holds them for the whole run);
+/// - libjpeg's decoder: fixed tables, strip buffers a few MCU rows high at full width and, for
+///   multi-scan (progressive) files, the whole image's DCT coefficients, 2 bytes each;
+/// - decoded buffers at the shrink-on-load scale (two for a progressive preview: the early
+///   pass and the final one);
+/// - per stage (EXIF thumbnail, degraded, final): the resampler's output, its intermediate
+///   and filter tables (as `Resampler.workingBytes` works them out, choosing the pass order
+///   the resampler will choose), the oriented copy, the encoder's working memory (whole-image
+///   coefficients again for progressive output) and the encoded output.
+///
+/// Checked against the measured peak of real runs over the corpus in `MemoryEstimateTests`.
+public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
+    /// The peak, in bytes.
+    public var bytes: Int
+    /// The largest part of the peak (for messages): libjpeg's whole-image coefficients, or
+    /// the decoded image.
+    public var coefficientBytes: Int
+    public var decodedBytes: Int
+
+    public var description: String {
+        var parts = ["about \(ByteCount(bytes)) at its peak"]
+        if coefficientBytes > 0 { parts.append("\(ByteCount(coefficientBytes)) of JPEG coefficients") }
+        parts.append("\(ByteCount(decodedBytes)) of decoded pixels")
+        return parts.joined(separator: ", ")
+    }
+
+    public init(bytes: Int, coefficientBytes: Int, decodedBytes: Int) {
+        self.bytes = bytes
+        self.coefficientBytes = coefficientBytes
+        self.decodedBytes = decodedBytes
+    }
+
+    /// Added to every estimate besides 1/16 of it: malloc's rounding and headers, page
+    /// granularity, the small arrays and objects of a run (EXIF, tables, results).
+    static let slack = 2 << 20
+    /// libjpeg's fixed structures, tables and the markers it keeps; the EXIF thumbnail copy.
+    static let decoderOverhead = 1 << 20
+    /// The compressor's fixed structures and tables; the destination's first 64 KiB.
+    static let encoderOverhead = 1 << 20
+    public init(header: JPEGHeader, thumbnail: JPEGHeader?, plan: ResizePlan, options: ResizeOptions,
+                delivery: Delivery, inputBytes: Int) {
+        let channels = header.decodedChannels
+        let decodedWidth = ResizePlan.scaledLength(header.width, numerator: plan.scaleNumerator)
+        let decodedHeight = ResizePlan.scaledLength(header.height, numerator: plan.scaleNumerator)
+        let decoded = decodedWidth * decodedHeight * channels
+        let coefficients = header.multiScan ? header.coefficientBytes : 0
+        let decoder = Self.decoderWorking(header) + coefficients
+        let region = ImagePipeline.scale(plan.region, fromWidth: header.width, fromHeight: header.height,
+                                         toWidth: decodedWidth, toHeight: decodedHeight)
+        let source = Source(width: decodedWidth, height: decodedHeight, channels: channels, region: region)
+        func stage(_ fraction: Double, _ filter: ResampleFilter) -> Stage {
+            let width = max(1, Int((Double(plan.storedOutputWidth) * fraction).rounded()))
+            let height = max(1, Int((Double(plan.storedOutputHeight) * fraction).rounded()))
+            return Stage(source: source, width: width, height: height, filter: filter, orientation: header.orientation,
+                         options: options, progressiveOutput: options.progressive)
+        }
+        let final = stage(1, .lanczos3)
+        let degraded = stage(ImagePipeline.degradedScale, .triangle)
+
+        // Phases from the decoded buffer (or the progressive preview), as `ImagePipeline.run` goes.
+        var phases: [Int] = []
+        switch delivery {
+        case .final:
+            phases.append(decoder + decoded + final.peak)
+        case .degraded, .progressive:
+            phases.append(decoder + decoded + degraded.peak)
+            // A progressive preview decodes twice: the early pass may still be being freed
+            // when the final pass's buffer is allocated.
+            let early = header.progressive ? decoded : 0
+            if delivery == .progressive {
+                phases.append(decoder + early + decoded + degraded.lingering + final.peak)
+            }
+        }
+        // With a usable EXIF thumbnail, the degraded result comes from it instead; whether it
+        // is usable is known only once it decodes, so both ways are counted.
+        if delivery != .final, let thumbnail {
+            let thumb = Self.thumbnailStage(thumbnail, header: header, plan: plan, options: options)
+            phases.append(Self.decoderOverhead + thumb.peak)
+            if delivery == .progressive {
+                phases.append(decoder + decoded + thumb.lingering + final.peak)
+            }
+        }
+        let peak = inputBytes + phases.max()!
+        bytes = peak + peak / 16 + Self.slack
+        coefficientBytes = coefficients
+        decodedBytes = decoded
+    }
+
+    /// libjpeg's decoder without the whole-image coefficients: its fixed part and strip
+    /// buffers (the coefficient, main, upsampling and colour-conversion rows), bounded by four
+    /// full-resolution MCU rows of every component, plus a CMYK conversion row.
+    static func decoderWorking(_ header: JPEGHeader) -> Int {
+        let mcuWidth = 8 * max(1, header.maxHorizontalSampling)
+        let mcuHeight = 8 * max(1, header.maxVerticalSampling)
+        let paddedWidth = roundUp(header.width, mcuWidth)
+        let cmykRow = header.colorSpace == .cmyk || header.colorSpace == .ycck ? header.width * 4 : 0
+        return decoderOverhead + header.components * paddedWidth * mcuHeight * 4 + cmykRow
+    }
+
+    /// The degraded stage made from the EXIF thumbnail: its own decode, resize and encode.
+    static func thumbnailStage(_ thumbnail: JPEGHeader, header: JPEGHeader, plan: ResizePlan,
+                               options: ResizeOptions) -> (peak: Int, lingering: Int) {
+        let (tw, th) = (thumbnail.width, thumbnail.height)
+        let channels = thumbnail.decodedChannels
+        let region = ImagePipeline.scale(plan.region, fromWidth: header.width, fromHeight: header.height,
+                                         toWidth: tw, toHeight: th)
+        let factor = min(1, Double(region.width) / Double(plan.storedOutputWidth),
+                         Double(region.height) / Double(plan.storedOutputHeight))
+        let width = max(1, Int((Double(plan.storedOutputWidth) * factor).rounded()))
+        let height = max(1, Int((Double(plan.storedOutputHeight) * factor).rounded()))
+        let source = Source(width: tw, height: th, channels: channels, region: region)
+        let stage = Stage(source: source, width: width, height: height, filter: .lanczos3,
+                          orientation: header.orientation, options: options, progressiveOutput: false,
+                          resamplesAlways: true)
+        let decoder = decoderWorking(thumbnail) + (thumbnail.multiScan ? thumbnail.coefficientBytes : 0)
+        // Its buffers are freed in place when the preview is done; only the encoded result
+        // (on its way out) outlives it.
+        return (decoder + tw * th * channels + stage.peak, stage.encodedOutput)
+    }
+
+    /// The decoded buffer a stage resizes, and the part of it that maps to the output.
+    struct Source {
+        var width: Int
+        var height: Int
+        var channels: Int
+        var region: PixelRect
+    }
+
+    /// One stage: resize `source` to `width`×`height`, orient, encode.
+    struct Stage {
+        /// The stage's own buffers at their peak, the decoded source not included.
+        var peak: Int
+        /// What the stage leaves behind until the run ends: the encoded result on its way
+        /// out and the resized image the reaper has not freed yet.
+        var lingering: Int
+        var encodedOutput: Int
+
+        init(source: Source, width: Int, height: Int, filter: ResampleFilter, orientation: Orientation,
+             options: ResizeOptions, progressiveOutput: Bool, resamplesAlways: Bool = false) {
+            let channels = source.channels
+            let output = width * height * channels
+            let whole = PixelRect(x: 0, y: 0, width: source.width, height: source.height)
+            let unchanged = source.region == whole && source.width == width && source.height == height
+            var resize = 0
+            if resamplesAlways || !unchanged {
+                resize = output + Resampler.workingBytes(
+                    regionWidth: source.region.width, regionHeight: source.region.height, width: width, height: height,
+                    channels: channels, filter: filter)
+            }
+            let oriented = orientation == .up ? 0 : output
+            let encoded: Int
+            var encoder = MemoryEstimate.encoderOverhead
+            switch options.format {
+            case .jpeg:
+                encoded = MemoryEstimate.jpegBound(width: width, height: height, channels: channels,
+                                                   chroma444: options.chroma444)
+                // Input rows for downsampling and one MCU row of every component.
+                encoder += roundUp(width, 16) * channels * 16 * 4
+                if progressiveOutput {
+                    encoder += MemoryEstimate.jpegCoefficients(width: width, height: height, channels: channels,
+                                                               chroma444: options.chroma444)
+                }
+            case .pnm:
+                encoded = output + 32
+            }
+            encodedOutput = encoded
+            // The encoded bytes and the caller's copy of them into a frame.
+            peak = resize + oriented + encoder + 2 * encoded
+            lingering = encoded + (resize > 0 || oriented > 0 ? output : 0)
+        }
+    }
+
+    /// The most bytes libjpeg-turbo's compressor can produce for an image (its `tjBufSize`):
+    /// 2 bytes per sample of every component plane, padded to whole MCUs, plus 2 KiB.
+    static func jpegBound(width: Int, height: Int, channels: Int, chroma444: Bool) -> Int {
+        if channels == 1 { return roundUp(width, 8) * roundUp(height, 8) * 2 + 2048 }
+        if chroma444 { return roundUp(width, 8) * roundUp(height, 8) * 6 + 2048 }
+        return roundUp(width, 16) * roundUp(height, 16) * 3 + 2048
+    }
+
+    /// The compressor's whole-image coefficient buffer (progressive output), 2 bytes per
+    /// sample of every component plane.
+    static func jpegCoefficients(width: Int, height: Int, channels: Int, chroma444: Bool) -> Int {
+        if channels == 1 { return roundUp(width, 8) * roundUp(height, 8) * 2 }
+        if chroma444 { return roundUp(width, 8) * roundUp(height, 8) * 6 }
+        return roundUp(width, 16) * roundUp(height, 16) * 3
+    }
+
+    static func roundUp(_ value: Int, _ multiple: Int) -> Int {
+        (value + multiple - 1) / multiple * multiple
+    }
+}

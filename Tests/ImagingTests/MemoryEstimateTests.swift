@@ -1,0 +1,228 @@
+import Foundation
+import TestSupport
+import XCTest
+
+@testable import Imaging
+
+/// The estimate made from the header must cover what a run really uses at its peak.
+///
+/// Each run is measured in a fresh process (this test bundle, running `MemoryPeakProbe`
+/// alone), because a process that has run other tests holds resident memory its allocator
+/// may reuse, which hides growth. See `Peak` for how the growth is measured.
+final class MemoryEstimateTests: XCTestCase {
+    func testEstimateCoversTheMeasuredPeakForCorpusPhotos() throws {
+        var cases: [ProbeCase] = []
+        let photos = Corpus.manifest("good").filter { ($0.width ?? 0) * ($0.height ?? 0) >= 1_000_000 }
+        XCTAssertGreaterThanOrEqual(photos.count, 15, "the corpus's photos")
+        for photo in photos where photo.file != "thumbor_9643x10328.jpg" {
+            let (w, h) = (photo.width!, photo.height!)
+            cases.append(ProbeCase(file: photo.file, options: ResizeOptions(width: 320, height: 320), delivery: .progressive))
+            cases.append(ProbeCase(file: photo.file, options: ResizeOptions(width: w * 3 / 4, progressive: true, chroma444: true),
+                                   delivery: .progressive))
+            cases.append(ProbeCase(file: photo.file, options: ResizeOptions(width: w / 2, height: h / 3, fit: .cover,
+                                                                            format: .pnm), delivery: .final))
+            cases.append(ProbeCase(file: photo.file, options: ResizeOptions(width: w, height: h, fit: .fill, quality: 100,
+                                                                            chroma444: true), delivery: .degraded))
+        }
+        // The largest photo: a full-size decode of 99.6 MP, and a shrink-on-load one.
+        cases.append(ProbeCase(file: "thumbor_9643x10328.jpg", options: ResizeOptions(width: 9000), delivery: .progressive))
+        cases.append(ProbeCase(file: "thumbor_9643x10328.jpg", options: ResizeOptions(width: 1200), delivery: .final))
+
+        print("measured peak, estimate, ratio for \(cases.count) runs, each in a fresh process:")
+        var ratios: [Double] = []
+        var largest = (estimate: 0, measured: 0, label: "")
+        for item in cases {
+            let (measured, estimate) = try MemoryPeakProbe.measureInFreshProcess(item)
+            XCTAssertGreaterThanOrEqual(estimate, measured, "\(item.label): the estimate is below the measured peak")
+            ratios.append(Double(estimate) / Double(measured))
+            if measured > largest.measured { largest = (estimate, measured, item.label) }
+            print(String(format: "%8.1f MB %8.1f MB  %6.2f×  ", Double(measured) / 1e6, Double(estimate) / 1e6,
+                         Double(estimate) / Double(measured)) + item.label)
+        }
+        let sorted = ratios.sorted()
+        let figures = [sorted.first!, sorted[sorted.count / 2], sorted.last!].map { String(format: "%.2f", $0) }
+        print("estimate / measured: min \(figures[0]), median \(figures[1]), max \(figures[2]); largest run "
+              + "\(largest.label): \(largest.measured / 1_000_000) MB measured, \(largest.estimate / 1_000_000) MB estimated")
+        // High, but not absurdly so where it matters: the largest run is within 3× of what it used.
+        XCTAssertLessThan(Double(largest.estimate) / Double(largest.measured), 3)
+    }
+
+    func testTheEstimateFollowsTheHeader() throws {
+        // Progressive input keeps its coefficients; the same image in baseline does not.
+        let progressive = try header("jxltestdata_flower.png.im_q85_420_progr.jpg")  // 2268×1512 4:2:0
+        XCTAssertTrue(progressive.multiScan)
+        XCTAssertEqual(progressive.coefficientBytes, (2272 * 1520 + 2 * 1136 * 760) * 2)
+        let baseline = try header("jxltestdata_flower.png.im_q85_444.jpg")
+        XCTAssertFalse(baseline.multiScan)
+        XCTAssertTrue(try header("jxltestdata_flower_small.q85_420_non_interleaved.jpg").multiScan,
+                      "components in separate scans need the whole-image buffer too")
+        // A 9643×10328 decoded at full size cannot take less than its pixels.
+        let huge = try Corpus.good("thumbor_9643x10328.jpg")
+        let full = try withBytes(huge) { raw throws(ImagingError) in
+            try ImagePipeline().prepare(raw, options: ResizeOptions(width: 9643)).memoryEstimate
+        }
+        XCTAssertGreaterThan(full.bytes, 9643 * 10328 * 3 * 2, "decoded image and output")
+        XCTAssertEqual(full.decodedBytes, 9643 * 10328 * 3)
+        let small = try withBytes(huge) { raw throws(ImagingError) in
+            try ImagePipeline().prepare(raw, options: ResizeOptions(width: 320)).memoryEstimate
+        }
+        XCTAssertLessThan(small.bytes, full.bytes / 20, "shrink-on-load to 1/8")
+        print("9643×10328 to 9643 px wide: \(full); to 320 px: \(small)")
+    }
+
+    private func header(_ file: String) throws -> JPEGHeader {
+        try ImagePipeline().header(of: try Corpus.good(file))
+    }
+}
+
+/// One run to measure: a corpus file, options and delivery.
+struct ProbeCase: Codable {
+    var file: String
+    var width: Int?
+    var height: Int?
+    var fit: String
+    var format: String
+    var progressive: Bool
+    var chroma444: Bool
+    var quality: Int
+    var delivery: String
+
+    init(file: String, options: ResizeOptions, delivery: Delivery) {
+        self.file = file
+        width = options.width
+        height = options.height
+        fit = options.fit.rawValue
+        format = options.format.rawValue
+        progressive = options.progressive
+        chroma444 = options.chroma444
+        quality = options.quality
+        self.delivery = delivery.rawValue
+    }
+
+    var options: ResizeOptions {
+        ResizeOptions(width: width, height: height, fit: Fit(rawValue: fit)!, quality: quality, progressive: progressive,
+                      chroma444: chroma444, format: OutputFormat(rawValue: format)!)
+    }
+
+    var label: String {
+        "\(file) \(width ?? 0)×\(height ?? 0) \(fit) \(format)\(progressive ? " progressive" : "") \(delivery)"
+    }
+}
+
+/// Measures one run of the pipeline in this process: the case named by the environment
+/// (`ENLARGER_PROBE_CASE`, JSON) when `MemoryEstimateTests` starts it in a fresh process,
+/// or a default one when the test suite runs it as an ordinary test.
+final class MemoryPeakProbe: XCTestCase {
+    static let caseVariable = "ENLARGER_PROBE_CASE"
+    static let resultPrefix = "PROBE-RESULT "
+
+    func testMeasureOneRun() throws {
+        let item: ProbeCase
+        if let json = ProcessInfo.processInfo.environment[Self.caseVariable] {
+            item = try JSONDecoder().decode(ProbeCase.self, from: Data(json.utf8))
+        } else {
+            item = ProbeCase(file: "sharp_2569067123_aca715a2ee_o.jpg", options: ResizeOptions(width: 1000), delivery: .progressive)
+        }
+        let bytes = try Corpus.good(item.file)
+        // Once to warm up (code pages, lazy tables), then measured.
+        try Self.run(bytes, item)
+        var estimate = 0
+        let growth = try Peak.measure { estimate = try Self.run(bytes, item) }
+        // The input is resident before the run; the estimate counts it.
+        let measured = growth + bytes.count
+        print("\(Self.resultPrefix)\(measured) \(estimate)")
+        XCTAssertGreaterThanOrEqual(estimate, measured, item.label)
+    }
+
+    /// Runs a case; returns the estimate. Results are copied, as the worker copies them into
+    /// frames, and kept until the run ends, as frames in flight may be.
+    @discardableResult
+    static func run(_ bytes: [UInt8], _ item: ProbeCase) throws -> Int {
+        var frames: [[UInt8]] = []
+        var estimate = 0
+        try withBytes(bytes) { raw throws(ImagingError) in
+            let prepared = try ImagePipeline().prepare(raw, options: item.options, delivery: Delivery(rawValue: item.delivery)!)
+            estimate = prepared.memoryEstimate.bytes
+            try prepared.run { result in frames.append(result.image.withUnsafeBytes { Array($0) }) }
+        }
+        precondition(!frames.isEmpty)
+        return estimate
+    }
+
+    /// Runs `testMeasureOneRun` for `item` in a new process of this test bundle; returns the
+    /// measured peak and the estimate.
+    static func measureInFreshProcess(_ item: ProbeCase) throws -> (measured: Int, estimate: Int) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+        process.arguments = ["ImagingTests.MemoryPeakProbe/testMeasureOneRun"]
+        var environment = ProcessInfo.processInfo.environment
+        environment[caseVariable] = String(decoding: try JSONEncoder().encode(item), as: UTF8.self)
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        guard process.terminationStatus == 0,
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix(resultPrefix) }) else {
+            throw ProbeFailure(description: "\(item.label): the probe failed:\n\(text)")
+        }
+        let numbers = line.dropFirst(resultPrefix.count).split(separator: " ").compactMap { Int($0) }
+        guard numbers.count == 2 else { throw ProbeFailure(description: "\(item.label): unreadable probe output \(line)") }
+        return (numbers[0], numbers[1])
+    }
+
+    struct ProbeFailure: Error, CustomStringConvertible {
+        var description: String
+    }
+}
+
+/// Peak resident memory of the process during a closure (Linux).
+///
+/// The growth of resident memory during one run: Linux resets the high-water mark (`VmHWM`)
+/// on writing 5 to /proc/self/clear_refs; large blocks get their own mappings (a fixed mmap
+/// threshold) and free heap is returned to the kernel first (`malloc_trim`), so that the run
+/// cannot reuse memory freed earlier; and the buffer reaper is drained before and after.
+enum Peak {
+    /// Resident-memory growth, in bytes, from just before `body` to the highest point during it.
+    static func measure(_ body: () throws -> Void) throws -> Int {
+        _ = fixedThreshold
+        settle()
+        try "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+        let before = status("VmRSS:")
+        try body()
+        let peak = status("VmHWM:")
+        settle()
+        return max(0, peak - before)
+    }
+
+    /// Frees what can be freed: the reaper's buffers, then free heap back to the kernel.
+    private static func settle() {
+        BufferReaper.drain()
+        _ = trim?(0)
+    }
+
+    /// glibc raises its mmap threshold (up to 32 MiB) as large blocks are freed, after which
+    /// such blocks come from the heap and, once freed, may be reused by a later run without
+    /// showing as growth. A fixed threshold keeps every large buffer in its own mapping, so
+    /// resident memory follows live memory whatever ran before.
+    private static let fixedThreshold: Void = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallopt") else { return }
+        let mallopt = unsafeBitCast(symbol, to: (@convention(c) (Int32, Int32) -> Int32).self)
+        _ = mallopt(-3, 128 << 10)  // M_MMAP_THRESHOLD
+    }()
+
+    private static let trim: (@convention(c) (Int) -> Int32)? = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (Int) -> Int32).self)
+    }()
+
+    /// A `kB` field of /proc/self/status, in bytes.
+    private static func status(_ field: String) -> Int {
+        let text = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+        let line = text.split(separator: "\n").first { $0.hasPrefix(field) } ?? ""
+        let fields = line.split { $0 == " " || $0 == "\t" }
+        return (fields.count > 1 ? Int(fields[1]) ?? 0 : 0) * 1024
+    }
+}
