@@ -5,7 +5,7 @@ import Foundation
 /// Where client commands find the broker: `--broker ENDPOINT`, or the sockets of a
 /// `serve` runtime directory (by default the one `serve` uses by default).
 public struct ServiceOptions: ParsableArguments, Sendable {
-    @Option(help: "The broker's client endpoint, e.g. tcp://host:5570 or ipc:///path/clients.sock.")
+    @Option(help: "The broker's client endpoint, e.g. tcp://host:5570 or ipc:///path/clients.sock. Env: ENLARGER_BROKER.")
     var broker: String?
 
     @Option(help: "The runtime directory of `enlarger serve` whose sockets to use (default: \(RuntimeDirectory.defaultPath)).")
@@ -19,8 +19,15 @@ public struct ServiceOptions: ParsableArguments, Sendable {
         if broker != nil && runtimeDir != nil { throw ValidationError("give --broker or --runtime-dir, not both") }
     }
 
+    /// `--broker`, else `--runtime-dir`'s socket, else `$ENLARGER_BROKER`, else the default
+    /// runtime directory's socket.
     public var clientEndpoint: String {
-        broker ?? RuntimeDirectory(path: runtimeDir ?? RuntimeDirectory.defaultPath).clientsEndpoint
+        if let broker { return broker }
+        if let runtimeDir { return RuntimeDirectory(path: runtimeDir).clientsEndpoint }
+        if let fromEnvironment = ProcessInfo.processInfo.environment["ENLARGER_BROKER"], !fromEnvironment.isEmpty {
+            return fromEnvironment
+        }
+        return RuntimeDirectory(path: RuntimeDirectory.defaultPath).clientsEndpoint
     }
 
     /// The client settings for `clientEndpoint`, with its credentials.

@@ -1,0 +1,205 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// `docker/compose.yaml` as an operator gets it: nothing reachable without a key, and its key
+/// script, broker, worker and producer settings working together. The compose file's own
+/// script and environment are run here on this host (paths under a temporary directory,
+/// ports on the loopback interface), so a broken script or a missing variable fails.
+final class ComposeDeploymentTests: XCTestCase {
+    private var compose: ComposeFile!
+
+    override func setUpWithError() throws {
+        let url = URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("docker/compose.yaml")
+        compose = ComposeFile(text: try String(contentsOf: url, encoding: .utf8))
+    }
+
+    func testNothingIsReachableWithoutAKey() throws {
+        XCTAssertFalse(compose.text.contains("insecure-tcp"))
+        XCTAssertFalse(compose.text.contains("ENLARGER_INSECURE_TCP"))
+        for service in compose.serviceNames {
+            for port in compose.ports(of: service) {
+                XCTAssert(port.hasPrefix("127.0.0.1:"), "\(service) publishes \(port) beyond the loopback interface")
+                XCTAssertFalse(port.hasSuffix(":5571"), "\(service) publishes the worker port")
+            }
+        }
+        XCTAssertEqual(compose.ports(of: "broker"), ["127.0.0.1:5570:5570"])
+        let broker = compose.environment(of: "broker")
+        for name in ["ENLARGER_SERVER_KEY", "ENLARGER_CLIENT_KEYS", "ENLARGER_WORKER_KEYS"] {
+            XCTAssertNotNil(broker[name], "the broker has no \(name)")
+        }
+        for service in ["worker", "producer"] {
+            let environment = compose.environment(of: service)
+            XCTAssertNotNil(environment["ENLARGER_SERVER_PUBLIC_KEY"], "\(service) does not know the broker's key")
+            XCTAssertNotNil(environment["ENLARGER_KEY"], "\(service) has no key")
+        }
+    }
+
+    func testTheComposeKeysBrokerWorkerAndProducerWorkTogether() throws {
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("enlarger-compose-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let keys = directory.appendingPathComponent("keys").path
+        try FileManager.default.createDirectory(atPath: keys, withIntermediateDirectories: true)
+        func local(_ value: String) -> String { value.replacingOccurrences(of: "/keys", with: keys) }
+
+        // The key script, twice: the second run must keep the keys it finds.
+        let script = local(try XCTUnwrap(compose.keysScript(), "no key script in the keys service"))
+        try run(["/bin/sh", "-eu", "-c", script])
+        let brokerKey = try String(contentsOfFile: keys + "/broker/broker.key", encoding: .utf8)
+        try run(["/bin/sh", "-eu", "-c", script])
+        XCTAssertEqual(try String(contentsOfFile: keys + "/broker/broker.key", encoding: .utf8), brokerKey)
+        let mode = try FileManager.default.attributesOfItem(atPath: keys + "/producer/producer.key")[.posixPermissions] as? Int
+        XCTAssertEqual(mode, 0o600)
+
+        let clientPort = Int.random(in: 20000...40000)
+        let workerPort = clientPort + 1
+        let clients = "tcp://127.0.0.1:\(clientPort)"
+        let workers = "tcp://127.0.0.1:\(workerPort)"
+        let brokerEnvironment = compose.environment(of: "broker").mapValues(local)
+        let broker = try start(["broker", "--clients", clients, "--workers", workers], environment: brokerEnvironment)
+        defer { stop(broker) }
+        let worker = try start(["worker", "--broker", workers, "--concurrency", "1"],
+                               environment: compose.environment(of: "worker").mapValues(local))
+        defer { stop(worker) }
+
+        let photo = Corpus.root.appendingPathComponent("good/exifsamples_30-type_error.jpg")
+        let out = directory.appendingPathComponent("thumbs").path
+        var producer = compose.environment(of: "producer").mapValues(local)
+        producer["ENLARGER_BROKER"] = clients
+        let submitted = try run(["submit", photo.path, "--width", "64", "--height", "64", "--out", out, "--timeout", "30"],
+                                environment: producer, binary: true)
+        XCTAssertEqual(submitted.status, 0, submitted.output)
+        let written = try FileManager.default.contentsOfDirectory(atPath: out)
+        XCTAssert(written.contains { $0.hasSuffix(".jpg") && !$0.contains("degraded") }, "\(written)")
+
+        // Without the producer's key the client refuses to connect over tcp, and with a key
+        // the broker does not list, the broker never answers.
+        var keyless = producer
+        keyless["ENLARGER_KEY"] = nil
+        keyless["ENLARGER_SERVER_PUBLIC_KEY"] = nil
+        let refused = try run(["submit", photo.path, "--width", "64", "--out", out], environment: keyless, binary: true)
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssert(refused.output.contains("without authentication"), refused.output)
+
+        try run([Cluster.enlargerBinary.path, "keygen", "stranger", "--directory", directory.path])
+        var stranger = producer
+        stranger["ENLARGER_KEY"] = directory.appendingPathComponent("stranger.key").path
+        let ignored = try run(["submit", photo.path, "--width", "64", "--out", out, "--timeout", "3"],
+                              environment: stranger, binary: true)
+        XCTAssertNotEqual(ignored.status, 0, ignored.output)
+    }
+
+    // MARK: - Processes
+
+    @discardableResult
+    private func run(_ arguments: [String], environment: [String: String] = [:], binary: Bool = false) throws
+        -> (status: Int32, output: String)
+    {
+        let process = Process()
+        var arguments = arguments
+        if binary {
+            process.executableURL = Cluster.enlargerBinary
+        } else {
+            process.executableURL = URL(fileURLWithPath: arguments.removeFirst())
+        }
+        process.arguments = arguments
+        process.environment = processEnvironment(environment)
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        if !binary && process.terminationStatus != 0 {
+            XCTFail("\(arguments.joined(separator: " ")) exited \(process.terminationStatus): \(output)")
+        }
+        return (process.terminationStatus, output)
+    }
+
+    private func start(_ arguments: [String], environment: [String: String]) throws -> Process {
+        let process = Process()
+        process.executableURL = Cluster.enlargerBinary
+        process.arguments = arguments
+        process.environment = processEnvironment(environment)
+        try process.run()
+        return process
+    }
+
+    private func stop(_ process: Process) {
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+    }
+
+    /// This process's environment without any Enlarger settings, plus `extra`, with the
+    /// `enlarger` binary first on `PATH` (the key script calls it by name).
+    private func processEnvironment(_ extra: [String: String]) -> [String: String] {
+        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ENLARGER_") }
+        let binaries = Cluster.enlargerBinary.deletingLastPathComponent().path
+        environment["PATH"] = binaries + ":" + (environment["PATH"] ?? "/usr/bin:/bin")
+        environment.merge(extra) { $1 }
+        return environment
+    }
+}
+
+/// Just enough of `docker/compose.yaml`'s shape to read it: services at two spaces, their
+/// keys at four, an environment map's entries at six.
+struct ComposeFile {
+    let text: String
+    private let lines: [Substring]
+
+    init(text: String) {
+        self.text = text
+        lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+    }
+
+    var serviceNames: [String] {
+        guard let start = lines.firstIndex(of: "services:") else { return [] }
+        return lines[(start + 1)...]
+            .prefix { $0.isEmpty || $0.hasPrefix(" ") || $0.hasPrefix("#") }
+            .filter { $0.hasPrefix("  ") && !$0.hasPrefix("   ") && !$0.hasPrefix("  #") && $0.hasSuffix(":") }
+            .map { String($0.dropFirst(2).dropLast()) }
+    }
+
+    /// The lines of one service's block.
+    private func block(of service: String) -> ArraySlice<Substring> {
+        guard let start = lines.firstIndex(of: "services:"),
+              let header = lines[(start + 1)...].firstIndex(of: Substring("  \(service):"))
+        else { return [] }
+        let body = lines[(header + 1)...]
+        let end = body.firstIndex { !$0.isEmpty && !$0.hasPrefix("   ") && !$0.hasPrefix("  #") } ?? lines.endIndex
+        return lines[(header + 1)..<end]
+    }
+
+    func environment(of service: String) -> [String: String] {
+        let body = block(of: service)
+        guard let start = body.firstIndex(of: "    environment:") else { return [:] }
+        var result: [String: String] = [:]
+        for line in body[(start + 1)...] {
+            guard line.hasPrefix("      "), let colon = line.firstIndex(of: ":") else { break }
+            let name = line[..<colon].trimmingCharacters(in: .whitespaces)
+            result[name] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        return result
+    }
+
+    /// The entries of a service's one-line `ports: [...]` list.
+    func ports(of service: String) -> [String] {
+        guard let line = block(of: service).first(where: { $0.hasPrefix("    ports:") }),
+              let open = line.firstIndex(of: "["), let close = line.lastIndex(of: "]")
+        else { return [] }
+        return line[line.index(after: open)..<close].split(separator: ",")
+            .map { $0.trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: "\"")) }
+    }
+
+    /// The `keys` service's script: the block scalar under its `command:`.
+    func keysScript() -> String? {
+        let body = block(of: "keys")
+        guard let start = body.firstIndex(where: { $0.trimmingCharacters(in: .whitespaces) == "- |" }) else { return nil }
+        let script = body[(start + 1)...].prefix { $0.hasPrefix("        ") || $0.isEmpty }
+        return script.map { String($0.dropFirst(min(8, $0.count))) }.joined(separator: "\n")
+    }
+}
