@@ -17,10 +17,17 @@ struct StageFrame: @unchecked Sendable {
     // uses it afterwards.
     let output: StageOutput<Message>
 
-    init(_ result: StageResult) {
+    /// Copies the encoded image into a frame; when that frame cannot be allocated, the job
+    /// fails `TOO_LARGE` (the worker lives on).
+    init(_ result: StageResult) throws(ImagingError) {
+        let frame: Message
+        do {
+            frame = try result.image.withUnsafeBytes { bytes throws(ZMQError) in try Message.copy(of: bytes) }
+        } catch {
+            throw ImagingError(.tooLarge, "no memory for the \(result.image.byteCount)-byte encoded image: \(error)")
+        }
         output = StageOutput(stage: result.stage, isTerminal: result.isTerminal, width: result.image.width,
-                             height: result.image.height, format: result.image.format,
-                             image: result.image.withUnsafeBytes { Message(copying: $0) })
+                             height: result.image.height, format: result.image.format, image: frame)
     }
 }
 
@@ -80,7 +87,7 @@ final class JobThreads: Sendable {
                 guard job.control.waitForAdmission() else {
                     throw ImagingError(.cancelled, "cancelled before it was admitted")
                 }
-                try prepared.run { mailbox.post(.result(job.token, StageFrame($0))) }
+                try prepared.run { result throws(ImagingError) in mailbox.post(.result(job.token, try StageFrame(result))) }
                 return .completed
             } catch {
                 return .failed(error)

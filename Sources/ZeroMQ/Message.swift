@@ -27,12 +27,33 @@ public final class Message {
         precondition(zmq_msg_init_size(pointer, count) == 0, "zmq_msg_init_size(\(count)) failed")
     }
 
+    /// A frame of `count` uninitialised bytes, or `ZMQError` (ENOMEM) when libzmq cannot
+    /// allocate them: for frames as large as an image, whose failure must end one request
+    /// rather than the process.
+    public init(allocating count: Int) throws(ZMQError) {
+        pointer = .allocate(capacity: 1)
+        guard zmq_msg_init_size(pointer, count) == 0 else {
+            let error = ZMQError(code: zmq_errno(), operation: "zmq_msg_init_size(\(count))")
+            zmq_msg_init(pointer)  // leaves an empty, closable message for deinit
+            throw error
+        }
+    }
+
     /// A frame holding a copy of `bytes`.
     public convenience init(copying bytes: UnsafeRawBufferPointer) {
         self.init(count: bytes.count)
         if let source = bytes.baseAddress, bytes.count > 0 {
             zmq_msg_data(pointer).copyMemory(from: source, byteCount: bytes.count)
         }
+    }
+
+    /// A frame holding a copy of `bytes`, or `ZMQError` when it cannot be allocated.
+    public static func copy(of bytes: UnsafeRawBufferPointer) throws(ZMQError) -> Message {
+        let message = try Message(allocating: bytes.count)
+        if let source = bytes.baseAddress, bytes.count > 0 {
+            zmq_msg_data(message.pointer).copyMemory(from: source, byteCount: bytes.count)
+        }
+        return message
     }
 
     /// A frame holding a copy of `bytes`.

@@ -142,3 +142,14 @@ final class SocketTests: XCTestCase {
         XCTAssertLessThan(ContinuousClock.now - started, .seconds(1))
     }
 }
+
+final class MessageAllocationTests: XCTestCase {
+    func testAFrameThatCannotBeAllocatedIsAnErrorNotACrash() throws {
+        XCTAssertThrowsError(try Message(allocating: 1 << 60)) { error in
+            XCTAssertEqual((error as? ZMQError)?.code, ENOMEM, "\(error)")
+        }
+        let bytes: [UInt8] = [1, 2, 3]
+        let copy = try bytes.withUnsafeBytes { buffer throws(ZMQError) in try Message.copy(of: buffer) }
+        XCTAssertEqual(copy.bytes, bytes)
+    }
+}
