@@ -2,8 +2,9 @@ import Foundation
 
 /// How much memory a worker lets its jobs use at once (their estimated peaks), and where the
 /// default comes from: the memory limit of the worker's cgroup (v2 `memory.max`, v1
-/// `memory.limit_in_bytes`, the tightest of its own and its ancestors'), or else physical
-/// RAM, times `defaultFraction`.
+/// `memory.limit_in_bytes`, the tightest of its own and its ancestors'), the process's
+/// address-space limit (`ulimit -v`) when tighter, or else physical RAM, times
+/// `defaultFraction`.
 public enum MemoryBudget {
     /// The share of the limit given to jobs. The rest is for what estimates do not count:
     /// the input frames of jobs not yet admitted, ZeroMQ's queues, the runtime and code, and
@@ -17,6 +18,8 @@ public enum MemoryBudget {
             case cgroupV2(String)
             /// A cgroup v1 `memory.limit_in_bytes` file.
             case cgroupV1(String)
+            /// The process's `RLIMIT_AS` (`ulimit -v`, `prlimit --as`).
+            case addressSpace
             case physicalMemory
         }
 
@@ -37,9 +40,13 @@ public enum MemoryBudget {
     /// file's contents or nil (injectable for tests).
     public static func detectLimit(
         readFile: (String) -> String? = readSmallFile,
-        physicalMemory: UInt64 = ProcessInfo.processInfo.physicalMemory
+        physicalMemory: UInt64 = ProcessInfo.processInfo.physicalMemory,
+        addressSpace: Int? = addressSpaceLimit()
     ) -> Limit {
         var best = Limit(bytes: Int(clamping: physicalMemory), source: .physicalMemory)
+        if let addressSpace, addressSpace > 0, addressSpace < best.bytes {
+            best = Limit(bytes: addressSpace, source: .addressSpace)
+        }
         func consider(_ path: String, _ source: Limit.Source, unlimitedFrom: Int) {
             guard let text = readFile(path)?.trimmingCharacters(in: .whitespacesAndNewlines),
                   let bytes = Int(text), bytes > 0, bytes < unlimitedFrom, bytes < best.bytes else { return }
@@ -64,6 +71,13 @@ public enum MemoryBudget {
             }
         }
         return best
+    }
+
+    /// This process's `RLIMIT_AS` soft limit in bytes, or nil when unlimited.
+    public static func addressSpaceLimit() -> Int? {
+        var limit = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_AS.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max else { return nil }
+        return Int(clamping: limit.rlim_cur)
     }
 
     /// `/a/b/c` → `/a/b/c`, `/a/b`, `/a`, `` (the root): a container often sees its own

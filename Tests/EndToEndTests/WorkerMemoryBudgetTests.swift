@@ -9,12 +9,43 @@ import XCTest
 /// resized, and the worker process keeps serving.
 final class WorkerMemoryBudgetTests: XCTestCase {
     func testPoisonImageFailsTooLargeWhileOrdinaryPhotosSucceedAndTheWorkerLives() async throws {
+        let message = try await runPoisonBesidePhotos(workerArguments: ["--concurrency", "2", "--memory-budget", "256M"])
+        XCTAssert(message.contains("memory budget"), message)
+    }
+
+    /// A real cap (`ulimit -v`, 1 GiB) and the default budget: the budget comes from the cap,
+    /// so the poison is refused from its header.
+    func testUnderAMemoryCapTheDefaultBudgetRefusesThePoison() async throws {
+        let message = try await runPoisonBesidePhotos(workerArguments: ["--concurrency", "2"], addressSpaceCap: 1 << 30)
+        XCTAssert(message.contains("memory budget"), message)
+    }
+
+    /// A real cap (640 MiB) with a budget set far above it (a misconfiguration): the poison is
+    /// admitted, its allocations fail, and that is an error for the poison alone, not an abort.
+    func testUnderAMemoryCapAnAllocationFailureFailsOnlyThePoison() async throws {
+        let message = try await runPoisonBesidePhotos(
+            workerArguments: ["--concurrency", "1", "--memory-budget", "8G"], addressSpaceCap: 640 << 20, quickRefusal: false)
+        XCTAssert(message.contains("out of memory") || message.contains("no memory"), message)
+    }
+
+    /// Sends the 99.6 MP poison and four ordinary photos to one `enlarger worker` process
+    /// (under `ulimit -v addressSpaceCap` when given); the photos must be resized, the poison
+    /// must fail TOO_LARGE, and the same process must go on serving. Returns the poison's message.
+    private func runPoisonBesidePhotos(
+        workerArguments: [String], addressSpaceCap: Int? = nil, quickRefusal: Bool = true
+    ) async throws -> String {
         let cluster = try Cluster(self)
         let worker = Process()
-        worker.executableURL = Cluster.enlargerBinary
-        worker.arguments = ["worker", "--broker", cluster.workersEndpoint, "--concurrency", "2",
-                            "--heartbeat-ms", "\(Int(milliseconds(cluster.heartbeat)))", "--name", "small-budget",
-                            "--memory-budget", "256M"]
+        let arguments = ["worker", "--broker", cluster.workersEndpoint, "--heartbeat-ms",
+                         "\(Int(milliseconds(cluster.heartbeat)))", "--name", "capped"] + workerArguments
+        if let addressSpaceCap {
+            worker.executableURL = URL(fileURLWithPath: "/bin/sh")
+            worker.arguments = ["-c", "ulimit -v \(addressSpaceCap >> 10) && exec \"$0\" \"$@\"",
+                                Cluster.enlargerBinary.path] + arguments
+        } else {
+            worker.executableURL = Cluster.enlargerBinary
+            worker.arguments = arguments
+        }
         try worker.run()
         addTeardownBlock {
             if worker.isRunning {
@@ -46,11 +77,17 @@ final class WorkerMemoryBudgetTests: XCTestCase {
         }
         let (outcome, latency) = await poisonOutcome.value
         guard case .failure(.failed(.tooLarge, let message)) = outcome else {
-            return XCTFail("the poison image must fail TOO_LARGE, got \(outcome)")
+            let got = switch outcome {
+            case .success(let image): "a \(image.width)×\(image.height) image"
+            case .failure(let error): "\(error)"
+            }
+            XCTFail("the poison image must fail TOO_LARGE, got \(got)")
+            return ""
         }
         print("poison image failed after \(latency) with: \(message)")
-        XCTAssert(message.contains("memory budget"), message)
-        XCTAssertLessThan(latency, .seconds(2), "refused from its header, not after decoding 99.6 MP")
+        if quickRefusal {
+            XCTAssertLessThan(latency, .seconds(2), "refused from its header, not after decoding 99.6 MP")
+        }
 
         // The same process still serves, with nothing held.
         XCTAssertTrue(worker.isRunning)
@@ -58,6 +95,8 @@ final class WorkerMemoryBudgetTests: XCTestCase {
         XCTAssertEqual(again.width, 200)
         let after = try await cluster.waitUntilIdle(client: client)
         XCTAssertEqual(after.workers.map(\.pid), before.workers.map(\.pid), "the same worker process, not a restarted one")
+        XCTAssertEqual(after.totals.workersLost, 0)
         await client.close()
+        return message
     }
 }

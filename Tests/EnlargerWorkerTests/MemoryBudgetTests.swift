@@ -19,8 +19,18 @@ final class MemoryBudgetTests: XCTestCase {
     }
 
     /// A fake file system: path → contents.
-    private func detect(_ files: [String: String], physical: UInt64 = 16 << 30) -> MemoryBudget.Limit {
-        MemoryBudget.detectLimit(readFile: { files[$0] }, physicalMemory: physical)
+    private func detect(_ files: [String: String], physical: UInt64 = 16 << 30, addressSpace: Int? = nil) -> MemoryBudget.Limit {
+        MemoryBudget.detectLimit(readFile: { files[$0] }, physicalMemory: physical, addressSpace: addressSpace)
+    }
+
+    func testAnAddressSpaceLimitCountsWhenItIsTheTightest() {
+        XCTAssertEqual(detect([:], addressSpace: 1 << 30), .init(bytes: 1 << 30, source: .addressSpace))
+        let cgroup = [
+            "/proc/self/cgroup": "0::/worker\n",
+            "/sys/fs/cgroup/worker/memory.max": "536870912\n",
+        ]
+        XCTAssertEqual(detect(cgroup, addressSpace: 1 << 30).bytes, 512 << 20, "the cgroup limit is tighter")
+        XCTAssertEqual(detect([:], physical: 1 << 30, addressSpace: 4 << 30).source, .physicalMemory)
     }
 
     func testCgroupV2LimitOfTheProcessOrAnAncestor() {
