@@ -17,6 +17,7 @@ public struct ServiceOptions: ParsableArguments, Sendable {
 
     public func validate() throws {
         if broker != nil && runtimeDir != nil { throw ValidationError("give --broker or --runtime-dir, not both") }
+        if let broker { try Endpoint.validate(broker, option: "--broker") }
     }
 
     /// `--broker`, else `--runtime-dir`'s socket, else `$ENLARGER_BROKER`, else the default
@@ -30,8 +31,14 @@ public struct ServiceOptions: ParsableArguments, Sendable {
         return RuntimeDirectory(path: RuntimeDirectory.defaultPath).clientsEndpoint
     }
 
-    /// The client settings for `clientEndpoint`, with its credentials.
+    /// The client settings for `clientEndpoint`, with its credentials. Fails at once for an
+    /// endpoint without a scheme, or an ipc socket that does not exist.
     public func clientConfiguration() throws -> EnlargerClient.Configuration {
+        let endpoint = clientEndpoint
+        if let problem = Endpoint.problem(endpoint, option: broker == nil ? "ENLARGER_BROKER" : "--broker") {
+            throw CLIError(problem)
+        }
+        if let missing = Endpoint.missingSocket(endpoint) { throw CLIError(missing) }
         var configuration = EnlargerClient.Configuration()
         configuration.curve = try auth.credentials(for: clientEndpoint)
         return configuration

@@ -8,6 +8,7 @@ struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "enlarger-bench",
         abstract: "Measure Enlarger itself (the side-by-side comparisons live in Benchmarks/).",
+        version: enlargerVersion,
         subcommands: [CancelLatency.self, BenchWorkerCancel.self, BenchCancelRoundTrip.self, BenchBroker.self, BenchSlowConsumer.self]
     )
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CLISupport
 import EnlargerBroker
 import Foundation
 import Logging
@@ -68,6 +69,8 @@ struct BrokerCommand: ParsableCommand {
             directories are re-read when they change: keys are added or revoked without a \
             restart.
 
+            \(EnvironmentOptions.rule)
+
             Example: enlarger broker --clients tcp://*:5570 --workers tcp://*:5571 \
               --server-key keys/broker.key --client-keys keys/clients --worker-keys keys/workers
             """
@@ -85,12 +88,16 @@ struct BrokerCommand: ParsableCommand {
     var maxBytes = BrokerConfiguration().maxInputBytes
 
     @OptionGroup var auth: BrokerAuthOptions
+    @OptionGroup var log: LogOptions
 
     func validate() throws {
         guard maxBytes > 0 else { throw ValidationError("--max-bytes must be positive") }
+        try Endpoint.validate(clients, option: "--clients")
+        try Endpoint.validate(workers, option: "--workers")
     }
 
     func run() throws {
+        log.bootstrap()
         let logger = Logger(label: "enlarger.broker")
         var configuration = brokerOptions.configuration(clients: clients, workers: workers, maxInputBytes: maxBytes)
         try auth.apply(to: &configuration)

@@ -1,13 +1,51 @@
 import ArgumentParser
+import CLISupport
+import Foundation
 
 @main
 struct EnlargerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "enlarger",
         abstract: "Resize JPEGs, alone or as a ZeroMQ job service (broker + workers) with degraded-then-final results and strict cancel.",
+        version: enlargerVersion,
         subcommands: [
             ServeCommand.self, SubmitCommand.self, CancelCommand.self, StatusCommand.self,
             BrokerCommand.self, WorkerCommand.self, ResizeCommand.self, KeygenCommand.self,
         ]
     )
+
+    /// The services configured from the environment as well as from flags (`EnvironmentOptions`).
+    static let configurableFromEnvironment: [any ParsableCommand.Type] = [BrokerCommand.self, WorkerCommand.self, ServeCommand.self]
+
+    static func main() async {
+        var arguments = Array(CommandLine.arguments.dropFirst())
+        var sources: [EnvironmentOptions.Source] = []
+        if let name = arguments.first,
+           let command = configurableFromEnvironment.first(where: { $0.configuration.commandName == name })
+        {
+            do {
+                let applied = try EnvironmentOptions.apply(
+                    to: Array(arguments.dropFirst()), command: command, environment: ProcessInfo.processInfo.environment)
+                arguments = [name] + applied.arguments
+                sources = applied.sources
+            } catch {
+                exit(withError: error)
+            }
+        }
+        do {
+            var command = try parseAsRoot(arguments)
+            if var command = command as? any AsyncParsableCommand {
+                try await command.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            // A bad value that came from the environment is reported under its variable's name.
+            if let explained = EnvironmentOptions.explain(message(for: error), sources: sources) {
+                FileHandle.standardError.write(Data("Error: \(explained)\n".utf8))
+                Foundation.exit(exitCode(for: error).rawValue)
+            }
+            exit(withError: error)
+        }
+    }
 }

@@ -11,10 +11,13 @@ enum Chroma: String, ExpressibleByArgument, CaseIterable {
 
 /// The resize options shared by `resize` and `submit`.
 struct ImageOptions: ParsableArguments {
-    @Option(name: .shortAndLong, help: "Target width in pixels (1…16384). With only one of width/height the aspect ratio is kept.")
+    // `.unconditional`: `--width -5` is a (bad) width, as `--width=-5` is, not a missing value.
+    @Option(name: .shortAndLong, parsing: .unconditional,
+            help: "Target width in pixels (1…16384). With only one of width/height the aspect ratio is kept.")
     var width: Int?
 
-    @Option(name: .shortAndLong, help: "Target height in pixels (1…16384).")
+    // -h is help, as everywhere.
+    @Option(name: [.customShort("H"), .long], parsing: .unconditional, help: "Target height in pixels (1…16384).")
     var height: Int?
 
     @Option(help: "inside: fit within the box (default); cover: fill the box and crop the centre; fill: stretch to the box.")
@@ -23,7 +26,7 @@ struct ImageOptions: ParsableArguments {
     @Flag(help: "Allow output larger than the source (off by default: never upscale).")
     var enlarge = false
 
-    @Option(help: "JPEG quality 1…100.")
+    @Option(parsing: .unconditional, help: "JPEG quality 1…100.")
     var quality: Int = 80
 
     @Flag(help: "Write progressive JPEGs.")

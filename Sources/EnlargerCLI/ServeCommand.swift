@@ -18,6 +18,8 @@ struct ServeCommand: ParsableCommand {
             Ctrl-C or SIGTERM stops everything cleanly: workers hand their jobs back, live \
             requests fail with BROKER_SHUTDOWN, the sockets are removed.
 
+            \(EnvironmentOptions.rule) The workers get their settings as flags.
+
             Example: enlarger serve --workers 2, then from another terminal: \
             enlarger submit photo.jpg --width 720 --height 588 --out thumbs
             """
@@ -41,6 +43,7 @@ struct ServeCommand: ParsableCommand {
 
     @OptionGroup var brokerOptions: BrokerOptions
     @OptionGroup var limitOptions: LimitOptions
+    @OptionGroup var log: LogOptions
 
     func validate() throws {
         guard (1...256).contains(workers) else { throw ValidationError("--workers must be 1…256") }
@@ -48,6 +51,7 @@ struct ServeCommand: ParsableCommand {
     }
 
     func run() throws {
+        log.bootstrap()
         let logger = Logger(label: "enlarger.serve")
         let directory = RuntimeDirectory(path: runtimeDir ?? RuntimeDirectory.defaultPath)
         try directory.prepare()
@@ -80,12 +84,13 @@ struct ServeCommand: ParsableCommand {
         let perWorker = concurrency ?? max(1, ProcessInfo.processInfo.activeProcessorCount / workers)
         // The workers share this host's memory: each gets its share of one budget.
         let budgetPerWorker = max(1, (memoryBudget ?? MemoryBudget.defaultBudget()) / workers)
+        let logArguments = log.arguments
         let supervisor = WorkerSupervisor(count: workers, logger: logger) { index in
             ["worker", "--broker", directory.workersEndpoint, "--concurrency", "\(perWorker)",
              "--memory-budget", "\(budgetPerWorker)",
              "--name", "serve-\(index)", "--heartbeat-ms", "\(brokerOptions.heartbeatMs)",
              "--max-pixels", "\(limitOptions.maxPixels)", "--max-bytes", "\(limitOptions.maxBytes)",
-             "--max-scans", "\(limitOptions.maxScans)", "--parent-pid", "\(getpid())"]
+             "--max-scans", "\(limitOptions.maxScans)", "--parent-pid", "\(getpid())"] + logArguments
         }
         try supervisor.start()
 

@@ -25,6 +25,8 @@ struct WorkerCommand: ParsableCommand {
             SIGTERM stops it gracefully: it tells the broker it is leaving, so its jobs are \
             re-queued at once, and exits.
 
+            \(EnvironmentOptions.rule)
+
             Example: enlarger worker --broker ipc:///run/enlarger/workers.sock --concurrency 4
             """
     )
@@ -54,6 +56,7 @@ struct WorkerCommand: ParsableCommand {
     @OptionGroup var limitOptions: LimitOptions
 
     @OptionGroup var auth: PeerAuthOptions
+    @OptionGroup var log: LogOptions
 
     private var workerConfiguration: WorkerConfiguration {
         WorkerConfiguration(brokerEndpoint: broker,
@@ -65,10 +68,12 @@ struct WorkerCommand: ParsableCommand {
     }
 
     func validate() throws {
+        try Endpoint.validate(broker, option: "--broker")
         if let problem = workerConfiguration.problem { throw ValidationError(problem) }
     }
 
     func run() throws {
+        log.bootstrap()
         var configuration = workerConfiguration
         configuration.curve = try auth.credentials(for: broker)
         let service = try WorkerService(configuration: configuration)
