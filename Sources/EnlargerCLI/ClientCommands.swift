@@ -4,21 +4,6 @@ import Enlarger
 import Foundation
 import Imaging
 
-/// Prints whole lines from concurrent tasks without interleaving them.
-final class LinePrinter: Sendable {
-    private let lock = NSLock()
-    func line(_ text: String) {
-        lock.lock()
-        defer { lock.unlock() }
-        FileHandle.standardOutput.write(Data((text + "\n").utf8))
-    }
-    func error(_ text: String) {
-        lock.lock()
-        defer { lock.unlock() }
-        FileHandle.standardError.write(Data((text + "\n").utf8))
-    }
-}
-
 extension EnlargerClientError {
     /// The stable code and message printed for a failed request.
     var codeAndMessage: (code: String, message: String) {
@@ -81,6 +66,7 @@ struct StatusCommand: AsyncParsableCommand {
             object.add("queue_limit", status.queueLimit)
             object.add("in_flight", status.inFlight)
             object.add("clients", status.clients)
+            object.add("uptime_ms", milliseconds(status.uptime))
             object.add("client_bytes_waiting", Int(status.clientBytesWaiting))
             var counters = JSONLine()
             for (name, value) in totals { counters.add(name, Int(value)) }

@@ -15,7 +15,7 @@ struct ResizeCommand: ParsableCommand {
             """
     )
 
-    @Argument(help: "JPEG files to resize.")
+    @Argument(help: "JPEG files to resize (- for standard input).")
     var inputs: [String]
 
     @OptionGroup var image: ImageOptions
@@ -31,9 +31,12 @@ struct ResizeCommand: ParsableCommand {
     var json = false
 
     func validate() throws {
+        if inputs.filter({ $0 == InputSource.standardInput }).count > 1 {
+            throw ValidationError("standard input (-) can be given only once")
+        }
         var seen: [String: String] = [:]
         for input in inputs {
-            let name = Self.outputName(input)
+            let name = InputSource.outputName(input)
             if let other = seen[name] {
                 throw ValidationError("'\(other)' and '\(input)' would both write '\(name)' in the output directory")
             }
@@ -41,12 +44,8 @@ struct ResizeCommand: ParsableCommand {
         }
     }
 
-    static func outputName(_ input: String) -> String {
-        ((input as NSString).lastPathComponent as NSString).deletingPathExtension
-    }
-
     func run() throws {
-        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        try OutputDirectory.prepare(out)
         let pipeline = ImagePipeline(limits: limitOptions.limits)
         let options = image.resizeOptions
         var failures = 0
@@ -74,7 +73,8 @@ struct ResizeCommand: ParsableCommand {
     }
 
     private func process(_ input: String, pipeline: ImagePipeline, options: ResizeOptions) throws -> String {
-        let bytes = try InputFile.read(path: input, maxBytes: pipeline.limits.maxInputBytes)
+        let bytes = try InputSource.read(input, maxBytes: pipeline.limits.maxInputBytes)
+        if let problem = InputSource.notJPEG(bytes, input: input) { throw problem }
         var preview: StageResult?
         var final: StageResult?
         try pipeline.run(bytes, options: options, delivery: degraded ? .progressive : .final) { result in
@@ -83,7 +83,7 @@ struct ResizeCommand: ParsableCommand {
         guard let final else { throw ImagingError(.encodeFailed, "no final result") }
         // Written only once everything succeeded, degraded first: a failed input (or a failed
         // write) leaves no file behind.
-        let name = Self.outputName(input)
+        let name = InputSource.outputName(input)
         let path = (out as NSString).appendingPathComponent("\(name).\(options.format.fileExtension)")
         var degradedPath: String?
         if let preview {
@@ -126,11 +126,6 @@ struct ResizeCommand: ParsableCommand {
     }
 
     private func write(_ bytes: [UInt8], to path: String) throws {
-        let url = URL(fileURLWithPath: path)
-        do {
-            try Data(bytes).write(to: url, options: .atomic)
-        } catch {
-            throw ImagingError(.writeFailed, "cannot write \(path): \(error.localizedDescription)")
-        }
+        try OutputFile.write(bytes, to: path)
     }
 }

@@ -3,6 +3,7 @@ import CLISupport
 import Enlarger
 import Foundation
 import Imaging
+import Locking
 
 struct SubmitCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -13,13 +14,23 @@ struct SubmitCommand: AsyncParsableCommand {
             OUT/<name>.<ext> and OUT/<name>.degraded.<ext>. With --json, one JSON object per \
             event per line: id, event (accepted, started, degraded, final, failed, cancelled, \
             rejected), t_ms since that request was submitted, and width, height, bytes, path for \
-            results, or code and message for failures. The exit code is 1 if any request failed.
+            results (the final one also queue_ms and processing_ms), or code and message for \
+            failures; then one summary object. Without --json, one line per result, problems on \
+            standard error, a progress bar when standard error is a terminal, and a summary: done, \
+            failed by code, cancelled, wall time, images/s, time queued apart from processing.
+
+            An input of - is read from standard input (written as OUT/stdin.<ext>). Inputs that \
+            are not JPEGs are refused before anything is sent, naming their format when known.
+
+            Ctrl-C (or SIGTERM) cancels every live request at the broker at once, prints their \
+            ids and exits with status 130; a second Ctrl-C exits without waiting. The exit code \
+            is 1 if any request failed.
 
             Example: enlarger submit photos/*.jpg --width 720 --height 588 --id-prefix batch7 --out thumbs --json
             """
     )
 
-    @Argument(help: "JPEG files to submit.")
+    @Argument(help: "JPEG files to submit (- for standard input).")
     var inputs: [String]
 
     @OptionGroup var image: ImageOptions
@@ -57,9 +68,12 @@ struct SubmitCommand: AsyncParsableCommand {
         if let timeout, !(timeout > 0 && timeout <= 4_000_000) {
             throw ValidationError("--timeout must be a positive number of seconds (at most 4000000)")
         }
+        if inputs.filter({ $0 == InputSource.standardInput }).count > 1 {
+            throw ValidationError("standard input (-) can be given only once")
+        }
         var seen: [String: String] = [:]
         for input in inputs {
-            let name = ResizeCommand.outputName(input)
+            let name = InputSource.outputName(input)
             if let other = seen[name] {
                 throw ValidationError("'\(other)' and '\(input)' would both write '\(name)' in the output directory")
             }
@@ -68,42 +82,104 @@ struct SubmitCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
-        let printer = LinePrinter()
-        let progress = Progress(total: inputs.count, enabled: !json && isatty(STDERR_FILENO) != 0, printer: printer)
+        try OutputDirectory.prepare(out)
+        let configuration = try service.clientConfiguration()
+        let endpoint = service.clientEndpoint
+        let display = SubmitDisplay(total: inputs.count, showsProgress: !json && isatty(STDERR_FILENO) != 0)
         let options = image.resizeOptions
         let ids = inputs.indices.map { index in idPrefix.map { "\($0)-\(index)" } ?? UUID().uuidString }
-        let failures = try await withEnlargerClient(brokerEndpoint: service.clientEndpoint, configuration: try service.clientConfiguration()) { client in
-            await withTaskGroup(of: Bool.self) { group in
-                var failures = 0
-                var next = 0
-                func add() {
-                    let index = next
-                    next += 1
-                    group.addTask {
-                        await submitOne(inputs[index], id: ids[index], options: options, client: client, printer: printer)
+        let live = LiveRequests()
+
+        // The first Ctrl-C cancels what is live; a second one leaves without waiting.
+        let (interrupts, interrupt) = AsyncStream.makeStream(of: Int32.self)
+        let signalled = Lock(false)
+        let signals = onTerminationSignals { number in
+            if signalled.withLock({ seen in defer { seen = true }; return seen }) { _exit(128 + number) }
+            interrupt.yield(number)
+        }
+        defer { signals.forEach { $0.cancel() } }
+
+        let start = ContinuousClock.now
+        let (summary, cancelledIDs, signal) = try await withEnlargerClient(brokerEndpoint: endpoint, configuration: configuration) {
+            client in
+            await withTaskGroup(of: (cancelled: [String], signal: Int32)?.self) { group in
+                group.addTask {
+                    for await number in interrupts {
+                        // Strict cancel: these requests' events end now; the broker stops their work.
+                        let ids = live.stop()
+                        let cancelled = await withTaskGroup(of: String?.self) { cancels in
+                            for id in ids {
+                                cancels.addTask { (try? await client.cancel(id)) == .cancelled ? id : nil }
+                            }
+                            var cancelled: [String] = []
+                            for await id in cancels { if let id { cancelled.append(id) } }
+                            return cancelled
+                        }
+                        return (ids.filter(cancelled.contains), number)
                     }
+                    return nil
                 }
-                while next < min(inFlight, inputs.count) { add() }
-                for await ok in group {
-                    if !ok { failures += 1 }
-                    progress.finished(ok: ok)
-                    if next < inputs.count { add() }
-                }
-                return failures
+                let summary = await submitAll(ids: ids, options: options, client: client, live: live, display: display)
+                interrupt.finish()
+                var interruption: (cancelled: [String], signal: Int32)?
+                for await result in group { if let result { interruption = result } }
+                return (summary, interruption?.cancelled ?? [], interruption?.signal)
             }
         }
-        progress.clear()
-        if failures > 0 {
-            if !json { printer.error("\(failures) of \(inputs.count) requests failed") }
-            throw ExitCode(1)
+        let wall = ContinuousClock.now - start
+        display.endProgress()
+        if summary.unreachable > 0 {
+            display.error("cannot reach the broker at \(endpoint): no answer (is it running, and is this the right endpoint?)")
+        }
+        if signal != nil {
+            display.error(cancelledIDs.isEmpty
+                ? "interrupted: nothing was live to cancel"
+                : "interrupted: cancelled \(cancelledIDs.count) at the broker: \(cancelledIDs.joined(separator: " "))")
+        }
+        if json {
+            display.line(summary.json(wall: wall).text)
+        } else {
+            display.error(summary.text(wall: wall))
+        }
+        if let signal { throw ExitCode(128 + signal) }
+        if summary.failed > 0 { throw ExitCode(1) }
+    }
+
+    /// Submits every input, at most `inFlight` at a time, until all have ended or the run stops.
+    private func submitAll(ids: [String], options: ResizeOptions, client: EnlargerClient, live: LiveRequests,
+                           display: SubmitDisplay) async -> SubmitSummary {
+        await withTaskGroup(of: SubmitOutcome.self) { group in
+            var summary = SubmitSummary()
+            var next = 0
+            var brokerAnswered = true
+            func add() {
+                let index = next
+                next += 1
+                group.addTask {
+                    await submitOne(inputs[index], id: ids[index], options: options, client: client, live: live, display: display)
+                }
+            }
+            while next < min(inFlight, inputs.count) { add() }
+            for await outcome in group {
+                summary.add(outcome)
+                display.finished(outcome)
+                if case .unreachable = outcome { brokerAnswered = false }
+                if next < inputs.count && brokerAnswered && !live.isStopped { add() }
+            }
+            // Stopped early: the rest were never sent.
+            for _ in next..<inputs.count {
+                summary.add(.notSent)
+                display.finished(.notSent)
+            }
+            return summary
         }
     }
 
-    /// Submits one file and reports its events; returns whether it ended with a result.
+    /// Submits one input and reports its events.
     private func submitOne(_ input: String, id: String, options: ResizeOptions, client: EnlargerClient,
-                           printer: LinePrinter) async -> Bool {
+                           live: LiveRequests, display: SubmitDisplay) async -> SubmitOutcome {
         let start = ContinuousClock.now
+        let shownInput = input == InputSource.standardInput ? "(stdin)" : input
         func report(_ event: String, _ fill: (inout JSONLine) -> Void = { _ in }) {
             guard json else { return }
             var line = JSONLine()
@@ -112,90 +188,122 @@ struct SubmitCommand: AsyncParsableCommand {
             line.add("event", event)
             line.add("t_ms", milliseconds(ContinuousClock.now - start))
             fill(&line)
-            printer.line(line.text)
+            display.line(line.text)
         }
-        func fail(_ event: String, code: String, message: String) -> Bool {
+        func fail(_ event: String, code: String, message: String) -> SubmitOutcome {
             report(event) {
                 $0.add("code", code)
                 $0.add("message", message)
             }
-            if !json { printer.error("\(input) [\(id)]: \(event) \(code): \(message)") }
-            return false
+            if !json { display.error("\(shownInput) [\(id)]: \(event) \(code): \(message)") }
+            return .failed(code: code)
         }
         let bytes: [UInt8]
         do {
-            bytes = try InputFile.read(path: input, maxBytes: maxBytes)
+            bytes = try InputSource.read(input, maxBytes: maxBytes)
         } catch {
             return fail("failed", code: error.code.rawValue, message: error.message)
         }
-        let name = ResizeCommand.outputName(input)
+        if let problem = InputSource.notJPEG(bytes, input: input) {
+            return fail("failed", code: problem.code.rawValue, message: problem.message)
+        }
+        let name = InputSource.outputName(input)
         let ext = options.format.fileExtension
         var timings: [String] = []
+        var startedAt: ContinuousClock.Instant?
+        let request = ResizeRequest(id: id, image: bytes, options: options, delivery: delivery,
+                                    timeout: timeout.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) })
+        guard let events = live.begin(id, { client.submit(request) }) else { return .notSent }
+        defer { live.end(id) }
         do {
-            let request = ResizeRequest(id: id, image: bytes, options: options, delivery: delivery,
-                                        timeout: timeout.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) })
-            for try await event in client.submit(request) {
+            for try await event in events {
                 switch event {
                 case .accepted:
                     report("accepted")
                 case .started(let attempt):
+                    if startedAt == nil { startedAt = .now }
                     report("started") { $0.add("attempt", attempt) }
                 case .degraded(let result), .final(let result):
                     let isFinal = if case .final = event { true } else { false }
                     let path = (out as NSString).appendingPathComponent(isFinal ? "\(name).\(ext)" : "\(name).degraded.\(ext)")
                     do {
-                        try Data(result.bytes).write(to: URL(fileURLWithPath: path), options: .atomic)
+                        try OutputFile.write(result.bytes, to: path)
                     } catch {
-                        return fail("failed", code: "writeFailed", message: "cannot write \(path): \(error.localizedDescription)")
+                        // Nothing more of it can be written: stop its work at the broker too.
+                        if !isFinal { _ = try? await client.cancel(id) }
+                        return fail("failed", code: error.code.rawValue, message: error.message)
                     }
-                    timings.append("\(isFinal ? "final" : "degraded") \(Int(milliseconds(ContinuousClock.now - start))) ms")
+                    let now = ContinuousClock.now
+                    let queued = (startedAt ?? now) - start
+                    let processing = now - (startedAt ?? now)
+                    timings.append("\(isFinal ? "final" : "degraded") at \(Int(milliseconds(now - start))) ms")
                     report(isFinal ? "final" : "degraded") {
                         $0.add("width", result.width)
                         $0.add("height", result.height)
                         $0.add("bytes", result.bytes.count)
                         $0.add("path", path)
+                        if isFinal {
+                            $0.add("queue_ms", milliseconds(queued))
+                            $0.add("processing_ms", milliseconds(processing))
+                        }
                     }
-                    if isFinal && !json {
-                        printer.line("\(input) -> \(path) \(result.width)x\(result.height) (\(timings.joined(separator: ", ")))")
+                    if (isFinal || delivery == .degraded) && !json {
+                        display.line("\(shownInput) -> \(path) \(result.width)x\(result.height) (queued \(Int(milliseconds(queued))) ms, "
+                                     + "processing \(Int(milliseconds(processing))) ms; \(timings.joined(separator: ", ")))")
                     }
-                    if isFinal || delivery == .degraded { return true }
+                    if isFinal || delivery == .degraded { return .done(queued: queued, processing: processing) }
                 }
             }
-            // The sequence ends without a result only after a cancel through this client.
-            return fail("cancelled", code: "cancelled", message: "cancelled")
+            // The sequence ends without a result only after a cancel through this client
+            // (Ctrl-C): reported once for the whole run.
+            report("cancelled") {
+                $0.add("code", "cancelled")
+                $0.add("message", "cancelled on interrupt")
+            }
+            return .cancelled
+        } catch .brokerUnreachable {
+            // Reported once for the whole run.
+            report("failed") {
+                $0.add("code", "brokerUnreachable")
+                $0.add("message", "no broker answered")
+            }
+            return .unreachable
         } catch {
             let (code, message) = error.codeAndMessage
+            if case .cancelled = error {
+                _ = fail(error.eventName, code: code, message: message)
+                return .cancelled
+            }
             return fail(error.eventName, code: code, message: message)
         }
     }
 }
 
-/// A one-line progress counter on a terminal's standard error.
-final class Progress: Sendable {
-    private let total: Int
-    private let enabled: Bool
-    private let printer: LinePrinter
-    private let counts = NSLock()
-    nonisolated(unsafe) private var done = 0
-    nonisolated(unsafe) private var failed = 0
+/// The requests of one `submit` run that may still be live at the broker, and whether the
+/// run has stopped (Ctrl-C): after that nothing more is submitted.
+final class LiveRequests: Sendable {
+    private let state = Lock((ids: Set<String>(), stopped: false))
 
-    init(total: Int, enabled: Bool, printer: LinePrinter) {
-        self.total = total
-        self.enabled = enabled
-        self.printer = printer
+    /// Submits under the lock, so a stop either sees the request or prevents it.
+    func begin(_ id: String, _ submit: () -> RequestEvents) -> RequestEvents? {
+        state.withLock { state in
+            guard !state.stopped else { return nil }
+            state.ids.insert(id)
+            return submit()
+        }
     }
 
-    func finished(ok: Bool) {
-        guard enabled else { return }
-        counts.lock()
-        done += 1
-        if !ok { failed += 1 }
-        let text = "\r\(done)/\(total) done, \(failed) failed"
-        counts.unlock()
-        FileHandle.standardError.write(Data(text.utf8))
+    func end(_ id: String) {
+        state.withLock { _ = $0.ids.remove(id) }
     }
 
-    func clear() {
-        if enabled { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+    var isStopped: Bool { state.withLock { $0.stopped } }
+
+    /// Stops the run and returns the ids still live, sorted.
+    func stop() -> [String] {
+        state.withLock { state in
+            state.stopped = true
+            return state.ids.sorted()
+        }
     }
 }

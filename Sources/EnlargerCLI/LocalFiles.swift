@@ -1,0 +1,117 @@
+import CLISupport
+import Foundation
+import Imaging
+
+/// The output directory of `submit` and `resize`, checked before any work is sent.
+enum OutputDirectory {
+    /// Creates `path` (and its parents) if missing; fails in one line when it is not a
+    /// directory or cannot be written.
+    static func prepare(_ path: String) throws {
+        var info = stat()
+        if stat(path, &info) == 0 {
+            guard (info.st_mode & S_IFMT) == S_IFDIR else { throw CLIError("--out \(path) is not a directory") }
+        } else {
+            var built = path.hasPrefix("/") ? "/" : ""
+            for component in path.split(separator: "/") {
+                built += component + "/"
+                if mkdir(built, 0o777) != 0 && errno != EEXIST {
+                    throw CLIError("cannot create output directory \(path): \(String(cString: strerror(errno)))")
+                }
+            }
+            guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
+                throw CLIError("--out \(path) is not a directory")
+            }
+        }
+        if access(path, W_OK | X_OK) != 0 {
+            throw CLIError("cannot write to output directory \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+}
+
+/// Output files, written whole or not at all.
+enum OutputFile {
+    /// Writes `bytes` to a temporary file beside `path` and renames it into place.
+    static func write(_ bytes: [UInt8], to path: String) throws(ImagingError) {
+        let temporary = path + ".partial-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        func failure(_ code: Int32) -> ImagingError {
+            ImagingError(.writeFailed, "cannot write \(path): \(String(cString: strerror(code)))")
+        }
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw failure(errno) }
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { Foundation.write(fd, $0.baseAddress! + written, bytes.count - written) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                let code = errno
+                close(fd)
+                unlink(temporary)
+                throw failure(code)
+            }
+            written += n
+        }
+        if close(fd) != 0 || rename(temporary, path) != 0 {
+            let code = errno
+            unlink(temporary)
+            throw failure(code)
+        }
+    }
+}
+
+/// Input files: a path, or `-` for standard input.
+enum InputSource {
+    static let standardInput = "-"
+
+    static func read(_ input: String, maxBytes: Int) throws(ImagingError) -> [UInt8] {
+        guard input == standardInput else { return try InputFile.read(path: input, maxBytes: maxBytes) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { Foundation.read(STDIN_FILENO, $0.baseAddress!, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw ImagingError(.unreadable, "standard input: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { break }
+            bytes.append(contentsOf: chunk[..<n])
+            if bytes.count > maxBytes {
+                throw ImagingError(.tooLarge, "standard input: more than the input limit of \(maxBytes) bytes")
+            }
+        }
+        if bytes.isEmpty { throw ImagingError(.empty, "standard input: empty (0 bytes)") }
+        return bytes
+    }
+
+    /// The name its outputs are written under: the file name without its extension.
+    static func outputName(_ input: String) -> String {
+        input == standardInput ? "stdin" : ((input as NSString).lastPathComponent as NSString).deletingPathExtension
+    }
+
+    /// Why `bytes` will not decode as a JPEG, naming the format when it is a known one; `nil`
+    /// for anything that starts like a JPEG (the decoder judges the rest).
+    static func notJPEG(_ bytes: [UInt8], input: String) -> ImagingError? {
+        if bytes.starts(with: [0xFF, 0xD8, 0xFF]) { return nil }
+        let name = input == standardInput ? "standard input" : input
+        func ascii(_ range: Range<Int>) -> String? {
+            range.upperBound <= bytes.count ? String(decoding: bytes[range], as: UTF8.self) : nil
+        }
+        let format: String? =
+            if bytes.starts(with: [0x89, 0x50, 0x4E, 0x47]) { "PNG" }
+            else if ascii(0..<4) == "GIF8" { "GIF" }
+            else if ascii(0..<4) == "RIFF" && ascii(8..<12) == "WEBP" { "WebP" }
+            else if bytes.starts(with: [0x49, 0x49, 0x2A, 0x00]) || bytes.starts(with: [0x4D, 0x4D, 0x00, 0x2A]) { "TIFF" }
+            else if ascii(0..<2) == "BM" { "BMP" }
+            else if ascii(0..<4) == "%PDF" { "PDF" }
+            else if ascii(4..<8) == "ftyp", let brand = ascii(8..<12) {
+                brand.hasPrefix("avi") ? "AVIF" : ["heic", "heix", "mif1", "msf1", "hevc"].contains(brand) ? "HEIF/HEIC" : nil
+            }
+            else if bytes.starts(with: [0xFF, 0x0A]) || ascii(4..<8) == "JXL " { "JPEG XL" }
+            else if bytes.starts(with: [0x00, 0x00, 0x00, 0x0C, 0x6A, 0x50]) { "JPEG 2000" }
+            else { nil }
+        if let format {
+            return ImagingError(.notJPEG, "\(name) is a \(format) image; only JPEG is supported")
+        }
+        let head = bytes.prefix(4).map { String(format: "%02x", $0) }.joined(separator: " ")
+        return ImagingError(.notJPEG, "\(name) is not a JPEG (it starts with \(head), not ff d8 ff)")
+    }
+}
