@@ -1,0 +1,383 @@
+import Enlarger
+import EnlargerBroker
+import Foundation
+import TestSupport
+import XCTest
+
+/// The `enlarger` binary as people use it: run as a process, its output read as text.
+final class CLITests: XCTestCase {
+    // MARK: - Flags, help, version
+
+    func testVersionIsPrintedByBothExecutables() throws {
+        let enlarger = try run(["--version"])
+        XCTAssertEqual(enlarger.status, 0, enlarger.stderr)
+        let version = enlarger.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertNotNil(version.range(of: #"^\d+\.\d+\.\d+$"#, options: .regularExpression), version)
+        let bench = try run(["--version"], binary: Cluster.enlargerBinary.deletingLastPathComponent()
+            .appendingPathComponent("enlarger-bench"))
+        XCTAssertEqual(bench.stdout.trimmingCharacters(in: .whitespacesAndNewlines), version)
+    }
+
+    func testShortHIsHelpEverywhere() throws {
+        for command in ["submit", "resize", "serve", "broker", "worker", "status", "cancel", "keygen"] {
+            let result = try run([command, "-h"])
+            XCTAssertEqual(result.status, 0, "\(command): \(result.stderr)")
+            XCTAssert(result.stdout.contains("USAGE:"), "\(command) -h: \(result.stdout)")
+        }
+        let height = try run(["resize", "x.jpg", "-H", "0", "--out", "/tmp"])
+        XCTAssert(height.stderr.contains("height"), height.stderr)
+    }
+
+    func testNegativeWidthGivesTheSameMessageInBothSpellings() throws {
+        let separate = try run(["resize", "x.jpg", "--width", "-5", "--out", "/tmp"])
+        let joined = try run(["resize", "x.jpg", "--width=-5", "--out", "/tmp"])
+        XCTAssertNotEqual(separate.status, 0)
+        XCTAssertEqual(separate.stderr, joined.stderr)
+        XCTAssert(separate.stderr.contains("-5"), separate.stderr)
+    }
+
+    func testEndpointWithoutSchemeGetsASuggestion() throws {
+        let status = try run(["status", "--broker", "localhost:5570"])
+        XCTAssertNotEqual(status.status, 0)
+        XCTAssert(status.stderr.contains("did you mean tcp://localhost:5570?"), status.stderr)
+        let worker = try run(["worker", "--broker", "/run/enlarger/workers.sock"])
+        XCTAssert(worker.stderr.contains("did you mean ipc:///run/enlarger/workers.sock?"), worker.stderr)
+        let fromEnvironment = try run(["status"], environment: ["ENLARGER_BROKER": "broker:5570"])
+        XCTAssert(fromEnvironment.stderr.contains("ENLARGER_BROKER"), fromEnvironment.stderr)
+        XCTAssert(fromEnvironment.stderr.contains("did you mean tcp://broker:5570?"), fromEnvironment.stderr)
+    }
+
+    // MARK: - Configuration from the environment
+
+    func testBrokerTakesEveryFlagFromTheEnvironmentAndAFlagWins() async throws {
+        let directory = try temporaryDirectory()
+        let clients = "ipc://\(directory.path)/clients.sock"
+        var environment = [
+            "ENLARGER_CLIENTS": clients, "ENLARGER_WORKERS": "ipc://\(directory.path)/workers.sock",
+            "ENLARGER_QUEUE_LIMIT": "7", "ENLARGER_LOG_FORMAT": "json",
+        ]
+        let fromEnvironment = try await brokerQueueLimit(arguments: [], environment: environment, clients: clients)
+        XCTAssertEqual(fromEnvironment.queueLimit, 7)
+        // Every log line is one JSON object.
+        let lines = fromEnvironment.log.split(separator: "\n")
+        XCTAssertFalse(lines.isEmpty)
+        for line in lines {
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            XCTAssertNotNil(object?["message"], String(line))
+            XCTAssertNotNil(object?["level"], String(line))
+        }
+
+        environment["ENLARGER_LOG_FORMAT"] = nil
+        let flagWins = try await brokerQueueLimit(arguments: ["--queue-limit", "9"], environment: environment, clients: clients)
+        XCTAssertEqual(flagWins.queueLimit, 9)
+
+        environment["ENLARGER_QUEUE_LIMIT"] = "lots"
+        let invalid = try run(["broker"], environment: environment)
+        XCTAssertNotEqual(invalid.status, 0)
+        XCTAssert(invalid.stderr.contains("ENLARGER_QUEUE_LIMIT=lots"), invalid.stderr)
+    }
+
+    /// Runs `enlarger broker`, reads its queue limit through a client, stops it.
+    private func brokerQueueLimit(arguments: [String], environment: [String: String], clients: String) async throws
+        -> (queueLimit: Int, log: String)
+    {
+        let process = Process()
+        process.executableURL = Cluster.enlargerBinary
+        process.arguments = ["broker"] + arguments
+        process.environment = Self.environment(environment)
+        let stderr = Pipe()
+        process.standardError = stderr
+        try process.run()
+        let client = try EnlargerClient(brokerEndpoint: clients)
+        let status: BrokerStatus
+        do {
+            status = try await client.status()
+        } catch {
+            await client.close()
+            process.terminate()
+            process.waitUntilExit()
+            throw error
+        }
+        await client.close()
+        process.terminate()
+        let log = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (status.queueLimit, log)
+    }
+
+    // MARK: - Early, clear errors
+
+    func testOutputThatIsNotADirectoryIsOneClearLine() throws {
+        let directory = try temporaryDirectory()
+        let file = directory.appendingPathComponent("file").path
+        _ = FileManager.default.createFile(atPath: file, contents: Data("x".utf8))
+        let photo = Corpus.root.appendingPathComponent("good/sharp_flowers.jpeg").path
+        for out in [file, file + "/below"] {
+            let result = try run(["submit", photo, "--width", "64", "--out", out, "--broker", "ipc://\(directory.path)/none.sock"])
+            XCTAssertNotEqual(result.status, 0)
+            XCTAssertEqual(result.stderr.split(separator: "\n").count, 1, result.stderr)
+            XCTAssert(result.stderr.contains("not a directory") || result.stderr.contains("Not a directory"), result.stderr)
+            XCTAssertFalse(result.stderr.contains("Domain"), result.stderr)
+        }
+    }
+
+    func testUnreachableBrokerIsOneLineNamingTheEndpoint() throws {
+        let photos = ["sharp_flowers.jpeg", "exifsamples_30-type_error.jpg", "bimg_vertical.jpg"]
+            .map { Corpus.root.appendingPathComponent("good/\($0)").path }
+        let endpoint = "tcp://127.0.0.1:\(try unusedPort())"
+        let result = try run(["submit"] + photos + ["--width", "64", "--out", try temporaryDirectory().path,
+                                                    "--broker", endpoint, "--insecure-tcp"])
+        XCTAssertEqual(result.status, 1)
+        // The one line, then the summary; nothing per file.
+        let lines = result.stderr.split(separator: "\n")
+        XCTAssertEqual(lines.count, 2, result.stderr)
+        XCTAssert(lines.last?.hasPrefix("0 done, 3 failed (brokerUnreachable 3)") == true, result.stderr)
+        XCTAssert(result.stderr.contains("cannot reach the broker at \(endpoint)"), result.stderr)
+    }
+
+    func testUnsupportedInputIsRefusedBeforeSendingAndNamed() async throws {
+        let cluster = try Cluster(self)
+        let directory = try temporaryDirectory()
+        let png = directory.appendingPathComponent("picture.jpg").path
+        _ = FileManager.default.createFile(atPath: png, contents: Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + [UInt8](repeating: 0, count: 32)))
+        let result = try run(["submit", png, "--width", "64", "--out", directory.appendingPathComponent("out").path,
+                              "--broker", cluster.clientsEndpoint])
+        XCTAssertEqual(result.status, 1)
+        XCTAssert(result.stderr.contains("is a PNG image"), result.stderr)
+        let client = try cluster.client()
+        let status = try await client.status()
+        await client.close()
+        XCTAssertEqual(status.totals.submitted, 0, "the PNG was sent")
+    }
+
+    // MARK: - Input and output
+
+    func testDashReadsStandardInput() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let out = try temporaryDirectory().appendingPathComponent("thumbs")
+        let photo = try Data(contentsOf: Corpus.root.appendingPathComponent("good/sharp_flowers.jpeg"))
+        let result = try run(["submit", "-", "--width", "64", "--out", out.path, "--broker", cluster.clientsEndpoint],
+                             stdin: photo)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let written = try Data(contentsOf: out.appendingPathComponent("stdin.jpg"))
+        XCTAssert(written.starts(with: [0xFF, 0xD8, 0xFF]))
+        XCTAssert(result.stdout.contains("stdin.jpg 64x"), result.stdout)
+        XCTAssert(result.stderr.contains("1 done, 0 failed"), result.stderr)
+    }
+
+    /// On a terminal, result lines and the progress bar share the screen: replaying the
+    /// output as a terminal would, no result line may carry leftovers of the bar.
+    func testProgressBarNeverGarblesResultLines() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(2, concurrency: 2)
+        let good = Corpus.root.appendingPathComponent("good")
+        let photos = try FileManager.default.contentsOfDirectory(atPath: good.path)
+            .filter { $0.hasSuffix(".jpg") || $0.hasSuffix(".jpeg") }.sorted().prefix(60)
+            .map { good.appendingPathComponent($0).path }
+        let out = try temporaryDirectory().path
+        let command = ([Cluster.enlargerBinary.path, "submit"] + photos
+            + ["--width", "64", "--out", out, "--broker", cluster.clientsEndpoint, "--in-flight", "4"])
+            .map(Self.shellQuoted).joined(separator: " ")
+        let result = try run(["-q", "-e", "-c", command, "/dev/null"], binary: URL(fileURLWithPath: "/usr/bin/script"))
+        let screen = Self.replayTerminal(result.stdout)
+        let resultLines = screen.filter { $0.contains(" -> ") }
+        XCTAssertGreaterThan(resultLines.count, 40, result.stdout)
+        for line in resultLines {
+            XCTAssert(line.hasPrefix(good.path), "garbled: \(line.debugDescription)")
+            // Pieces of the bar: `[===   ] 12/60  0 failed  0 cancelled  3.4/s`.
+            XCTAssertFalse(line.contains("failed  ") || line.contains("cancelled  ") || line.contains("["),
+                           "garbled: \(line.debugDescription)")
+        }
+        // The bar was drawn (it is a terminal) and erased before the summary.
+        XCTAssert(result.stdout.contains("\u{1B}[K"), "no progress bar drawn")
+        let summary = try XCTUnwrap(screen.last { $0.contains(" done, ") }, screen.joined(separator: "\n"))
+        XCTAssert(summary.hasPrefix("\(resultLines.count) done"), summary.debugDescription)
+        XCTAssert(summary.contains("images/s"), summary)
+    }
+
+    /// The lines a terminal shows for `output`: `\r` returns to column 0, `ESC[K` erases to
+    /// the end of the line, `\n` ends it.
+    static func replayTerminal(_ output: String) -> [String] {
+        var lines: [String] = []
+        var line: [Character] = []
+        var column = 0
+        var characters = output[...]
+        while let character = characters.popFirst() {
+            switch character {
+            case "\r\n", "\n":
+                lines.append(String(line))
+                line = []
+                column = 0
+            case "\r":
+                column = 0
+            case "\u{1B}":
+                if characters.hasPrefix("[K") {
+                    characters = characters.dropFirst(2)
+                    line.removeSubrange(min(column, line.count)...)
+                }
+            default:
+                if column < line.count { line[column] = character } else { line.append(character) }
+                column += 1
+            }
+        }
+        if !line.isEmpty { lines.append(String(line)) }
+        return lines
+    }
+
+    // MARK: - Cancel
+
+    /// Ctrl-C cancels the live requests at the broker at once: far sooner than the broker
+    /// would notice the client gone (3 heartbeats of 5 s here), naming them.
+    func testInterruptCancelsLiveRequestsAtOnce() async throws {
+        let cluster = try Cluster(self, heartbeat: .seconds(5))
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(1, client: client)
+        let good = Corpus.root.appendingPathComponent("good")
+        let photos = ["thumbor_9643x10328.jpg", "bimg_vertical.jpg", "thumbor_9643x10328.jpg"]
+        // Distinct names: copies of the slow photos.
+        let inputs = try temporaryDirectory()
+        var paths: [String] = []
+        for (index, name) in photos.enumerated() {
+            let path = inputs.appendingPathComponent("slow\(index).jpg").path
+            try FileManager.default.copyItem(atPath: good.appendingPathComponent(name).path, toPath: path)
+            paths.append(path)
+        }
+        let process = Process()
+        process.executableURL = Cluster.enlargerBinary
+        process.arguments = ["submit"] + paths + ["--width", "4000", "--enlarge", "--delivery", "final", "--id-prefix", "slow",
+                                                  "--out", inputs.appendingPathComponent("out").path,
+                                                  "--broker", cluster.clientsEndpoint]
+        process.environment = Self.environment([:])
+        let stderr = Pipe()
+        process.standardError = stderr
+        process.standardOutput = Pipe()
+        try process.run()
+        // Wait until the broker runs two of them and queues the third.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while true {
+            let status = try await client.status()
+            if status.inFlight >= 2 && status.inFlight + status.queueDepth >= 3 { break }
+            guard ContinuousClock.now < deadline else { throw ClusterError("the requests never got in flight") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let interrupted = ContinuousClock.now
+        kill(process.processIdentifier, SIGINT)
+        let output = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        let took = ContinuousClock.now - interrupted
+        XCTAssertLessThan(took, .seconds(3), "exit took \(took)")
+        XCTAssertEqual(process.terminationStatus, 130, output)
+        XCTAssert(output.contains("interrupted: cancelled 3 at the broker: slow-0 slow-1 slow-2"), output)
+        XCTAssert(output.contains("3 cancelled"), output)
+        let status = try await client.status()
+        await client.close()
+        XCTAssertEqual(status.totals.cancelled, 3)
+        XCTAssertEqual(status.totals.finished + status.totals.failed, 0)
+    }
+
+    /// When a result cannot be written, that request is cancelled at the broker rather than
+    /// left running for nobody.
+    func testFailedWriteCancelsTheRequestAtTheBroker() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 1)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(1, client: client)
+        let out = try temporaryDirectory()
+        // The degraded result's path is taken by a directory: its write fails.
+        try FileManager.default.createDirectory(at: out.appendingPathComponent("thumbor_9643x10328.degraded.jpg"),
+                                                withIntermediateDirectories: true)
+        let photo = Corpus.root.appendingPathComponent("good/thumbor_9643x10328.jpg").path
+        let result = try run(["submit", photo, "--width", "4000", "--enlarge", "--out", out.path, "--broker", cluster.clientsEndpoint,
+                              "--id-prefix", "w"])
+        XCTAssertEqual(result.status, 1, result.stderr)
+        XCTAssert(result.stderr.contains("writeFailed"), result.stderr)
+        let status = try await cluster.waitUntilIdle(client: client)
+        await client.close()
+        XCTAssertEqual(status.totals.cancelled, 1, "the request was not cancelled at the broker")
+        XCTAssertEqual(status.totals.finished, 0)
+    }
+
+    // MARK: - Processes
+
+    struct Output {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+    }
+
+    private func run(_ arguments: [String], environment: [String: String] = [:], stdin: Data? = nil,
+                     binary: URL = Cluster.enlargerBinary) throws -> Output {
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = arguments
+        process.environment = Self.environment(environment)
+        let stdout = Pipe()
+        let stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        let input = Pipe()
+        process.standardInput = stdin == nil ? FileHandle.nullDevice : input
+        try process.run()
+        if let stdin {
+            input.fileHandleForWriting.write(stdin)
+            try input.fileHandleForWriting.close()
+        }
+        // Read both pipes at once, so that neither fills and blocks the child.
+        let errors = Lockbox<Data>(Data())
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            errors.value = stderr.fileHandleForReading.readDataToEndOfFile()
+            done.signal()
+        }.start()
+        let out = stdout.fileHandleForReading.readDataToEndOfFile()
+        done.wait()
+        process.waitUntilExit()
+        return Output(status: process.terminationStatus, stdout: String(decoding: out, as: UTF8.self),
+                      stderr: String(decoding: errors.value, as: UTF8.self))
+    }
+
+    /// This process's environment without Enlarger settings, plus `extra`.
+    static func environment(_ extra: [String: String]) -> [String: String] {
+        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ENLARGER_") }
+        environment.merge(extra) { $1 }
+        return environment
+    }
+
+    static func shellQuoted(_ text: String) -> String {
+        "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
+    }
+
+    private func temporaryDirectory() throws -> URL {
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("enlarger-cli-\(UUID().uuidString.prefix(8))", isDirectory: true)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        addTeardownBlock { try? FileManager.default.removeItem(at: directory) }
+        return directory
+    }
+
+    /// A loopback port nobody listens on (bound, read, released).
+    private func unusedPort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        try withUnsafeMutablePointer(to: &address) { pointer in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+                guard bind(fd, raw, length) == 0, getsockname(fd, raw, &length) == 0 else {
+                    throw ClusterError("cannot pick a port: \(String(cString: strerror(errno)))")
+                }
+            }
+        }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// A value written by one thread and read by another after a semaphore.
+private final class Lockbox<Value>: @unchecked Sendable {
+    var value: Value
+    init(_ value: Value) { self.value = value }
+}
