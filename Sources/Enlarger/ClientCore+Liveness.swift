@@ -16,6 +16,7 @@ extension ClientCore {
         var actions: [Action] = []
         if now >= max(busySince, lastHeard) + configuration.silenceLimit {
             startOver(failing: heardOnConnection ? .brokerLost : .brokerUnreachable, &actions)
+            noteBusy(now: now)
             return actions
         }
         expireDeadlines(now: now, &actions)
@@ -30,17 +31,22 @@ extension ClientCore {
     }
 
     /// Requests whose timeout passed without an end from the broker (which would have sent
-    /// DEADLINE_EXCEEDED itself, had it been reachable) fail here, and the broker is asked to
-    /// cancel them in case it still works on them. Each stays, ended, to absorb the broker's
-    /// frames about it until the answer to that Cancel.
+    /// DEADLINE_EXCEEDED itself, had it been reachable) fail here. The broker is asked to
+    /// cancel one on the wire in case it still works on it, and the route stays, ended, to
+    /// absorb the broker's frames about it until its end is heard. One still waiting behind
+    /// an earlier route with its id was never sent: it simply goes.
     private mutating func expireDeadlines(now: Instant, _ actions: inout [Action]) {
         while let token = deadlines.popExpired(at: now) {
             guard let id = routeIDs[token], let index = routes[id]?.firstIndex(where: { $0.token == token }) else { continue }
             actions.append(.fail(token, .failed(.deadlineExceeded, "no end heard from the broker within the request's timeout")))
-            routes[id]![index].ended = true
-            routes[id]![index].deadline = nil
+            guard index == 0 else {
+                removeRoute(id, at: index)
+                continue
+            }
+            routes[id]![0].ended = true
+            routes[id]![0].deadline = nil
             // A request the caller cancelled has its Cancel on the way already.
-            if !routes[id]![index].cancelled { queueCancel(id, Call(token: nil, retires: token)) }
+            if !routes[id]![0].cancelled { queueCancel(id, Call(token: nil)) }
         }
     }
 
@@ -62,15 +68,21 @@ extension ClientCore {
     }
 
     // MARK: Broker restarts
+    //
+    // A broker that restarted on the same endpoint answers like the old one but has
+    // forgotten every request sent to it. (What the old connection had not delivered does not
+    // reach the new one either: the socket sets ZMQ_IMMEDIATE, so libzmq drops it.) The
+    // client learns of it from the first message carrying the new instance number (Accepted,
+    // Pong, SyncReply) and asks the new instance at once, with a Sync, which requests it
+    // holds: any it got before the client noticed stay, the others are submitted again when
+    // the reply comes (see `syncReply`). Calls whose answers were lost with the old instance
+    // are found by the same reply.
 
-    /// A broker that restarted on the same endpoint answers like the old one but has
-    /// forgotten every request: when its instance number changes, whatever is outstanding is
-    /// submitted again (or fails with `.brokerLost`) instead of waiting forever.
-    mutating func noteBrokerInstance(_ instance: UInt64, _ actions: inout [Action]) {
+    mutating func noteBrokerInstance(_ instance: UInt64, now: Instant, _ actions: inout [Action]) {
         guard instance != 0 else { return }  // a broker that does not say
         if let known = brokerInstance, known != instance {
             if configuration.resubmitAfterBrokerRestart {
-                resubmitAll(&actions)
+                lastSync = now - configuration.syncInterval  // a Sync is due at once
             } else {
                 startOver(failing: .brokerLost, &actions)
             }
@@ -78,43 +90,25 @@ extension ClientCore {
         brokerInstance = instance
     }
 
-    /// Sends every unfinished request again to the new broker instance, in the order they
-    /// were submitted; waiting cancels fail with `.brokerLost` (their requests were cancelled
-    /// locally and are not submitted again), status requests are asked again. A request
-    /// whose degraded result was delivered asks for the final result only.
-    private mutating func resubmitAll(_ actions: inout [Action]) {
-        for call in cancelCalls.values.joined().sorted(by: { $0.order < $1.order }) {
-            if let token = call.token { actions.append(.answerCancel(token, .failure(.brokerLost))) }
-        }
-        cancelCalls.removeAll()
-        pendingSyncs.removeAll()
-        outbox.removeAll()
-        awaitingAnswer = 0
-        // A status request may have gone to either instance; asking again is harmless (an
-        // answer nobody waits for is dropped).
-        for index in statusCalls.indices {
-            statusCalls[index].sentSerial = nil
-            outbox.append(Outgoing(message: .statusRequest, note: .status))
-        }
-        for route in routes.values.joined().sorted(by: { $0.order < $1.order }) {
-            let id = route.submit.requestID
-            let index = routes[id]!.firstIndex { $0.token == route.token }!
-            if route.ended || route.cancelled {
-                // Its consumer is done with it, and the new broker never heard of it.
-                endRoute(id, at: index, .cancelled, &actions)
-                continue
-            }
-            routes[id]![index].sentSerial = nil
-            if route.degradedDelivered { routes[id]![index].submit.delivery = .final }
-            let submit = routes[id]![index].submit
-            outbox.append(Outgoing(message: .submit(submit, image: route.image), note: .route(id, route.token)))
-        }
-    }
-
     /// Fails everything outstanding and has the loop connect afresh, so that nothing from the
     /// old conversation reaches later requests.
+    ///
+    /// A broker that fell silent may only have paused, and still hold the requests sent to
+    /// it. Those talk to the new connection as soon as a Sync names their ids (the broker
+    /// moves them there), which a later request with the same id would cause: so each stays,
+    /// ended, to absorb what the broker says about it until a Sync reply settles it, however
+    /// many connections that takes, and a later request with its id waits for that.
     mutating func startOver(failing error: EnlargerClientError, _ actions: inout [Action]) {
+        let carried = routes.values.compactMap { $0[0].sentSerial != nil ? $0[0] : nil }
         failAll(error, &actions)
+        for var route in carried {
+            route.ended = true
+            route.deadline = nil
+            route.sentSerial = 0  // as if sent before anything on the new connection
+            routes[route.submit.requestID] = [route]
+            routeIDs[route.token] = route.submit.requestID
+            awaitingAnswer += 1
+        }
         actions.append(.reconnect)
         heardOnConnection = false
         busySince = nil

@@ -3,12 +3,13 @@ import Imaging
 
 // MARK: - The broker's messages
 //
-// A frame about a request goes to the oldest route with its id: the broker answers a
-// connection's messages in order, and ends a request before it accepts another with the
-// same id. A route that has had its terminal action already (its local deadline passed) only
-// absorbs frames until the broker's own end. Answers go to the oldest call waiting: per id
-// for CancelAck, in order for StatusReply. Any message, even one that does not decode,
-// shows that the broker is there.
+// Every frame about an id is about the first route with the id, the only one on the wire:
+// the answer to its Submit (Accepted, Rejected, Failed{DUPLICATE_ID}) while it is not
+// accepted, everything else once it is. A frame that does not fit is about another request
+// with the id (see the type's notes) and is dropped. A route that has had its terminal
+// action already only absorbs frames until the broker's own end. Answers to calls go to the
+// oldest call waiting: per id for CancelAck, in order for StatusReply. Any message, even one
+// that does not decode, shows that the broker is there.
 
 extension ClientCore {
     /// A message arrived from the broker.
@@ -18,36 +19,35 @@ extension ClientCore {
         var actions: [Action] = []
         switch message {
         case .accepted(let accepted):
-            noteBrokerInstance(accepted.brokerInstance, &actions)
+            noteBrokerInstance(accepted.brokerInstance, now: now, &actions)
             adoptInterval(accepted.heartbeatIntervalMs)
-            // The oldest route; a resubmitted one was accepted before, and its consumer saw it.
-            guard let route = routes[accepted.requestID]?.first, !route.accepted else { break }
-            routes[accepted.requestID]![0].accepted = true
-            if !route.ended { actions.append(.deliver(route.token, .accepted, terminal: false)) }
+            let id = accepted.requestID
+            guard let route = routes[id]?.first, route.sentSerial != nil, !route.accepted else { break }
+            routes[id]![0].accepted = true
+            if accepted.brokerInstance != 0 { routes[id]![0].instance = accepted.brokerInstance }
+            // A resubmitted request was announced before.
+            guard !route.announced, !route.ended else { break }
+            routes[id]![0].announced = true
+            actions.append(.deliver(route.token, .accepted, terminal: false))
         case .started(let started):
-            guard let route = routes[started.requestID]?.first, !route.ended else { break }
+            guard let route = acceptedRoute(started.requestID), !route.ended else { break }
             actions.append(.deliver(route.token, .started(attempt: Int(started.attempt)), terminal: false))
         case .result(let result, let image):
             self.result(result, image: image, &actions)
         case .failed(let failed) where failed.code == .duplicateID:
-            // Answers only the duplicate Submit: the newest route with the id that was not
-            // accepted (the live one, accepted earlier, is untouched).
-            let id = failed.requestID
-            guard let index = routes[id]?.lastIndex(where: { !$0.accepted }) else { break }
-            endRoute(id, at: index, .duplicateID(failed.message), &actions)
-        case .failed(let failed):
-            endOldest(failed.requestID, .failed(.init(failed.code), failed.message), &actions)
-        case .cancelled(let cancelled):
-            endOldest(cancelled.requestID, .cancelled, &actions)
+            guard let route = routes[failed.requestID]?.first, route.sentSerial != nil, !route.accepted else { break }
+            endRoute(failed.requestID, .duplicateID(failed.message), &actions)
         case .rejected(let rejected):
-            endOldest(rejected.requestID, .rejected(.init(rejected.code), rejected.message), &actions)
+            guard let route = routes[rejected.requestID]?.first, route.sentSerial != nil, !route.accepted else { break }
+            endRoute(rejected.requestID, .rejected(.init(rejected.code), rejected.message), &actions)
+        case .failed(let failed):
+            guard acceptedRoute(failed.requestID) != nil else { break }
+            endRoute(failed.requestID, .failed(.init(failed.code), failed.message), &actions)
+        case .cancelled(let cancelled):
+            guard acceptedRoute(cancelled.requestID) != nil else { break }
+            endRoute(cancelled.requestID, .cancelled, &actions)
         case .cancelAck(let ack):
-            guard let call = removeOldestCancel(ack.requestID) else { break }
-            if let token = call.token { actions.append(.answerCancel(token, .success(CancelResult(ack.outcome)))) }
-            if let retired = call.retires, let index = routes[ack.requestID]?.firstIndex(where: { $0.token == retired }) {
-                // Whatever the broker had to say about it came before this answer.
-                removeRoute(ack.requestID, at: index)
-            }
+            cancelAnswered(ack, &actions)
         case .statusReply(let reply):
             guard !statusCalls.isEmpty else { break }  // asked twice after a restart: one answer suffices
             let call = statusCalls.removeFirst()
@@ -56,15 +56,22 @@ extension ClientCore {
         case .pong(let pong):
             adoptInterval(pong.heartbeatIntervalMs)
             if pong.maxInputBytes > 0 { brokerMaxInputBytes = Int(clamping: pong.maxInputBytes) }
-            noteBrokerInstance(pong.brokerInstance, &actions)
+            noteBrokerInstance(pong.brokerInstance, now: now, &actions)
         case .syncReply(let reply):
-            syncReply(reply, &actions)
+            syncReply(reply, now: now, &actions)
         case .error:
             // A sign of life only: an Error names no request, so there is nobody to tell.
             break
         }
         noteBusy(now: now)
         return actions
+    }
+
+    /// The id's route on the wire, if the broker accepted it: the one a frame about the id
+    /// other than an answer to a Submit is about.
+    private func acceptedRoute(_ id: String) -> Route? {
+        guard let route = routes[id]?.first, route.accepted else { return nil }
+        return route
     }
 
     /// Something arrived that does not decode: it cannot be attributed to anything, but it
@@ -88,11 +95,11 @@ extension ClientCore {
 
     private mutating func result(_ result: Enlarger_V1_Result, image: Payload, _ actions: inout [Action]) {
         let id = result.requestID
-        guard let route = routes[id]?.first else { return }
+        guard let route = acceptedRoute(id) else { return }
         switch RequestEvent.reading(result, image: image) {
         case .success(let event):
             if route.ended {
-                if result.terminal { removeRoute(id, at: 0) }
+                if result.terminal { finishRoute(id) }
                 return
             }
             if case .degraded = event {
@@ -100,14 +107,26 @@ extension ClientCore {
                 guard !route.degradedDelivered else { return }
                 routes[id]![0].degradedDelivered = true
             }
-            if result.terminal {
-                actions.append(.deliver(route.token, event, terminal: true))
-                removeRoute(id, at: 0)
-            } else {
-                actions.append(.deliver(route.token, event, terminal: false))
-            }
+            actions.append(.deliver(route.token, event, terminal: result.terminal))
+            if result.terminal { finishRoute(id) }
         case .failure(let violation):
-            endRoute(id, at: 0, violation, &actions)
+            endRoute(id, violation, &actions)
+        }
+    }
+
+    /// The answer to the oldest Cancel for the id. Whatever the broker had to say about a
+    /// request sent before that Cancel came before the answer: a cancelled or timed-out
+    /// route sent before it is done.
+    private mutating func cancelAnswered(_ ack: Enlarger_V1_CancelAck, _ actions: inout [Action]) {
+        let id = ack.requestID
+        guard var calls = cancelCalls[id], !calls.isEmpty else { return }
+        let call = calls.removeFirst()
+        cancelCalls[id] = calls.isEmpty ? nil : calls
+        if call.sentSerial != nil { awaitingAnswer -= 1 }
+        if let token = call.token { actions.append(.answerCancel(token, .success(CancelResult(ack.outcome)))) }
+        if let route = routes[id]?.first, route.cancelled || route.ended,
+           let routeSent = route.sentSerial, let cancelSent = call.sentSerial, routeSent < cancelSent {
+            endRoute(id, .cancelled, &actions)
         }
     }
 
@@ -116,31 +135,39 @@ extension ClientCore {
     // The broker answers a connection's messages in order, so its reply to a Sync comes
     // after everything it had to say about what the socket sent before that Sync. A request
     // sent before it that the broker does not hold has ended without the client hearing the
-    // end (a reset connection lost it): it fails `.requestLost`. A call sent before it and
-    // still unanswered lost its message or its answer the same way: it is asked again.
+    // end (a reset connection lost it): it fails `.requestLost`; unless it was sent while
+    // another broker instance held it, and is submitted again to this one. A call sent
+    // before the Sync and still unanswered lost its message or its answer the same way. A
+    // status call is simply asked again. A Cancel is sent again only while the request on
+    // the wire with its id (if any) is one the caller cancelled or that timed out: a later
+    // request with the id would be hit by it instead, so then the waiting call fails
+    // `.requestLost`.
 
-    private mutating func syncReply(_ reply: Enlarger_V1_SyncReply, _ actions: inout [Action]) {
-        // A new broker instance knows none of the ids: resubmit (or fail) them as such.
-        noteBrokerInstance(reply.brokerInstance, &actions)
+    private mutating func syncReply(_ reply: Enlarger_V1_SyncReply, now: Instant, _ actions: inout [Action]) {
+        noteBrokerInstance(reply.brokerInstance, now: now, &actions)
         guard let serial = pendingSyncs.removeValue(forKey: reply.nonce) else { return }
         // Syncs are answered in order: an older one without a reply was lost.
         pendingSyncs = pendingSyncs.filter { $0.key > reply.nonce }
+        // Before any route ends here: a Cancel sent again must go before the Submit of the
+        // next route with its id.
+        askAgain(sentBefore: serial, &actions)
         for id in Set(reply.unknownRequestIds).sorted() {
-            var index = 0
-            while let list = routes[id], index < list.count {
-                if let sent = list[index].sentSerial, sent < serial {
-                    endRoute(id, at: index, .failed(
-                        .requestLost, "the broker no longer holds this request; its end was lost (connection reset?)"),
-                             &actions)
-                } else {
-                    index += 1
-                }
+            guard let route = routes[id]?.first, let sent = route.sentSerial, sent < serial else { continue }
+            let restarted = reply.brokerInstance != 0 && (route.instance ?? reply.brokerInstance) != reply.brokerInstance
+            if restarted && configuration.resubmitAfterBrokerRestart && !route.cancelled && !route.ended {
+                routes[id]![0].sentSerial = nil
+                routes[id]![0].accepted = false
+                awaitingAnswer -= 1
+                if route.degradedDelivered { routes[id]![0].submit.delivery = .final }
+                queueSubmit(id)
+            } else {
+                endRoute(id, .failed(.requestLost, "the broker no longer holds this request; its end was lost (connection reset?)"),
+                         &actions)
             }
         }
-        askAgain(sentBefore: serial)
     }
 
-    private mutating func askAgain(sentBefore serial: UInt64) {
+    private mutating func askAgain(sentBefore serial: UInt64, _ actions: inout [Action]) {
         func isLost(_ call: Call) -> Bool { call.sentSerial.map { $0 < serial } ?? false }
         for id in cancelCalls.keys.sorted() {
             let calls = cancelCalls[id]!
@@ -149,9 +176,16 @@ extension ClientCore {
             awaitingAnswer -= lost.count
             // Behind every call sent or queued since: answers come in the order of the Cancels.
             cancelCalls[id] = calls.filter { !isLost($0) }
+            if cancelCalls[id]!.isEmpty { cancelCalls[id] = nil }
+            let safe = routes[id].map { $0[0].cancelled || $0[0].ended } ?? true
             for var call in lost {
-                call.sentSerial = nil
-                queueCancel(id, call)
+                if safe {
+                    call.sentSerial = nil
+                    queueCancel(id, call)
+                } else if let token = call.token {
+                    actions.append(.answerCancel(token, .failure(.failed(
+                        .requestLost, "the broker's answer to this cancel was lost (connection reset?)"))))
+                }
             }
         }
         let lostStatus = statusCalls.filter(isLost)
@@ -167,17 +201,18 @@ extension ClientCore {
 
     // MARK: Ending routes
 
-    /// Ends the oldest route with this id with `error`.
-    private mutating func endOldest(_ id: String, _ error: EnlargerClientError, _ actions: inout [Action]) {
-        guard routes[id] != nil else { return }
-        endRoute(id, at: 0, error, &actions)
+    /// Fails the id's route on the wire with `error`, unless it had its terminal action
+    /// already, and forgets it.
+    mutating func endRoute(_ id: String, _ error: EnlargerClientError, _ actions: inout [Action]) {
+        guard let route = routes[id]?.first else { return }
+        if !route.ended { actions.append(.fail(route.token, error)) }
+        finishRoute(id)
     }
 
-    /// Fails the route with `error`, unless it had its terminal action already, and forgets it.
-    mutating func endRoute(_ id: String, at index: Int, _ error: EnlargerClientError, _ actions: inout [Action]) {
-        let route = routes[id]![index]
-        if !route.ended { actions.append(.fail(route.token, error)) }
-        removeRoute(id, at: index)
+    /// Forgets the id's route on the wire; the next one with the id, if any, goes out.
+    mutating func finishRoute(_ id: String) {
+        removeRoute(id, at: 0)
+        if routes[id] != nil { queueSubmit(id) }
     }
 
     mutating func removeRoute(_ id: String, at index: Int) {
@@ -186,14 +221,6 @@ extension ClientCore {
         routeIDs[route.token] = nil
         deadlines.remove(route.token)
         if route.sentSerial != nil { awaitingAnswer -= 1 }
-    }
-
-    private mutating func removeOldestCancel(_ id: String) -> Call? {
-        guard var calls = cancelCalls[id], !calls.isEmpty else { return nil }
-        let call = calls.removeFirst()
-        cancelCalls[id] = calls.isEmpty ? nil : calls
-        if call.sentSerial != nil { awaitingAnswer -= 1 }
-        return call
     }
 }
 

@@ -10,8 +10,16 @@ import EnlargerProtocol
 ///
 /// Rules, each decided here and nowhere else:
 /// - **One end per request.** Every request gets exactly one terminal action (a terminal
-///   `deliver`, or `fail`) and nothing after it. A frame about an id belongs to the oldest
-///   request with that id: the broker answers a connection's messages in order.
+///   `deliver`, or `fail`) and nothing after it.
+/// - **One request per id on the wire.** A request whose id still belongs to an earlier one
+///   of this client (cancelled, timed out, or given up with a silent connection, the broker's
+///   end not heard yet) waits, unsent, until that end is heard: the terminal frame, the
+///   answer to its Cancel, or a Sync. So a frame about an id belongs to the one request the
+///   broker can be talking about, even after a reset lost frames. Reusing an id at once after
+///   `cancel(id)` costs one round trip. And since the broker accepts a request before it
+///   says anything else about it, a frame about an id whose request has not been accepted
+///   is about another one (a Sync moves every request of this identity with a named id to
+///   the syncing connection, another process's too): it is dropped.
 /// - **Degraded, then final.** A degraded result is delivered at most once, and only before
 ///   the final one.
 /// - **Liveness.** While anything is outstanding, the broker must be heard at least once per
@@ -21,22 +29,27 @@ import EnlargerProtocol
 ///   connects afresh. A Ping goes out whenever the client has been quiet for its heartbeat
 ///   interval, or for the broker's if that is shorter (from Accepted or Pong).
 /// - **Sync.** Every `syncInterval`, while anything the socket took waits for an answer, the
-///   broker is asked which of the requests it holds: the others fail `.requestLost`. A cancel
-///   or status call whose answer should have come before the Sync's reply (the broker
-///   answers in order) was lost with a reset connection, and is asked again.
+///   broker is asked which of the requests it holds: the others fail `.requestLost`. A call
+///   whose answer should have come before the Sync's reply (the broker answers in order)
+///   was lost with a reset connection: a status call is asked again, and so is a cancel
+///   unless a later request with the id is on the wire (which a second Cancel would hit);
+///   that one fails `.requestLost`.
 /// - **Timeouts.** A request with a timeout fails `.deadlineExceeded` one heartbeat interval
 ///   after it, should the broker not have ended it by then (unreachable); the broker is asked
 ///   to cancel it, and its late frames are absorbed until the broker's end.
 /// - **Size.** An image over the broker's limit (from its Pong, else the configured one) is
 ///   refused before it is sent: libzmq would drop the whole connection for it.
-/// - **Broker restarts.** A new broker instance knows none of the requests: they are
-///   submitted again in submission order (a request whose degraded result was delivered asks
-///   for the final one only), or fail `.brokerLost` when that is turned off.
+/// - **Broker restarts.** A new broker instance knows none of the requests sent to the old
+///   one. When its instance number first shows, a Sync asks it at once which it holds; those
+///   it does not, sent while an older instance held them, are submitted again in submission
+///   order (a request whose degraded result was delivered asks for the final one only), so
+///   nothing the new instance got before the client noticed is sent twice. With that turned
+///   off, everything outstanding fails `.brokerLost` at once.
 ///
 /// **Strict cancel is not decided here.** The core learns of a cancel when the loop gets to
 /// its mail, after `cancel(id)` has already marked the request's `RequestChannel`, which
 /// alone decides what reaches the consumer. The core sends the Cancel, keeps the request
-/// until the broker's terminal frame (so that its late frames are not taken for a later
+/// until the broker's end of it is heard (so that its late frames are not taken for a later
 /// request with the same id), and never submits it again.
 ///
 /// `Payload` is the frame type: ZeroMQ messages in the loop, `[UInt8]` in tests. Not
@@ -58,11 +71,12 @@ struct ClientCore<Payload: FrameBytes> {
 
     // MARK: - State
     //
-    // A route is one submitted request, from its Submit to the broker's terminal frame about
-    // it. Each id's routes are kept in submission order, since the broker's frames about an
-    // id concern the oldest. A route outlives its consumer's interest when the caller
-    // cancelled it, or when its local deadline ended it (`ended`): it then only waits to
-    // absorb the broker's last frames about it.
+    // A route is one submitted request, from its Submit until the broker's end of it is
+    // heard. Each id's routes are kept in submission order: the first is on the wire (its
+    // Submit in the outbox or sent) and every frame about the id is about it; the others
+    // wait, unsent, for it to end. A route outlives its consumer's interest when the caller
+    // cancelled it, or when its local deadline ended it (`ended`): it then only absorbs the
+    // broker's last frames about it.
     //
     // A call is a Cancel or a StatusRequest waiting for its answer; the answers come in the
     // order the socket took the messages, so calls are kept in that order (per id for
@@ -78,14 +92,22 @@ struct ClientCore<Payload: FrameBytes> {
         let image: Payload
         /// When the client stops waiting for the broker's end.
         var deadline: Instant?
-        /// `sendSerial` when the socket took its Submit; nil while it waits in the outbox.
+        /// `sendSerial` when the socket took its Submit; nil while it waits (in the outbox, or
+        /// behind an earlier route with the id).
         var sentSerial: UInt64?
-        /// The broker accepted it (announced once; a resubmission is not announced again).
+        /// The broker accepted this submission of it (its Accepted arrived). Until then, a
+        /// frame about the id other than the answer to the Submit is about another request.
         var accepted = false
+        /// The consumer was told `.accepted` (once: a resubmission is not announced again).
+        var announced = false
+        /// The broker instance believed to hold it: from its Accepted, else the one known
+        /// when it was sent.
+        var instance: UInt64?
         var degradedDelivered = false
         /// The caller cancelled it: it is never submitted again.
         var cancelled = false
-        /// Its terminal action was given already (its local deadline passed).
+        /// Its terminal action was given already (its local deadline passed, the broker
+        /// refused it, or the connection it was sent on was given up).
         var ended = false
     }
 
@@ -95,8 +117,6 @@ struct ClientCore<Payload: FrameBytes> {
         let token: CallToken?
         /// `sendSerial` when the socket took it; nil while it waits in the outbox.
         var sentSerial: UInt64?
-        /// The timed-out request this Cancel was sent for, forgotten with the answer.
-        var retires: RequestToken?
 
         /// A stable order for calls failed together (the loop's tokens), so runs replay exactly.
         var order: UInt64 { token?.value ?? .max }
@@ -205,10 +225,11 @@ struct ClientCore<Payload: FrameBytes> {
             : now + .milliseconds(submit.deadlineMs) + configuration.heartbeatInterval
         let id = submit.requestID
         nextOrder += 1
+        let waits = routes[id] != nil
         routes[id, default: []].append(Route(token: token, order: nextOrder, submit: submit, image: image, deadline: deadline))
         routeIDs[token] = id
         if let deadline { deadlines.insert(token, at: deadline) }
-        outbox.append(Outgoing(message: .submit(submit, image: image), note: .route(id, token)))
+        if !waits { queueSubmit(id) }
         noteBusy(now: now)
         return []
     }
@@ -217,12 +238,18 @@ struct ClientCore<Payload: FrameBytes> {
     /// gets the broker's answer.
     mutating func cancel(_ id: String, waiter: CallToken?, now: Instant) -> [Action] {
         guard !isClosed else { return waiter.map { [.answerCancel($0, .failure(.closed))] } ?? [] }
-        if let count = routes[id]?.count {
-            for index in 0..<count { routes[id]![index].cancelled = true }
+        var actions: [Action] = []
+        if routes[id] != nil {
+            routes[id]![0].cancelled = true
+            // The ones waiting behind it were never sent: they simply end.
+            while routes[id]!.count > 1 {
+                actions.append(.fail(routes[id]![1].token, .cancelled))
+                removeRoute(id, at: 1)
+            }
         }
         queueCancel(id, Call(token: waiter))
         noteBusy(now: now)
-        return []
+        return actions
     }
 
     /// A caller asked for the broker's status.
@@ -256,6 +283,7 @@ struct ClientCore<Payload: FrameBytes> {
         case .route(let id, let token):
             guard let index = routes[id]?.firstIndex(where: { $0.token == token }) else { break }
             routes[id]![index].sentSerial = sendSerial
+            routes[id]![index].instance = brokerInstance
             awaitingAnswer += 1
         case .cancel(let id):
             guard let index = cancelCalls[id]?.firstIndex(where: { $0.sentSerial == nil }) else { break }
@@ -270,9 +298,16 @@ struct ClientCore<Payload: FrameBytes> {
         case .ping:
             break
         }
+        noteBusy(now: now)
     }
 
     // MARK: - Helpers
+
+    /// Puts the Submit of the id's first route in the outbox.
+    mutating func queueSubmit(_ id: String) {
+        let route = routes[id]![0]
+        outbox.append(Outgoing(message: .submit(route.submit, image: route.image), note: .route(id, route.token)))
+    }
 
     mutating func queueCancel(_ id: String, _ call: Call) {
         cancelCalls[id, default: []].append(call)

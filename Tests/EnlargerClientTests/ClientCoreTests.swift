@@ -43,12 +43,12 @@ final class ClientCoreTests: XCTestCase {
         harness.submit("a")
         harness.submit("b")
         harness.submit("c")
-        harness.broker([H.accepted("a"), H.failed("a", .corrupt, "bad Huffman code"), H.cancelled("b")])
+        harness.broker([H.accepted("a"), H.failed("a", .corrupt, "bad Huffman code"), H.accepted("b"), H.cancelled("b")])
         var rejected = Enlarger_V1_Rejected()
         rejected.requestID = "c"
         rejected.code = .overloaded
         harness.broker(.rejected(rejected))
-        XCTAssertEqual(harness.summary, ["#1 accepted", "#1 fails failed corrupt", "#2 fails cancelled",
+        XCTAssertEqual(harness.summary, ["#1 accepted", "#1 fails failed corrupt", "#2 accepted", "#2 fails cancelled",
                                          "#3 fails rejected overloaded"])
         XCTAssertEqual(harness.actions[1], .fail(RequestToken(value: 1), .failed(.corrupt, "bad Huffman code")))
     }
@@ -69,6 +69,16 @@ final class ClientCoreTests: XCTestCase {
         XCTAssertEqual(harness.summary, ["#1 status", "#2 status"], "an answer nobody waits for is dropped")
     }
 
+    func testFramesAboutAnIDBeforeItsRequestWasAcceptedAreAnotherRequestsAndDropped() {
+        var harness = H()
+        harness.submit("a")
+        // Another request with the id (another process's, moved here by a Sync) talks first.
+        harness.broker([H.started("a"), H.degraded("a"), H.final("a"), H.cancelled("a")])
+        XCTAssertEqual(harness.summary, [])
+        harness.broker([H.accepted("a"), H.final("a")])
+        XCTAssertEqual(harness.summary, ["#1 accepted", "#1 final"])
+    }
+
     // MARK: Cancel
 
     func testCancelBeforeAcceptedFollowsTheSubmitAndTheRequestEndsWithTheBrokersCancelled() {
@@ -83,28 +93,40 @@ final class ClientCoreTests: XCTestCase {
         XCTAssertTrue(harness.core.isIdle)
     }
 
-    func testACancelledRequestKeepsItsLateFramesFromALaterRequestWithTheSameID() {
+    func testAnIDUsedAgainAfterACancelGoesOutOnceTheBrokerEndedTheCancelledRequest() {
         var harness = H()
         harness.submit("a")
         harness.broker([H.accepted("a"), H.started("a")])
         harness.clear()
         harness.cancel("a", waits: false)
-        harness.submit("a")  // the id may be used again at once
+        harness.submit("a")  // taken at once; sent once the broker's end of the first is heard
+        XCTAssertEqual(harness.sentSummary, ["cancel a"])
+        harness.broker([H.degraded("a"), H.cancelled("a")])
         XCTAssertEqual(harness.sentSummary, ["cancel a", "submit a"])
-        harness.broker([H.degraded("a"), H.cancelled("a"), H.cancelAck("a", .cancelled), H.accepted("a"), H.final("a")])
+        harness.broker([H.cancelAck("a", .cancelled), H.accepted("a"), H.final("a")])
         XCTAssertEqual(harness.summary, ["#1 degraded", "#1 fails cancelled", "#2 accepted", "#2 final"])
     }
 
-    func testACancelledRequestIsNotSubmittedAgainToARestartedBroker() {
+    func testTheAnswerToTheCancelEndsACancelledRequestTheBrokerNeverHad() {
         var harness = H()
         harness.submit("a")
-        harness.broker(H.accepted("a", instance: 1))
-        harness.cancel("a")
-        harness.clear()
-        harness.broker(.pong(H.pong(instance: 2)))
-        XCTAssertEqual(harness.summary, ["#2 cancel fails brokerLost", "#1 fails cancelled"])
-        XCTAssertEqual(harness.sentSummary, [])
-        XCTAssertTrue(harness.core.isIdle)
+        harness.cancel("a", waits: false)
+        harness.submit("a")
+        XCTAssertEqual(harness.sentSummary, ["submit a", "cancel a"])
+        // The first Submit was lost: the broker answers the Cancel only.
+        harness.broker(H.cancelAck("a", .unknown))
+        XCTAssertEqual(harness.summary, ["#1 fails cancelled"])
+        XCTAssertEqual(harness.sentSummary, ["submit a", "cancel a", "submit a"])
+    }
+
+    func testCancellingAnIDEndsTheRequestsWaitingBehindItAtOnce() {
+        var harness = H()
+        harness.submit("a")
+        harness.cancel("a", waits: false)
+        harness.submit("a")
+        harness.cancel("a", waits: false)
+        XCTAssertEqual(harness.summary, ["#2 fails cancelled"], "never sent, nothing to wait for")
+        XCTAssertEqual(harness.sentSummary, ["submit a", "cancel a", "cancel a"])
     }
 
     // MARK: Liveness
@@ -138,7 +160,7 @@ final class ClientCoreTests: XCTestCase {
         XCTAssertEqual(harness.sentSummary, ["submit a"], "no Ping queued behind the Submit")
     }
 
-    func testBrokerSilenceFailsEverythingOutstandingAndStartsOver() {
+    func testBrokerSilenceFailsEverythingOutstandingAndStartsOver() throws {
         var harness = H(heartbeat: .milliseconds(100), missedHeartbeats: 3)
         harness.submit("a")
         harness.submit("b")
@@ -152,14 +174,43 @@ final class ClientCoreTests: XCTestCase {
         harness.advance(by: .milliseconds(1))
         XCTAssertEqual(harness.summary, ["#1 fails brokerLost", "#2 fails brokerLost", "#3 cancel fails brokerLost",
                                          "#4 status fails brokerLost", "reconnect"])
-        XCTAssertTrue(harness.core.isIdle)
-        XCTAssertNil(harness.core.nextWakeup)
+        XCTAssertEqual(harness.core.routes.keys.sorted(), ["a", "b"], "kept until a Sync tells their fate")
 
         // The new connection has heard nothing yet.
         harness.clear()
         harness.submit("d")
         harness.advance(by: .milliseconds(300))
         XCTAssertEqual(harness.summary, ["#5 fails brokerUnreachable", "reconnect"])
+        XCTAssertEqual(harness.core.routes.keys.sorted(), ["a", "b", "d"])
+
+        // A broker that answers at last settles them.
+        harness.advance(by: .seconds(2), step: .milliseconds(50))
+        XCTAssertEqual(harness.sentRequests.last, "sync a,b,d")
+        harness.broker(H.syncReply(nonce: try XCTUnwrap(harness.lastSyncNonce), unknown: ["a", "b", "d"]))
+        XCTAssertEqual(harness.summary, ["#5 fails brokerUnreachable", "reconnect"])
+        XCTAssertTrue(harness.core.isIdle)
+        XCTAssertNil(harness.core.nextWakeup)
+    }
+
+    /// A broker that only paused still holds the requests sent to it, and moves them to the
+    /// new connection when a Sync names their ids: a later request with such an id must not
+    /// get their frames.
+    func testARequestGivenUpForSilenceKeepsItsIDUntilASyncSettlesIt() throws {
+        var harness = H(heartbeat: .milliseconds(100), sync: .milliseconds(250))
+        harness.submit("a")
+        harness.broker(H.accepted("a"))
+        harness.advance(by: .milliseconds(300))
+        XCTAssertEqual(harness.summary, ["#1 accepted", "#1 fails brokerLost", "reconnect"])
+        harness.submit("a")
+        harness.clear()
+        harness.advance(by: .milliseconds(250), step: .milliseconds(50))
+        XCTAssertEqual(harness.sentRequests, ["sync a"], "the new request waits")
+        // The broker moved the old request here: its frames go nowhere.
+        harness.broker([H.syncReply(nonce: try XCTUnwrap(harness.lastSyncNonce), unknown: []), H.final("a")])
+        XCTAssertEqual(harness.summary, [])
+        XCTAssertEqual(harness.sentRequests, ["sync a", "submit a"])
+        harness.broker([H.accepted("a"), H.final("a")])
+        XCTAssertEqual(harness.summary, ["#2 accepted", "#2 final"])
     }
 
     func testABrokerNeverHeardIsUnreachable() {
@@ -218,6 +269,23 @@ final class ClientCoreTests: XCTestCase {
         XCTAssertTrue(harness.core.isIdle)
     }
 
+    func testALostCancelIsNotSentAgainWhenALaterRequestWithTheIDIsOnTheWire() throws {
+        var harness = H(heartbeat: .seconds(1), sync: .seconds(2))
+        harness.submit("a")
+        harness.broker(H.accepted("a"))
+        harness.cancel("a")
+        harness.broker(H.cancelled("a"))  // its CancelAck is lost
+        harness.submit("a")
+        harness.broker(H.accepted("a"))
+        harness.clear()
+        harness.advance(by: .seconds(2), step: .milliseconds(500))
+        let nonce = try XCTUnwrap(harness.lastSyncNonce)
+        harness.clear()
+        harness.broker(H.syncReply(nonce: nonce, unknown: []))
+        XCTAssertEqual(harness.sentSummary, [], "a second Cancel would hit the new request")
+        XCTAssertEqual(harness.summary, ["#2 cancel fails failed requestLost"])
+    }
+
     // MARK: Timeouts and limits
 
     func testATimeoutFailsTheRequestLocallyAndItsLateFramesReachNobody() {
@@ -234,7 +302,9 @@ final class ClientCoreTests: XCTestCase {
 
         harness.submit("a")
         harness.clear()
-        harness.broker([H.degraded("a"), H.cancelled("a"), H.cancelAck("a", .cancelled), H.accepted("a")])
+        harness.broker([H.degraded("a"), H.cancelled("a")])
+        XCTAssertEqual(harness.sentSummary, ["submit a"], "sent once the broker ended the first")
+        harness.broker([H.cancelAck("a", .cancelled), H.accepted("a")])
         XCTAssertEqual(harness.summary, ["#2 accepted"], "the old request's frames went nowhere")
     }
 
@@ -262,7 +332,7 @@ final class ClientCoreTests: XCTestCase {
 
     // MARK: Broker restarts
 
-    func testARestartedBrokerGetsTheUnfinishedRequestsAgainInOrder() {
+    func testARestartedBrokerGetsTheRequestsItDoesNotHoldAgainInOrder() throws {
         var harness = H()
         harness.submit("a")
         harness.submit("b")
@@ -270,33 +340,63 @@ final class ClientCoreTests: XCTestCase {
         harness.status()
         harness.clear()
         harness.broker(.pong(H.pong(instance: 2)))
+        harness.advance(by: .zero)
+        XCTAssertEqual(harness.sentSummary, ["sync a,b"], "the new instance is asked at once")
+        harness.broker(H.syncReply(nonce: try XCTUnwrap(harness.lastSyncNonce), unknown: ["a", "b"], instance: 2))
         XCTAssertEqual(harness.summary, [])
-        XCTAssertEqual(harness.sentSummary, ["status", "submit a final", "submit b"],
-                       "a's degraded was delivered: only its final is asked for")
-        harness.broker([H.accepted("a", instance: 2), H.accepted("b", instance: 2), H.degraded("b"),
-                        H.final("a"), H.final("b")])
-        XCTAssertEqual(harness.summary, ["#2 degraded", "#1 final", "#2 final"], "no second Accepted")
+        XCTAssertEqual(harness.sentSummary, ["sync a,b", "status", "submit a final", "submit b"],
+                       "the status call's answer was lost with the old broker; a's degraded was delivered")
+        harness.broker([.statusReply(.init()), H.accepted("a", instance: 2), H.accepted("b", instance: 2),
+                        H.degraded("b"), H.final("a"), H.final("b")])
+        XCTAssertEqual(harness.summary, ["#3 status", "#2 degraded", "#1 final", "#2 final"], "no second Accepted")
+        XCTAssertTrue(harness.core.isIdle)
     }
 
-    func testARequestTheNewBrokerHadAlreadyIsNotAnsweredTwice() {
+    func testRequestsTheNewBrokerGotBeforeTheClientNoticedAreNotSentAgain() throws {
         var harness = H()
         harness.submit("a")
         harness.broker(H.accepted("a", instance: 1))
         harness.submit("b")  // reaches the new broker before the client knows it restarted
+        harness.submit("c")
         harness.clear()
         harness.broker(H.accepted("b", instance: 2))
-        XCTAssertEqual(harness.sentSummary, ["submit a", "submit b"])
-        harness.broker([H.accepted("a", instance: 2), H.failed("b", .duplicateID), H.degraded("b"), H.final("b"),
-                        H.final("a")])
-        XCTAssertEqual(harness.summary, ["#2 accepted", "#2 degraded", "#2 final", "#1 final"])
+        harness.advance(by: .zero)
+        XCTAssertEqual(harness.sentSummary, ["sync a,b,c"])
+        harness.broker(H.syncReply(nonce: try XCTUnwrap(harness.lastSyncNonce), unknown: ["a"], instance: 2))
+        XCTAssertEqual(harness.sentSummary, ["sync a,b,c", "submit a"], "only a went to the old broker")
+        harness.broker([H.accepted("c", instance: 2), H.accepted("a", instance: 2), H.final("b"), H.final("c"), H.final("a")])
+        XCTAssertEqual(harness.summary, ["#2 accepted", "#3 accepted", "#2 final", "#3 final", "#1 final"])
+        XCTAssertTrue(harness.core.isIdle)
     }
 
-    func testARestartedBrokerFailsEverythingWhenResubmissionIsOff() {
+    func testACancelledRequestIsNotSubmittedAgainToARestartedBroker() throws {
+        var harness = H()
+        harness.submit("a")
+        harness.broker(H.accepted("a", instance: 1))
+        harness.cancel("a")
+        harness.submit("a")  // waits for the first to end
+        harness.clear()
+        harness.broker(.pong(H.pong(instance: 2)))
+        harness.advance(by: .zero)
+        harness.broker(H.syncReply(nonce: try XCTUnwrap(harness.lastSyncNonce), unknown: ["a"], instance: 2))
+        XCTAssertEqual(harness.summary, ["#1 fails failed requestLost"], "its channel is cancelled: nobody sees this")
+        XCTAssertEqual(harness.sentSummary, ["sync a", "cancel a", "submit a"],
+                       "the Cancel's answer was lost with the old broker; the next request goes out")
+        harness.broker([H.cancelAck("a", .unknown), H.accepted("a", instance: 2), H.final("a")])
+        XCTAssertEqual(harness.summary, ["#1 fails failed requestLost", "#2 cancel: unknown", "#3 accepted", "#3 final"])
+        XCTAssertTrue(harness.core.isIdle)
+    }
+
+    func testARestartedBrokerFailsEverythingWhenResubmissionIsOff() throws {
         var harness = H(resubmit: false)
         harness.submit("a")
         harness.broker(H.accepted("a", instance: 1))
         harness.clear()
-        harness.broker(H.syncReply(nonce: 99, unknown: [], instance: 2))
+        harness.broker(.pong(H.pong(instance: 2)))
+        XCTAssertEqual(harness.summary, ["#1 fails brokerLost", "reconnect"])
+        // Kept until a Sync shows that the new broker does not hold it.
+        harness.advance(by: .seconds(2), step: .milliseconds(500), pong: H.pong(instance: 2))
+        harness.broker(H.syncReply(nonce: try XCTUnwrap(harness.lastSyncNonce), unknown: ["a"], instance: 2))
         XCTAssertEqual(harness.summary, ["#1 fails brokerLost", "reconnect"])
         XCTAssertTrue(harness.core.isIdle)
     }
