@@ -75,15 +75,15 @@ struct ClientCore<Payload: FrameBytes> {
     // heard. Each id's routes are kept in submission order: the first is on the wire (its
     // Submit in the outbox or sent) and every frame about the id is about it; the others
     // wait, unsent, for it to end. A route outlives its consumer's interest when the caller
-    // cancelled it, or when its local deadline ended it (`ended`): it then only absorbs the
-    // broker's last frames about it.
+    // cancelled it, when its local deadline ended it, or when the connection it went out on
+    // was given up (`ended`): it then only absorbs the broker's last frames about it.
     //
     // A call is a Cancel or a StatusRequest waiting for its answer; the answers come in the
     // order the socket took the messages, so calls are kept in that order (per id for
     // cancels). Everything the socket took and that waits for an answer carries the send
     // serial it went out at, to be judged by the next Sync reply.
 
-    /// One submitted request, from its Submit to its terminal frame.
+    /// One submitted request, until the broker's end of it is heard.
     struct Route {
         let token: RequestToken
         /// Submission order, kept when the request is submitted again.
@@ -106,8 +106,8 @@ struct ClientCore<Payload: FrameBytes> {
         var degradedDelivered = false
         /// The caller cancelled it: it is never submitted again.
         var cancelled = false
-        /// Its terminal action was given already (its local deadline passed, the broker
-        /// refused it, or the connection it was sent on was given up).
+        /// Its terminal action was given already (its local deadline passed, or the
+        /// connection it went out on was given up).
         var ended = false
     }
 
