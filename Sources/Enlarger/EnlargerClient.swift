@@ -1,5 +1,5 @@
 import Foundation
-import Imaging
+import ImageModel
 import ZeroMQ
 
 /// A producer's connection to the Enlarger broker: submit JPEG resize requests, stream
