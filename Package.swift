@@ -8,8 +8,8 @@ let package = Package(
         .executable(name: "enlarger", targets: ["EnlargerCLI"]),
         .executable(name: "enlarger-bench", targets: ["EnlargerBench"]),
         .executable(name: "imaging-fuzzer", targets: ["ImagingFuzzer"]),
-        .library(name: "Imaging", targets: ["Imaging"]),
-        .library(name: "Enlarger", targets: ["Enlarger"]),
+        .library(name: "Imaging", targets: ["Imaging", "ImageModel"]),
+        .library(name: "Enlarger", targets: ["Enlarger", "ImageModel"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -24,7 +24,10 @@ let package = Package(
 
         // A pthread mutex with Mutex's API: ThreadSanitizer sees its synchronisation.
         .target(name: "Locking"),
-        .target(name: "Imaging", dependencies: ["CJPEG"]),
+        // What a resize asks for and gives back (options, delivery, encoded image, errors),
+        // without libjpeg: shared by the imaging library, the worker and the client.
+        .target(name: "ImageModel"),
+        .target(name: "Imaging", dependencies: ["CJPEG", "ImageModel"]),
         .target(name: "ZeroMQ", dependencies: ["CZeroMQ", "Locking"]),
         .target(
             name: "EnlargerProtocol",
@@ -39,10 +42,11 @@ let package = Package(
         .target(
             name: "EnlargerWorker",
             dependencies: [
-                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "Imaging", "Locking", .product(name: "Logging", package: "swift-log"),
+                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Imaging", "Locking",
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .target(name: "Enlarger", dependencies: ["EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "Imaging", "Locking"]),
+        .target(name: "Enlarger", dependencies: ["EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Locking"]),
         // What the two executables share: finding a broker (`--broker`, `--runtime-dir`) and errors.
         .target(
             name: "CLISupport",
@@ -51,7 +55,8 @@ let package = Package(
         .executableTarget(
             name: "EnlargerCLI",
             dependencies: [
-                "Imaging", "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Locking", "CLISupport",
+                "ImageModel", "Imaging", "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Locking",
+                "CLISupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -60,18 +65,20 @@ let package = Package(
         .executableTarget(
             name: "EnlargerBench",
             dependencies: [
-                "Imaging", "Enlarger", "EnlargerWorker", "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "CLISupport",
+                "ImageModel", "Imaging", "Enlarger", "EnlargerWorker", "EnlargerProtocol", "EnlargerTransport", "ZeroMQ",
+                "CLISupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // libFuzzer entry point over decode → resize → encode (see its main.swift).
-        .executableTarget(name: "ImagingFuzzer", dependencies: ["Imaging"]),
+        .executableTarget(name: "ImagingFuzzer", dependencies: ["ImageModel", "Imaging"]),
 
         // Helpers shared by the test targets (ipc endpoints, the corpus, seeded randomness).
         .target(name: "TestSupport", path: "Tests/Support"),
         .testTarget(name: "LockingTests", dependencies: ["Locking"]),
-        .testTarget(name: "ImagingTests", dependencies: ["Imaging", "TestSupport"]),
+        .testTarget(name: "ImageModelTests", dependencies: ["ImageModel"]),
+        .testTarget(name: "ImagingTests", dependencies: ["ImageModel", "Imaging", "TestSupport"]),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "TestSupport"]),
         .testTarget(name: "EnlargerProtocolTests", dependencies: ["EnlargerProtocol", "TestSupport"]),
         .testTarget(
@@ -80,12 +87,12 @@ let package = Package(
         ),
         .testTarget(
             name: "EnlargerWorkerTests",
-            dependencies: ["EnlargerWorker", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "Imaging", "TestSupport"]
+            dependencies: ["EnlargerWorker", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "ImageModel", "Imaging", "TestSupport"]
         ),
         .testTarget(
             name: "EnlargerClientTests",
             dependencies: [
-                "Enlarger", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "Imaging", "Locking", "TestSupport",
+                "Enlarger", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "ImageModel", "Locking", "TestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -93,7 +100,7 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "EnlargerTransport", "ZeroMQ",
-                "Imaging", "TestSupport",
+                "ImageModel", "Imaging", "TestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]

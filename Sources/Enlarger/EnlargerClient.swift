@@ -1,5 +1,5 @@
 import Foundation
-import Imaging
+import ImageModel
 import ZeroMQ
 
 /// A producer's connection to the Enlarger broker: submit JPEG resize requests, stream
@@ -24,6 +24,10 @@ import ZeroMQ
 ///
 /// **Identity.** The client's socket has a random, stable routing id: after a connection
 /// reset, libzmq reconnects under the same id and the broker delivers what waited for it.
+/// A request whose id still belongs to an earlier request of this client that the broker
+/// may not have ended yet (one cancelled, timed out, or left behind with a silent
+/// connection) is sent once the broker's end of that one is heard: about one round trip
+/// after `cancel(id)`, so that no frame of the old request is taken for the new one.
 ///
 /// **Broker restarts.** A broker that restarted has forgotten every request. By default the
 /// client submits its unfinished requests again, with the same ids, to the new instance (a
@@ -89,7 +93,9 @@ public final class EnlargerClient: Sendable {
     /// **Strict cancel holds from the moment of the call**, not from its return: the call
     /// marks this client's requests with the id cancelled synchronously, before it first
     /// suspends, so from then on their sequences deliver nothing (not even events already
-    /// received) and simply end. It then waits for the broker's answer.
+    /// received) and simply end. It then waits for the broker's answer, which throws
+    /// `.failed(.requestLost, …)` in the rare case that a reset connection lost it and it
+    /// cannot be asked for again without hitting a later request with the same id.
     nonisolated(nonsending)
     public func cancel(_ id: String) async throws(EnlargerClientError) -> CancelResult {
         try ResizeRequest.validate(id: id)

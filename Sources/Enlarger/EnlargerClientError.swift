@@ -31,7 +31,8 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
     ///
     /// `deadlineExceeded` also comes from this client when it heard nothing final from the
     /// broker within the request's timeout; `requestLost` only from this client, when a Sync
-    /// showed that the broker no longer holds a request it still waited for.
+    /// showed that the broker no longer holds a request it still waited for, or that the
+    /// answer to a cancel was lost.
     public enum Code: String, Sendable, Equatable {
         case duplicateID, workerLost, overloaded, malformed, invalidArgument, notJPEG, empty, truncated,
              corrupt, unsupported, tooLarge, tooManyScans, encodeFailed, `internal`, brokerShutdown,

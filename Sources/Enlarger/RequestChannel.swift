@@ -102,10 +102,15 @@ final class RequestChannel: Sendable {
     /// Events received and not yet taken (for tests that race a cancel against them).
     var bufferedCount: Int { state.withLock { $0.events.count } }
 
+    /// The consumer's next step if one is ready, without waiting.
+    func nextIfReady() -> Step? {
+        state.withLock { $0.take() }
+    }
+
     /// The consumer's next step, waiting for one if needed. One consumer at a time.
     func next() async -> Step {
         while true {
-            if let step = state.withLock({ $0.take() }) { return step }
+            if let step = nextIfReady() { return step }
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 state.withLock { state in
                     precondition(state.waiter == nil, "RequestEvents iterated by two tasks at once")

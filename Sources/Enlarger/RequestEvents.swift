@@ -1,4 +1,4 @@
-import Imaging
+import ImageModel
 
 /// One step in the life of a request, as the broker reported it.
 public enum RequestEvent: Sendable, Equatable {

@@ -1,5 +1,4 @@
 import EnlargerProtocol
-import Imaging
 import Locking
 import ZeroMQ
 

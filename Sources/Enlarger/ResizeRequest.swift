@@ -1,6 +1,6 @@
 import EnlargerProtocol
 import Foundation
-import Imaging
+import ImageModel
 
 /// One JPEG to resize, as submitted to the broker.
 public struct ResizeRequest: Sendable {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import CLISupport
 import Foundation
+import ImageModel
 import Imaging
 
 @main

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ImageModel
 import Imaging
 
 extension Fit: ExpressibleByArgument {}

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import ImageModel
 import Imaging
 
 struct ResizeCommand: ParsableCommand {

@@ -2,6 +2,7 @@ import ArgumentParser
 import CLISupport
 import Enlarger
 import Foundation
+import ImageModel
 import Imaging
 import Locking
 

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import ImageModel
 import Imaging
 import Locking
 import ZeroMQ

@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import ImageModel
 import Imaging
 
 // Conversions between the wire types and the Imaging pipeline's types. The broker has
@@ -34,7 +35,7 @@ extension ResizeOptions {
     }
 }
 
-extension Imaging.Delivery {
+extension ImageModel.Delivery {
     init(_ delivery: Enlarger_V1_Delivery) throws(ImagingError) {
         switch delivery {
         case .progressive: self = .progressive
@@ -46,7 +47,7 @@ extension Imaging.Delivery {
 }
 
 extension Enlarger_V1_Stage {
-    init(_ stage: Imaging.Stage) {
+    init(_ stage: ImageModel.Stage) {
         switch stage {
         case .degraded: self = .degraded
         case .final: self = .final

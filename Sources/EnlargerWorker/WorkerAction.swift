@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import ImageModel
 import Imaging
 
 /// What the worker core asks its I/O loop to do after an event, in order.
@@ -28,7 +29,7 @@ struct JobStart<Payload> {
     let key: JobKey
     let image: Payload
     let options: ResizeOptions
-    let delivery: Imaging.Delivery
+    let delivery: ImageModel.Delivery
     let control: JobControl
 }
 
@@ -68,7 +69,7 @@ enum JobOutcome: Sendable {
 
 /// One result of a job, its image already in the frame type the loop sends.
 struct StageOutput<Payload> {
-    var stage: Imaging.Stage
+    var stage: ImageModel.Stage
     var isTerminal: Bool
     var width: Int
     var height: Int

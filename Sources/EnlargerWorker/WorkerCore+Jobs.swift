@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import ImageModel
 import Imaging
 
 // Jobs: from the broker's Job to the one terminal frame. A job is `preparing` while its
@@ -95,10 +96,10 @@ extension WorkerCore {
         started.jobID = key.jobID
         started.attempt = key.attempt
         actions.append(.send(.jobStarted(started)))
-        let options: ResizeOptions, delivery: Imaging.Delivery
+        let options: ResizeOptions, delivery: ImageModel.Delivery
         do throws(ImagingError) {
             options = try ResizeOptions(job.spec)
-            delivery = try Imaging.Delivery(job.delivery)
+            delivery = try ImageModel.Delivery(job.delivery)
         } catch {
             sendFailed(key, Enlarger_V1_ErrorCode(error.code), error.message, &actions)
             return

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import ImageModel
 
 /// Bytes from `malloc`, owned by this object and freed with it.
 ///

@@ -1,4 +1,5 @@
 import CJPEG
+import ImageModel
 
 /// A one-way flag that long-running image work polls at checkpoints (every few scanlines
 /// or rows). Setting it from any thread makes the work stop with `ImagingError.cancelled`.

@@ -1,67 +1,5 @@
 import CJPEG
-
-/// Encoded output of one stage.
-///
-/// Output the encoder makes stays in the memory it was encoded into (no copy); an image made
-/// from an array keeps that array.
-public struct EncodedImage: Sendable, Equatable {
-    public var width: Int
-    public var height: Int
-    public var format: OutputFormat
-    private let storage: Storage
-
-    private enum Storage: Sendable {
-        case array([UInt8])
-        case allocated(Allocation)
-    }
-
-    public init(bytes: [UInt8], width: Int, height: Int, format: OutputFormat) {
-        storage = .array(bytes)
-        self.width = width
-        self.height = height
-        self.format = format
-    }
-
-    init(_ memory: Allocation, width: Int, height: Int, format: OutputFormat) {
-        storage = .allocated(memory)
-        self.width = width
-        self.height = height
-        self.format = format
-    }
-
-    /// The encoded bytes; a copy unless the image was made from an array. To read them in
-    /// place (to copy them into a frame, say), use `withUnsafeBytes`.
-    public var bytes: [UInt8] {
-        switch storage {
-        case .array(let array): array
-        case .allocated(let memory): memory.copyBytes()
-        }
-    }
-
-    public var byteCount: Int {
-        switch storage {
-        case .array(let array): array.count
-        case .allocated(let memory): memory.count
-        }
-    }
-
-    /// Calls `body` with the encoded bytes, valid only during the call.
-    public func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
-        switch storage {
-        case .array(let array):
-            var result: Result<R, E>?
-            array.withUnsafeBytes { bytes in result = Result { () throws(E) in try body(bytes) } }
-            return try result!.get()
-        case .allocated(let memory):
-            return try body(memory.bytes)
-        }
-    }
-
-    public static func == (lhs: EncodedImage, rhs: EncodedImage) -> Bool {
-        guard lhs.width == rhs.width, lhs.height == rhs.height, lhs.format == rhs.format else { return false }
-        return lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in a.elementsEqual(b) } }
-    }
-}
+import ImageModel
 
 public enum Encoder {
     /// Encodes gray or RGB pixels. JPEG output carries no metadata (orientation is already
@@ -80,7 +18,8 @@ public enum Encoder {
         case .pnm:
             memory = try pnmOutput(image, cancel: cancel, allocator: allocator)
         }
-        return EncodedImage(memory, width: image.width, height: image.height, format: format)
+        // The image keeps the encoder's buffer alive and reads it in place.
+        return EncodedImage(bytes: memory.bytes, keptAliveBy: memory, width: image.width, height: image.height, format: format)
     }
 
     public static func jpeg(_ image: PixelBuffer, quality: Int, progressive: Bool, chroma444: Bool,

@@ -1,18 +1,4 @@
-/// Which results a request wants.
-public enum Delivery: String, Sendable, CaseIterable {
-    /// A quick degraded result, then the final one (the default of the service).
-    case progressive
-    /// Only the final result.
-    case final
-    /// Only the degraded result (which is then the terminal one).
-    case degraded
-}
-
-public enum Stage: String, Sendable {
-    case degraded
-    case final
-}
-
+import ImageModel
 /// Where a degraded result came from: the cheapest honest source available.
 public enum DegradedSource: String, Sendable {
     /// The JPEG thumbnail embedded in the EXIF block (no decode of the main image needed).

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import ImageModel
 
 /// Reading an input file with the errors an image service owes its users: a missing path,
 /// a directory, an unreadable file, an empty one, or one over the byte limit (checked from

@@ -1,4 +1,5 @@
 import CJPEG
+import ImageModel
 
 /// What a JPEG says about itself before any pixel is decoded.
 public struct JPEGHeader: Sendable, Equatable {

@@ -1,3 +1,4 @@
+import ImageModel
 /// An upper bound of the memory one run of the pipeline needs at its peak, worked out from
 /// the JPEG header and the resize plan before any pixel memory is allocated.
 ///

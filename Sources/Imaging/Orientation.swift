@@ -1,3 +1,4 @@
+import ImageModel
 /// The eight EXIF orientations: how the stored pixels must be transformed to display upright.
 public enum Orientation: Int, Sendable, CaseIterable {
     case up = 1, upMirrored, down, downMirrored, leftMirrored, right, rightMirrored, left

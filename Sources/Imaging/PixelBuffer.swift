@@ -1,3 +1,4 @@
+import ImageModel
 /// An 8-bit interleaved image in memory: `channels` samples per pixel (1 = gray, 3 = RGB,
 /// 4 = RGBA), rows packed with no padding (`stride == width * channels`).
 ///

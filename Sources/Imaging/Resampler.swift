@@ -1,3 +1,4 @@
+import ImageModel
 /// The resampling kernel.
 public enum ResampleFilter: Sendable {
     /// Lanczos with three lobes (support 3, stretched by the shrink factor when

@@ -1,3 +1,4 @@
+import ImageModel
 /// The geometry of one resize, computed before decoding: a pure function of the source
 /// size, its orientation and the options (see `ResizePlan.make`).
 ///

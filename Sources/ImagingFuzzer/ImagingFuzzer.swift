@@ -6,6 +6,7 @@
 //   ./.build-fuzz/release/imaging-fuzzer -runs=1000000 -max_len=65536 CORPUS_DIR
 // Ordinary build: a replay tool that runs the same entry point over the files it is given
 // (e.g. a crash reproducer), so the target is always compiled and kept working.
+import ImageModel
 import Imaging
 
 // Small limits keep each input cheap; a bigger input is refused like any other bad one.

@@ -2,6 +2,7 @@ import Enlarger
 import EnlargerBroker
 import EnlargerWorker
 import Foundation
+import ImageModel
 import Imaging
 import Logging
 import TestSupport

@@ -2,6 +2,7 @@ import Enlarger
 import EnlargerBroker
 import EnlargerProtocol
 import Foundation
+import ImageModel
 import Imaging
 import TestSupport
 import XCTest

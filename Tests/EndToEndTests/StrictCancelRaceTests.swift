@@ -1,5 +1,6 @@
 import Enlarger
 import Foundation
+import ImageModel
 import Imaging
 import Synchronization
 import XCTest

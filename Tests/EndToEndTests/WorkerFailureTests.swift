@@ -1,6 +1,7 @@
 import Enlarger
 import EnlargerProtocol
 import Foundation
+import ImageModel
 import Imaging
 import SwiftProtobuf
 import XCTest

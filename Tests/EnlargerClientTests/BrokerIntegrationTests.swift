@@ -2,7 +2,7 @@ import Dispatch
 import EnlargerBroker
 import EnlargerProtocol
 import Foundation
-import Imaging
+import ImageModel
 import Logging
 import Synchronization
 import XCTest

@@ -1,5 +1,5 @@
 import EnlargerProtocol
-import Imaging
+import ImageModel
 import XCTest
 
 @testable import Enlarger

@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import ImageModel
 import Imaging
 import XCTest
 
@@ -69,7 +70,7 @@ struct WorkerCoreHarness {
         record(core.jobEstimated(token, Self.estimate(bytes)))
     }
 
-    mutating func result(_ token: JobToken, _ stage: Imaging.Stage, terminal: Bool) {
+    mutating func result(_ token: JobToken, _ stage: ImageModel.Stage, terminal: Bool) {
         record(core.jobResult(token, StageOutput(stage: stage, isTerminal: terminal, width: 10, height: 10,
                                                  format: .jpeg, image: Self.image)))
     }

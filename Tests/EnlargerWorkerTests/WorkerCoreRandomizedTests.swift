@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import ImageModel
 import Imaging
 import TestSupport
 import XCTest
@@ -89,7 +90,7 @@ struct Simulation {
         let token: JobToken
         let key: JobKey
         let epoch: Int
-        let delivery: Imaging.Delivery
+        let delivery: ImageModel.Delivery
         var phase = Phase.preparing
         var estimate = 0
     }
@@ -278,7 +279,7 @@ struct Simulation {
                 thread.phase = .running(0)
             }
         case .running(let index):
-            let stages: [(Imaging.Stage, Bool)] = switch thread.delivery {
+            let stages: [(ImageModel.Stage, Bool)] = switch thread.delivery {
             case .progressive: [(.degraded, false), (.final, true)]
             case .final: [(.final, true)]
             case .degraded: [(.degraded, true)]

@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import ImageModel
 import Imaging
 import XCTest
 

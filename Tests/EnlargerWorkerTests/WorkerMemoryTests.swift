@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import ImageModel
 import Imaging
 import Logging
 import TestSupport
@@ -60,7 +61,7 @@ final class WorkerMemoryTests: XCTestCase {
         }
     }
 
-    private func estimate(_ file: String, _ options: ResizeOptions, _ delivery: Imaging.Delivery) throws -> Int {
+    private func estimate(_ file: String, _ options: ResizeOptions, _ delivery: ImageModel.Delivery) throws -> Int {
         let bytes = try Corpus.good(file)
         return try bytes.withUnsafeBytes { raw in
             try ImagePipeline().prepare(raw, options: options, delivery: delivery).memoryEstimate.bytes

@@ -1,3 +1,4 @@
+import ImageModel
 import TestSupport
 import XCTest
 

@@ -1,3 +1,4 @@
+import ImageModel
 import XCTest
 @testable import Imaging
 import TestSupport

@@ -1,4 +1,5 @@
 import Foundation
+import ImageModel
 import XCTest
 @testable import Imaging
 import TestSupport

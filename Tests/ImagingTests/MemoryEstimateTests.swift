@@ -1,4 +1,5 @@
 import Foundation
+import ImageModel
 import TestSupport
 import XCTest
 

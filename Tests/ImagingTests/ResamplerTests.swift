@@ -1,4 +1,5 @@
 import Dispatch
+import ImageModel
 import XCTest
 @testable import Imaging
 import TestSupport
