@@ -1,3 +1,4 @@
+import ImageModel
 import CLISupport
 import Foundation
 import Imaging
