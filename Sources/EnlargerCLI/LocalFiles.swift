@@ -1,6 +1,6 @@
-import ImageModel
 import CLISupport
 import Foundation
+import ImageModel
 import Imaging
 
 /// The output directory of `submit` and `resize`, checked before any work is sent.
