@@ -48,9 +48,10 @@ extension ResampleFilter {
 /// a constant image stays constant. Integer samples times these weights are summed in
 /// `Int32`: a window's `Σ|w|` stays below `2 · 2^14` (checked here; about 1.6 at most in
 /// practice), which keeps every sum the passes compute inside `Int32` and the intermediate
-/// values inside `Int16` (see `ResampleSample`). Quantising each of `n` weights costs up to
-/// `n · 2^-15` of the sample range in the worst case, and windows are kept to a few
-/// hundred taps by the pre-shrink, so the error stays well under a level.
+/// values inside `Int16` (see `ResampleSample`). Rounding the `n` weights of a window moves
+/// its result by at most `n · 2^-14` of the sample range, for content in step with the
+/// rounding errors, and by about `√n · 2^-16` of it for anything else: with windows of at
+/// most about 1500 taps (the box pre-shrink takes over beyond), a small fraction of a level.
 ///
 /// Windows are Pillow's: the output pixel `i` is centred on input coordinate
 /// `(i + 0.5) · scale`, the kernel is stretched by `scale` when downscaling, and the window

@@ -30,12 +30,13 @@ public struct PixelRect: Sendable, Equatable {
 /// (`Int16`) so that each output's weights sum to exactly 1; samples times weights are summed
 /// in `Int32`. The value between the two passes is an `Int16` with 6 fraction bits, neither
 /// rounded to whole levels nor clamped; only the final value is rounded (half up) and
-/// clamped to 0…255. An axis reduced by about 159 or more is first averaged exactly in
-/// boxes (see `Resampler+Box.swift`), so that windows stay a few hundred taps wide. The
-/// result is within one level of an exact (`Double`) Lanczos-3 or tent computation at every
-/// ratio, from enlargements to 65500 px reduced to 1, on photos, gradients, hard edges and
-/// noise; only content made to defeat the box average (detail in phase with the boxes, at
-/// reductions of 159 or more) can be off by more.
+/// clamped to 0…255. An axis reduced by about 252 or more is first averaged exactly in
+/// boxes (see `Resampler+Box.swift`), so that no window is more than about 1500 taps wide.
+/// The result is within one level of an exact (`Double`) computation with the same kernel
+/// at every ratio, from enlargements to 65500 px reduced to 1, on photos, gradients, hard
+/// edges and noise (ResamplerTests, ResamplerPrecisionTests). Only content built to defeat
+/// the fixed point (detail in step with the weights' rounding errors, or with the boxes at
+/// reductions of 252 or more) can be off by more.
 public enum Resampler {
     /// Resamples `region` of `source` (default: the whole image) to exactly
     /// `width`×`height` pixels with `filter`, keeping the channel count.
@@ -318,7 +319,9 @@ extension Resampler {
         var boxes = 0
         if boxX > 1 || boxY > 1 {
             boxes = inputWidth * inputHeight * channels * MemoryLayout<Int16>.stride
-            tables += inputWidth * channels * MemoryLayout<Int64>.stride  // a row of box sums
+            // A row of column sums and one of box sums.
+            tables += (regionWidth * channels + 1) * MemoryLayout<Int32>.stride
+                + inputWidth * channels * MemoryLayout<Int64>.stride
         }
         var horizontalWorkPerRow = 0, readSpan = 0
         if resizesX {

@@ -53,7 +53,7 @@ final class ResamplerPrecisionTests: XCTestCase {
     /// (each output a weighted mean of thousands of unrelated samples), smooth "photo-like"
     /// content, hard edges and a ramp.
     func testRatioSweepOnBothAxes() throws {
-        for ratio in [2, 3.7, 16, 100, 160, 1000, 5000, 20000, 65500] {
+        for ratio in [2, 3.7, 16, 100, 160, 250, 1000, 5000, 20000, 65500] {
             // As long as the decoder allows for the huge ratios; shorter (fewer outputs, the
             // same windows) for the others, to keep the test quick.
             let length = ratio < 1000 ? 20000 : 65500
@@ -66,10 +66,20 @@ final class ResamplerPrecisionTests: XCTestCase {
         }
     }
 
+    /// The tent filter goes through the same windows and boxes.
+    func testTentAtLargeRatios() throws {
+        for ratio in [100, 250, 1000, 65500] {
+            let outLength = 65500 / ratio
+            for (name, content) in [("noise", noise(65500)), ("edges", edges(65500, segment: Double(ratio)))] {
+                try checkEveryLayoutAndAxis(content, to: outLength, "\(name) ratio \(ratio)", filter: .triangle)
+            }
+        }
+    }
+
     /// Both axes reduced a lot at once, so that both passes (and a pre-shrink on both axes)
     /// run, in both pass orders.
     func testLargeReductionsOnBothAxes() throws {
-        let cases = [((2000, 400), (3, 2)), ((400, 2000), (2, 3)), ((900, 700), (1, 1)), ((1000, 900), (5, 4)),
+        let cases = [((2000, 400), (3, 2)), ((400, 2000), (2, 3)), ((900, 700), (1, 1)), ((1300, 1100), (5, 4)),
                      ((20000, 30), (1, 1)), ((30, 20000), (3, 1)), ((6000, 100), (30, 1))]
         for ((w, h), (ow, oh)) in cases {
             for channels in [1, 3, 4] {
@@ -109,15 +119,16 @@ final class ResamplerPrecisionTests: XCTestCase {
     /// Resamples `content` as a row and as a column, in gray, RGB and RGBA (see `line`), to
     /// `outLength` pixels along it, and checks each result. All six share one reference: the
     /// RGBA row's.
-    func checkEveryLayoutAndAxis(_ content: [UInt8], to outLength: Int, _ what: String, line: UInt = #line) throws {
+    func checkEveryLayoutAndAxis(_ content: [UInt8], to outLength: Int, _ what: String,
+                                 filter: ResampleFilter = .lanczos3, line: UInt = #line) throws {
         let row = self.line(content.count, channels: 4, horizontal: true, content)
-        let expected = ResamplerTests.reference(row, nil, outLength, 1, .lanczos3)
+        let expected = ResamplerTests.reference(row, nil, outLength, 1, filter)
         for channels in [1, 3, 4] {
             for horizontal in [true, false] {
                 let image = self.line(content.count, channels: channels, horizontal: horizontal, content)
                 let (w, h) = horizontal ? (outLength, 1) : (1, outLength)
-                let out = try Resampler.resample(image, width: w, height: h)
-                let label = "\(what) \(channels)ch \(image.width)×\(image.height) → \(w)×\(h)"
+                let out = try Resampler.resample(image, width: w, height: h, filter: filter)
+                let label = "\(what) \(channels)ch \(image.width)×\(image.height) → \(w)×\(h) \(filter)"
                 assertWithinOneLevel(out, of: expected, channels: 4, label, line: line)
             }
         }
