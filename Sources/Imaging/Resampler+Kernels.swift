@@ -5,7 +5,8 @@
 // lane by lane: two input rows (vertical) or two input pixels (horizontal).
 
 /// The sample types a pass reads and writes: `UInt8` for images, `Int16` for the intermediate
-/// between the two passes. (`Codable` only because `SIMD` vectors require it of their scalars.)
+/// between the two passes and for the boxes of a large reduction (`0…255 · 2^6`, see
+/// `Resampler+Box.swift`). (`Codable` only because `SIMD` vectors require it of their scalars.)
 ///
 /// The intermediate keeps 6 fraction bits and is not clamped, so Lanczos overshoot survives
 /// to the final clamp and the result does not depend on the pass order. As a window's `Σ|w|`

@@ -61,7 +61,9 @@ final class AllocationTests: XCTestCase {
     func testWorkingBytesCoverWhatTheResamplerAllocates() throws {
         var random = SeededGenerator(seed: 11)
         for (source, output) in [((600, 400), (150, 100)), ((600, 400), (599, 100)), ((300, 900), (290, 30)),
-                                 ((64, 64), (640, 640)), ((1000, 10), (10, 9)), ((31, 700), (30, 700))] {
+                                 ((64, 64), (640, 640)), ((1000, 10), (10, 9)), ((31, 700), (30, 700)),
+                                 // Large reductions, through the box pre-shrink.
+                                 ((4000, 300), (10, 1)), ((300, 4000), (299, 12)), ((2000, 500), (5, 500))] {
             for channels in [1, 3, 4] {
                 let image = PixelBuffer(width: source.0, height: source.1, channels: channels,
                                         pixels: (0..<(source.0 * source.1 * channels)).map { _ in UInt8(truncatingIfNeeded: random.next()) })
@@ -103,21 +105,26 @@ final class AllocationTests: XCTestCase {
         XCTAssertEqual(try Encoder.decodePNM(Encoder.encode(image, format: .pnm).bytes), image)
     }
 
-    /// The buffer between the passes that an RGB resample allocates, from the resampler's own
-    /// objects and decision.
+    /// The buffers an RGB resample allocates besides its output (the boxes of a large
+    /// reduction, the buffer between the passes), from the resampler's own objects and decisions.
     private func intermediateBytes(_ source: (Int, Int), _ output: (Int, Int), _ filter: ResampleFilter) -> Int {
-        guard source.0 != output.0, source.1 != output.1 else { return 0 }
-        let xs = AxisCoefficients(inSize: source.0, outSize: output.0, filter: filter)
-        let ys = AxisCoefficients(inSize: source.1, outSize: output.1, filter: filter)
+        func axis(_ inSize: Int, _ outSize: Int) -> AxisCoefficients? {
+            guard inSize != outSize else { return nil }
+            return AxisCoefficients(inSize: inSize, outSize: outSize, filter: filter,
+                                    box: Resampler.boxFactor(inSize: inSize, outSize: outSize))
+        }
+        let (xs, ys) = (axis(source.0, output.0), axis(source.1, output.1))
         let job = Resampler.Job(source: PixelBuffer(width: source.0, height: source.1, channels: 3),
                                 region: PixelRect(x: 0, y: 0, width: source.0, height: source.1),
                                 width: output.0, height: output.1, xs: xs, ys: ys, cancel: nil, allocator: BufferAllocator())
+        let boxes = job.boxes ? job.inputWidth * job.inputHeight * 3 * 2 : 0
+        guard let xs, let ys else { return boxes }
         let (horizontal, vertical) = (HorizontalTaps<RGBLayout>(xs), VerticalTaps(ys))
         if job.verticalFirstIsCheaper(horizontal, vertical) {
-            let rowLength = source.0 * 3
+            let rowLength = job.inputWidth * 3
             let rows = job.rowsPerRun(workPerRow: rowLength * vertical.workPerSample + horizontal.workPerRow)
-            return ((rows - 1) * rowLength + max(rowLength, horizontal.readSpan)) * 2
+            return boxes + ((rows - 1) * rowLength + max(rowLength, horizontal.readSpan)) * 2
         }
-        return vertical.inputRows.count * output.0 * 3 * 2
+        return boxes + vertical.inputRows.count * output.0 * 3 * 2
     }
 }

@@ -188,9 +188,10 @@ final class ResamplerTests: XCTestCase {
     }
 
     func testCancellingDuringWorkStopsPromptly() throws {
-        // Vertical first, one vertical pass, one horizontal pass, horizontal first.
+        // Vertical first, one vertical pass, one horizontal pass, horizontal first, and a box
+        // pre-shrink.
         let image = PixelBuffer(width: 3000, height: 2000, channels: 3)
-        for (w, h) in [(500, 333), (3000, 333), (500, 2000), (700, 5000)] {
+        for (w, h) in [(500, 333), (3000, 333), (500, 2000), (700, 5000), (2, 2)] {
             let flag = CancellationFlag()
             let cancelledAt = Instant()
             DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(2)) {
@@ -251,15 +252,16 @@ final class ResamplerTests: XCTestCase {
     /// half up. Each output pixel is centred on input coordinate `(i + 0.5) · scale`, the
     /// kernel is stretched by `scale` when downscaling, and windows are cut at the region's
     /// borders and renormalised.
-    func reference(_ image: PixelBuffer, _ region: PixelRect?, _ width: Int, _ height: Int,
-                   _ filter: ResampleFilter) -> [UInt8] {
+    static func reference(_ image: PixelBuffer, _ region: PixelRect?, _ width: Int, _ height: Int,
+                          _ filter: ResampleFilter) -> [UInt8] {
         let region = region ?? PixelRect(x: 0, y: 0, width: image.width, height: image.height)
         let c = image.channels
         let pixels = image.pixels
         var rows = [Double](repeating: 0, count: region.height * width * c)
+        let columnWeights = referenceWeights(region.width, width, filter)
         for y in 0..<region.height {
             let rowStart = ((region.y + y) * image.width + region.x) * c
-            for (x, (first, weights)) in referenceWeights(region.width, width, filter).enumerated() {
+            for (x, (first, weights)) in columnWeights.enumerated() {
                 for ch in 0..<c {
                     var sum = 0.0
                     for (k, w) in weights.enumerated() {
@@ -283,7 +285,7 @@ final class ResamplerTests: XCTestCase {
     }
 
     /// Per output index: the first input index and the normalised weights from there on.
-    func referenceWeights(_ inSize: Int, _ outSize: Int, _ filter: ResampleFilter) -> [(Int, [Double])] {
+    static func referenceWeights(_ inSize: Int, _ outSize: Int, _ filter: ResampleFilter) -> [(Int, [Double])] {
         let scale = Double(inSize) / Double(outSize)
         let stretch = max(1, scale)
         let support: Double
@@ -316,7 +318,7 @@ final class ResamplerTests: XCTestCase {
     func assertMatchesReference(_ out: PixelBuffer, _ image: PixelBuffer, _ region: PixelRect?,
                                 _ filter: ResampleFilter, _ label: String, checkMean: Bool = true,
                                 line: UInt = #line) {
-        let expected = reference(image, region, out.width, out.height, filter)
+        let expected = Self.reference(image, region, out.width, out.height, filter)
         let actual = out.pixels
         var worst = 0, worstIndex = 0, bias = 0
         for (i, (a, b)) in zip(actual, expected).enumerated() {
