@@ -15,6 +15,8 @@
 // hard edges, at every ratio up to 65500 (ResamplerPrecisionTests). Content built to beat
 // it (a sawtooth in phase with the boxes) can still be off by a few levels.
 
+import ImageModel
+
 extension Resampler {
     /// The box pre-shrink for an axis of `inSize` pixels reduced to `outSize`: the largest
     /// box that leaves at least 16 boxes per output pixel and at most `s^1.5 / 1000` pixels
