@@ -24,6 +24,8 @@ let package = Package(
 
         // A pthread mutex with Mutex's API: ThreadSanitizer sees its synchronisation.
         .target(name: "Locking"),
+        // Deadline bookkeeping shared by the broker and client cores.
+        .target(name: "Timekeeping"),
         // What a resize asks for and gives back (options, delivery, encoded image, errors),
         // without libjpeg: shared by the imaging library, the worker and the client.
         .target(name: "ImageModel"),
@@ -37,7 +39,10 @@ let package = Package(
         .target(name: "EnlargerTransport", dependencies: ["EnlargerProtocol", "ZeroMQ"]),
         .target(
             name: "EnlargerBroker",
-            dependencies: ["EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "Locking", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "Locking", "Timekeeping",
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .target(
             name: "EnlargerWorker",
@@ -46,7 +51,10 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .target(name: "Enlarger", dependencies: ["EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Locking"]),
+        .target(
+            name: "Enlarger",
+            dependencies: ["EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Locking", "Timekeeping"]
+        ),
         // What the two executables share: finding a broker (`--broker`, `--runtime-dir`) and errors.
         .target(
             name: "CLISupport",
@@ -77,6 +85,7 @@ let package = Package(
         // Helpers shared by the test targets (ipc endpoints, the corpus, seeded randomness).
         .target(name: "TestSupport", path: "Tests/Support"),
         .testTarget(name: "LockingTests", dependencies: ["Locking"]),
+        .testTarget(name: "TimekeepingTests", dependencies: ["Timekeeping", "TestSupport"]),
         .testTarget(name: "ImageModelTests", dependencies: ["ImageModel"]),
         .testTarget(name: "ImagingTests", dependencies: ["ImageModel", "Imaging", "TestSupport"]),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "TestSupport"]),

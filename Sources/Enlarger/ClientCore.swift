@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import Timekeeping
 
 /// The client's protocol decisions as a pure state machine: no sockets, no clock, no threads.
 ///
@@ -142,7 +143,7 @@ struct ClientCore<Payload: FrameBytes> {
     let configuration: Configuration
     var routes: [String: [Route]] = [:]
     var routeIDs: [RequestToken: String] = [:]
-    var deadlines = RequestDeadlines()
+    var deadlines = DeadlineHeap<RequestToken, ContinuousClock.Instant>()
     var nextOrder: UInt64 = 0
     var outbox = Backlog<Outgoing>()
     var cancelCalls: [String: [Call]] = [:]

@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import Timekeeping
 
 /// The broker's decisions as a pure state machine: no sockets, no clock, no threads.
 ///
@@ -114,7 +115,7 @@ public struct BrokerCore<Payload: FrameBytes> {
     var workerIndex: [PeerID: Int] = [:]
     var clients: [PeerID: Client] = [:]
     var endedRequests: EndedRequests
-    var deadlines = DeadlineHeap()
+    var deadlines = DeadlineHeap<UInt64, MonotonicInstant>()
     var nextJobID: UInt64 = 1
     /// Bytes of source images held by live requests (bounded by `maxLiveImageBytes`).
     var liveImageBytes = 0

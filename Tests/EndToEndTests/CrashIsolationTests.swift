@@ -148,7 +148,7 @@ private final class CrashingPool: @unchecked Sendable {
         var ready = Enlarger_V1_WorkerToBroker()
         ready.ready.capacity = 2
         ready.ready.workerName = "crashing"
-        try send(socket, ready)
+        try WorkerFrames.send(socket, ready)
         return Worker(socket: socket)
     }
 
@@ -159,10 +159,7 @@ private final class CrashingPool: @unchecked Sendable {
         while try worker.socket.receive(multipart: &frames, wait: false) {
             switch try BrokerToWorkerMessage<[UInt8]>(frames: frames.map(\.bytes)) {
             case .job(let job, let image):
-                var started = Enlarger_V1_WorkerToBroker()
-                started.jobStarted.jobID = job.jobID
-                started.jobStarted.attempt = job.attempt
-                try send(worker.socket, started)
+                try WorkerFrames.send(worker.socket, WorkerFrames.started(job))
                 if image == Array("poison".utf8) {
                     state.withLock { deathCount += 1 }
                     return false
@@ -170,40 +167,21 @@ private final class CrashingPool: @unchecked Sendable {
                 worker.due.append((job, .now + .milliseconds(Int.random(in: 30...80, using: &random))))
             case .cancelJob(let cancel):
                 worker.due.removeAll { $0.job.jobID == cancel.jobID }
-                var done = Enlarger_V1_WorkerToBroker()
-                done.jobCancelled.jobID = cancel.jobID
-                done.jobCancelled.attempt = cancel.attempt
-                try send(worker.socket, done)
+                try WorkerFrames.send(worker.socket, WorkerFrames.cancelled(jobID: cancel.jobID, attempt: cancel.attempt))
             case .heartbeat, .disconnect, .error:
                 break
             }
         }
         let now = ContinuousClock.now
         for (job, at) in worker.due where at <= now {
-            var result = Enlarger_V1_WorkerToBroker()
-            result.jobResult.jobID = job.jobID
-            result.jobResult.attempt = job.attempt
-            result.jobResult.stage = .final
-            result.jobResult.terminal = true
-            result.jobResult.width = 8
-            result.jobResult.height = 8
-            try send(worker.socket, result, payload: [0xFF, 0xD8, 0xFF, 0xD9])
+            try WorkerFrames.send(worker.socket, WorkerFrames.result(job, .final, terminal: true),
+                                  payload: [0xFF, 0xD8, 0xFF, 0xD9])
         }
         worker.due.removeAll { $0.at <= now }
         if now - worker.lastHeartbeat >= .milliseconds(50) {
-            var heartbeat = Enlarger_V1_WorkerToBroker()
-            heartbeat.heartbeat = .init()
-            try send(worker.socket, heartbeat)
+            try WorkerFrames.send(worker.socket, WorkerFrames.heartbeat)
             worker.lastHeartbeat = now
         }
         return true
-    }
-
-    private func send(_ socket: Socket, _ message: Enlarger_V1_WorkerToBroker, payload: [UInt8]? = nil) throws {
-        var frames = [ProtocolTag.worker.bytes, try message.serializedBytes()]
-        if let payload { frames.append(payload) }
-        for (index, frame) in frames.enumerated() {
-            _ = try socket.send(frame, index < frames.count - 1 ? .more : [])
-        }
     }
 }

@@ -52,12 +52,7 @@ final class RogueWorkerTests: XCTestCase {
         }
 
         func send(_ message: Enlarger_V1_WorkerToBroker, payload: [UInt8]? = nil, extra: [[UInt8]] = []) throws {
-            var frames = [ProtocolTag.worker.bytes, try message.serializedBytes()]
-            if let payload { frames.append(payload) }
-            frames += extra
-            for (index, frame) in frames.enumerated() {
-                _ = try socket.send(frame, index < frames.count - 1 ? .more : [])
-            }
+            try WorkerFrames.send(socket, message, payload: payload, extra: extra)
         }
 
         /// The next message from the broker other than a heartbeat, or nil after `timeout`;
@@ -65,9 +60,7 @@ final class RogueWorkerTests: XCTestCase {
         func receive(timeout: Duration = .seconds(10)) throws -> BrokerToWorkerMessage<[UInt8]>? {
             let deadline = ContinuousClock.now + timeout
             while ContinuousClock.now < deadline {
-                var heartbeat = Enlarger_V1_WorkerToBroker()
-                heartbeat.heartbeat = .init()
-                try send(heartbeat)
+                try send(WorkerFrames.heartbeat)
                 var poller = Poller()
                 _ = poller.register(socket)
                 guard try poller.poll(timeout: min(deadline - ContinuousClock.now, .milliseconds(100))) > 0 else { continue }
@@ -88,10 +81,7 @@ final class RogueWorkerTests: XCTestCase {
         }
 
         func started(_ job: Enlarger_V1_Job) throws {
-            var started = Enlarger_V1_WorkerToBroker()
-            started.jobStarted.jobID = job.jobID
-            started.jobStarted.attempt = job.attempt
-            try send(started)
+            try send(WorkerFrames.started(job))
         }
     }
 
@@ -144,43 +134,18 @@ final class RogueWorkerTests: XCTestCase {
         // or the next request would never reach it.
         let breakages: [(String, (Enlarger_V1_Job) throws -> Void)] = [
             ("a final result without its image frame", { job in
-                var result = Enlarger_V1_WorkerToBroker()
-                result.jobResult.jobID = job.jobID
-                result.jobResult.attempt = job.attempt
-                result.jobResult.stage = .final
-                result.jobResult.terminal = true
-                try worker.send(result)
+                try worker.send(WorkerFrames.result(job, .final, terminal: true, size: nil))
             }),
             ("a final result not marked terminal", { job in
-                var result = Enlarger_V1_WorkerToBroker()
-                result.jobResult.jobID = job.jobID
-                result.jobResult.attempt = job.attempt
-                result.jobResult.stage = .final
-                result.jobResult.terminal = false
-                result.jobResult.width = 8
-                result.jobResult.height = 8
-                try worker.send(result, payload: [1, 2, 3])
+                try worker.send(WorkerFrames.result(job, .final, terminal: false), payload: [1, 2, 3])
             }),
             ("a result with frames beyond its image", { job in
-                var result = Enlarger_V1_WorkerToBroker()
-                result.jobResult.jobID = job.jobID
-                result.jobResult.attempt = job.attempt
-                result.jobResult.stage = .final
-                result.jobResult.terminal = true
-                result.jobResult.width = 8
-                result.jobResult.height = 8
-                try worker.send(result, payload: [1, 2, 3], extra: [[4], [5]])
+                try worker.send(WorkerFrames.result(job, .final, terminal: true), payload: [1, 2, 3], extra: [[4], [5]])
             }),
             ("two degraded results", { job in
-                var result = Enlarger_V1_WorkerToBroker()
-                result.jobResult.jobID = job.jobID
-                result.jobResult.attempt = job.attempt
-                result.jobResult.stage = .degraded
-                result.jobResult.terminal = false
-                result.jobResult.width = 8
-                result.jobResult.height = 8
-                try worker.send(result, payload: [1, 2, 3])
-                try worker.send(result, payload: [1, 2, 3])
+                let degraded = WorkerFrames.result(job, .degraded, terminal: false)
+                try worker.send(degraded, payload: [1, 2, 3])
+                try worker.send(degraded, payload: [1, 2, 3])
             }),
         ]
         for (index, (name, breakJob)) in breakages.enumerated() {
@@ -193,10 +158,7 @@ final class RogueWorkerTests: XCTestCase {
             var acknowledged = false
             while let message = try worker.receive(timeout: .seconds(5)) {
                 if case .cancelJob(let cancel) = message, cancel.jobID == job.jobID {
-                    var done = Enlarger_V1_WorkerToBroker()
-                    done.jobCancelled.jobID = job.jobID
-                    done.jobCancelled.attempt = job.attempt
-                    try worker.send(done)
+                    try worker.send(WorkerFrames.cancelled(jobID: job.jobID, attempt: job.attempt))
                     acknowledged = true
                     break
                 }
