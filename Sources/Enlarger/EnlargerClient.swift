@@ -1,5 +1,6 @@
+// A producer needs only `import Enlarger`: the request and result types come with it.
+@_exported import ImageModel
 import Foundation
-import ImageModel
 import ZeroMQ
 
 /// A producer's connection to the Enlarger broker: submit JPEG resize requests, stream
