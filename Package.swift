@@ -15,6 +15,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-protobuf", from: "1.39.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // C: libjpeg-turbo behind setjmp guards (libjpeg's error recovery is longjmp).
@@ -26,6 +28,15 @@ let package = Package(
         .target(name: "Locking"),
         // Deadline bookkeeping shared by the broker and client cores.
         .target(name: "Timekeeping"),
+        // The services' operational HTTP port: Prometheus metrics, health and readiness.
+        .target(
+            name: "Telemetry",
+            dependencies: [
+                "Locking",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ]
+        ),
         // What a resize asks for and gives back (options, delivery, encoded image, errors),
         // without libjpeg: shared by the imaging library, the worker and the client.
         .target(name: "ImageModel"),
@@ -40,15 +51,17 @@ let package = Package(
         .target(
             name: "EnlargerBroker",
             dependencies: [
-                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "Locking", "Timekeeping",
+                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "Locking", "Timekeeping", "Telemetry",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
         ),
         .target(
             name: "EnlargerWorker",
             dependencies: [
-                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Imaging", "Locking",
+                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Imaging", "Locking", "Telemetry",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
         ),
         .target(
@@ -64,7 +77,7 @@ let package = Package(
             name: "EnlargerCLI",
             dependencies: [
                 "ImageModel", "Imaging", "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Locking",
-                "CLISupport",
+                "CLISupport", "Telemetry",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -86,6 +99,7 @@ let package = Package(
         .target(name: "TestSupport", path: "Tests/Support"),
         .testTarget(name: "LockingTests", dependencies: ["Locking"]),
         .testTarget(name: "TimekeepingTests", dependencies: ["Timekeeping", "TestSupport"]),
+        .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "TestSupport"]),
         .testTarget(name: "ImageModelTests", dependencies: ["ImageModel"]),
         .testTarget(name: "ImagingTests", dependencies: ["ImageModel", "Imaging", "TestSupport"]),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "TestSupport"]),

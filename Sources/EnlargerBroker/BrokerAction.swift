@@ -24,6 +24,53 @@ public enum BrokerReport: Sendable, Equatable {
     case cancelAckTimedOut(PeerID, jobID: UInt64)
     /// A message was malformed; `reason` is what the peer was told (if it was told).
     case malformed(PeerID, role: BrokerRole, reason: String)
+    /// A request ended (its terminal event was sent, or it was given up).
+    case requestEnded(RequestEnd)
+    /// A Submit was answered `Rejected`.
+    case requestRejected(requestID: String, code: Enlarger_V1_ErrorCode)
+}
+
+/// How a request ended, as its client was told.
+public enum RequestOutcome: Sendable, Equatable {
+    case finished
+    case failed(Enlarger_V1_ErrorCode)
+    case cancelled
+    case rejected(Enlarger_V1_ErrorCode)
+
+    /// `finished`, `failed`, `cancelled` or `rejected`: a metric label and a log field.
+    public var name: String {
+        switch self {
+        case .finished: "finished"
+        case .failed: "failed"
+        case .cancelled: "cancelled"
+        case .rejected: "rejected"
+        }
+    }
+
+    /// The error code's name in the contract (`DEADLINE_EXCEEDED`, …), or `OK`.
+    public var code: String {
+        switch self {
+        case .finished, .cancelled: "OK"
+        case .failed(let code), .rejected(let code): code.contractName
+        }
+    }
+}
+
+/// A request's life in figures, reported when it ends.
+public struct RequestEnd: Sendable, Equatable {
+    public var requestID: String
+    public var jobID: UInt64
+    public var principal: String
+    public var outcome: RequestOutcome
+    /// From acceptance to the first dispatch to a worker; nil when it never left the queue.
+    public var queueWait: Duration?
+    /// From acceptance to the end.
+    public var duration: Duration
+    /// Dispatches (0: it never reached a worker).
+    public var attempts: UInt32
+    public var bytesIn: Int
+    /// Result bytes sent toward the client.
+    public var bytesOut: Int
 }
 
 /// The two kinds of peer, one ROUTER socket each.

@@ -49,8 +49,7 @@ extension BrokerCore {
         actions.append(.report(.malformed(peer, role: .client, reason: error.description)))
         if let requestID = error.requestID {
             counters.submitted += 1
-            counters.rejected += 1
-            send(.rejected(rejection(requestID, .malformed, error.description)), to: peer, &actions)
+            reject(requestID, .malformed, error.description, to: peer, &actions)
         } else {
             var reply = Enlarger_V1_Error()
             reply.code = .malformed
@@ -74,8 +73,7 @@ extension BrokerCore {
         let requestID = submit.requestID
         let key = RequestKey(principal: principal, id: requestID)
         if let (code, message) = refusal(of: submit, image: image) {
-            counters.rejected += 1
-            send(.rejected(rejection(requestID, code, message)), to: peer, &actions)
+            reject(requestID, code, message, to: peer, &actions)
             return
         }
         guard jobIDsByKey[key] == nil else {
@@ -99,8 +97,7 @@ extension BrokerCore {
                 nil
             }
         if let overload {
-            counters.rejected += 1
-            send(.rejected(rejection(requestID, .overloaded, overload)), to: peer, &actions)
+            reject(requestID, .overloaded, overload, to: peer, &actions)
             return
         }
 
@@ -110,7 +107,7 @@ extension BrokerCore {
         nextJobID += 1
         requests[jobID] = Request(
             key: key, client: peer, spec: submit.spec, delivery: submit.delivery, image: image,
-            deadline: now + lifetime)
+            deadline: now + lifetime, acceptedAt: now)
         jobIDsByKey[key] = jobID
         liveImageBytes += image.count
         deadlines.insert(jobID, at: now + lifetime)
@@ -145,14 +142,18 @@ extension BrokerCore {
         return nil
     }
 
-    private func rejection(
-        _ requestID: String, _ code: Enlarger_V1_ErrorCode, _ message: String
-    ) -> Enlarger_V1_Rejected {
+    /// Answers a Submit that is not accepted: `Rejected`, counted and reported.
+    private mutating func reject(
+        _ requestID: String, _ code: Enlarger_V1_ErrorCode, _ message: String, to peer: PeerID,
+        _ actions: inout [Action]
+    ) {
+        counters.rejected += 1
         var rejected = Enlarger_V1_Rejected()
         rejected.requestID = requestID
         rejected.code = code
         rejected.message = message
-        return rejected
+        actions.append(.report(.requestRejected(requestID: requestID, code: code)))
+        send(.rejected(rejected), to: peer, &actions)
     }
 
     // MARK: Cancel
@@ -180,8 +181,7 @@ extension BrokerCore {
         } else {
             for jobID in targets {
                 withdraw(jobID, now: now, &actions)
-                let request = endRequest(jobID, now: now)
-                counters.cancelled += 1
+                let request = endRequest(jobID, .cancelled, now: now, &actions)
                 var cancelled = Enlarger_V1_Cancelled()
                 cancelled.requestID = requestID
                 send(.cancelled(cancelled), to: request.client, &actions)
@@ -254,8 +254,7 @@ extension BrokerCore {
         guard let client = clients[peer] else { return }
         for jobID in client.jobIDs.sorted() {
             withdraw(jobID, now: now, &actions)
-            let request = endRequest(jobID, now: now)
-            counters.failed += 1
+            let request = endRequest(jobID, .failed(.clientSilent), now: now, &actions)
             if notify { sendFailed(request, .clientSilent, "the broker gave the request up: \(reason)", &actions) }
         }
         clients[peer] = nil

@@ -182,11 +182,11 @@ extension BrokerCore {
             event.height = result.height
             event.format = result.format
             event.terminal = terminal
+            requests[jobID]?.bytesOut += image.count
             send(.result(event, image: image), to: request.client, &actions)
             if terminal {
                 workers[index].jobs[jobID] = nil
-                endRequest(jobID, now: now)
-                counters.finished += 1
+                endRequest(jobID, .finished, now: now, &actions)
                 dispatch(now: now, &actions)
             }
         case .cancelled:
@@ -209,8 +209,7 @@ extension BrokerCore {
         workerSentMalformed(workers[index].id, reason, &actions)
         counters.protocolBreaches += 1
         withdraw(jobID, now: now, &actions)
-        let request = endRequest(jobID, now: now)
-        counters.failed += 1
+        let request = endRequest(jobID, .failed(.internal), now: now, &actions)
         sendFailed(request, .internal, "the worker broke the protocol: \(reason)", &actions)
     }
 
@@ -221,9 +220,9 @@ extension BrokerCore {
         switch classify(jobID: jobID, attempt: failure.attempt, workerAt: index) {
         case .current:
             workers[index].jobs[jobID] = nil
-            let request = endRequest(jobID, now: now)
-            counters.failed += 1
-            if Self.workerFailureCodes.contains(failure.code) {
+            let code = Self.workerFailureCodes.contains(failure.code) ? failure.code : .internal
+            let request = endRequest(jobID, .failed(code), now: now, &actions)
+            if code == failure.code {
                 sendFailed(request, failure.code, failure.message, &actions)
             } else {
                 sendFailed(request, .internal, "the worker failed with code \(failure.code): \(failure.message)", &actions)
@@ -301,8 +300,7 @@ extension BrokerCore {
             if alone { request.losses += 1 }
             if request.losses > configuration.maxRetries {
                 requests[jobID] = request
-                endRequest(jobID, now: now)
-                counters.failed += 1
+                endRequest(jobID, .failed(.workerLost), now: now, &actions)
                 failed += 1
                 sendFailed(request, .workerLost, "the worker died each of the \(request.losses) times this request ran alone on one", &actions)
                 continue
@@ -364,7 +362,7 @@ extension BrokerCore {
                 clients[request.client]?.heldBack.append(jobID)
                 continue
             }
-            send(jobID, toWorkerAt: index, &actions)
+            send(jobID, toWorkerAt: index, now: now, &actions)
         }
     }
 
@@ -379,7 +377,7 @@ extension BrokerCore {
                 workers[idle].reserved = false
                 workers[idle].exclusiveJob = jobID
                 requests[jobID]?.quarantinedAt = nil
-                send(jobID, toWorkerAt: idle, &actions)
+                send(jobID, toWorkerAt: idle, now: now, &actions)
                 continue
             }
             let waited = requests[jobID]!.quarantinedAt.map { now.duration(since: $0) } ?? .zero
@@ -393,8 +391,9 @@ extension BrokerCore {
         }
     }
 
-    private mutating func send(_ jobID: UInt64, toWorkerAt index: Int, _ actions: inout [Action]) {
+    private mutating func send(_ jobID: UInt64, toWorkerAt index: Int, now: MonotonicInstant, _ actions: inout [Action]) {
         guard var request = requests[jobID] else { return }
+        if request.firstDispatchedAt == nil { request.firstDispatchedAt = now }
         request.attempt += 1
         request.worker = workers[index].id
         requests[jobID] = request

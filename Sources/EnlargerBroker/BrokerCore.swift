@@ -41,6 +41,12 @@ public struct BrokerCore<Payload: FrameBytes> {
         let delivery: Enlarger_V1_Delivery
         let image: Payload
         let deadline: MonotonicInstant
+        /// When it was accepted.
+        let acceptedAt: MonotonicInstant
+        /// When a worker was first given it; nil while it has never left the queue.
+        var firstDispatchedAt: MonotonicInstant?
+        /// Bytes of results sent toward its client.
+        var bytesOut = 0
         /// The latest dispatch; 0 until first dispatched.
         var attempt: UInt32 = 0
         /// The attempt the client was last told had started.
@@ -235,8 +241,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         isShuttingDown = true
         var actions: [Action] = []
         for jobID in requests.keys.sorted() {
-            let request = endRequest(jobID, now: now)
-            counters.failed += 1
+            let request = endRequest(jobID, .failed(.brokerShutdown), now: now, &actions)
             sendFailed(request, .brokerShutdown, "the broker is shutting down", &actions)
         }
         while queue.popFirst() != nil {}
@@ -319,10 +324,25 @@ public struct BrokerCore<Payload: FrameBytes> {
     // already taken the job off the queue or settled its worker's credit.
 
     @discardableResult
-    mutating func endRequest(_ jobID: UInt64, now: MonotonicInstant) -> Request {
+    mutating func endRequest(
+        _ jobID: UInt64, _ outcome: RequestOutcome, now: MonotonicInstant, _ actions: inout [Action]
+    ) -> Request {
         guard let request = requests.removeValue(forKey: jobID) else {
             preconditionFailure("ending job \(jobID), which is not live")
         }
+        switch outcome {
+        case .finished: counters.finished += 1
+        case .failed(let code):
+            counters.failed += 1
+            if code == .deadlineExceeded { counters.deadlinesExceeded += 1 }
+        case .cancelled: counters.cancelled += 1
+        case .rejected: preconditionFailure("a live request is never rejected")
+        }
+        actions.append(.report(.requestEnded(RequestEnd(
+            requestID: request.requestID, jobID: jobID, principal: request.key.principal.name, outcome: outcome,
+            queueWait: request.firstDispatchedAt.map { $0.duration(since: request.acceptedAt) },
+            duration: now.duration(since: request.acceptedAt), attempts: request.attempt,
+            bytesIn: request.image.count, bytesOut: request.bytesOut))))
         jobIDsByKey[request.key] = nil
         liveImageBytes -= request.image.count
         deadlines.remove(jobID)
@@ -360,9 +380,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         while let jobID = deadlines.popExpired(at: now) {
             guard requests[jobID] != nil else { continue }
             withdraw(jobID, now: now, &actions)
-            let request = endRequest(jobID, now: now)
-            counters.failed += 1
-            counters.deadlinesExceeded += 1
+            let request = endRequest(jobID, .failed(.deadlineExceeded), now: now, &actions)
             sendFailed(request, .deadlineExceeded, "the request's deadline passed before it ended", &actions)
         }
         dispatch(now: now, &actions)

@@ -4,6 +4,7 @@ import Logging
 import Locking
 import Synchronization
 import EnlargerTransport
+import Telemetry
 import ZeroMQ
 
 /// The broker process's I/O loop: two ROUTER sockets (clients, workers), one thread, and a
@@ -61,6 +62,12 @@ public final class BrokerService: @unchecked Sendable {
         /// `anonymous`). For closed test networks only.
         public var allowInsecureTCP = false
 
+        /// Where to serve `/metrics`, `/healthz` and `/readyz` over HTTP (`HOST:PORT`, e.g.
+        /// `0.0.0.0:9570`; port 0 picks one). `nil`: no HTTP port. Ready means at least one
+        /// worker is registered and the broker is not stopping. The port carries no
+        /// authentication: keep it on a network only operators reach.
+        public var metricsAddress: String?
+
         /// Keys and allow-lists. Allow-list directories hold `*.pub` files (see
         /// `enlarger keygen`); they are re-read when they change, so keys are added and
         /// revoked without a restart (a revoked key keeps the connections it has open).
@@ -109,6 +116,13 @@ public final class BrokerService: @unchecked Sendable {
     private let stopRequested = Atomic<Bool>(false)
     private let started = Atomic<Bool>(false)
     private var core: BrokerCore<Message>
+    private let metrics: BrokerMetrics?
+    private let telemetry: TelemetryServer?
+    private let probe: LoopProbe?
+    /// Why the broker is not ready (published by the loop on each probe); nil when ready.
+    private let unreadiness = Lock<String?>("not started")
+    /// The metrics address bound, port resolved; nil without `metricsAddress`.
+    public var metricsAddress: String? { telemetry?.address }
     /// Messages waiting for clients whose pipe is full (not reading) or who are not
     /// connected, in order, per client. See `ClientBacklog`.
     private var backlogs: [PeerID: ClientBacklog] = [:]
@@ -165,6 +179,23 @@ public final class BrokerService: @unchecked Sendable {
         try workers.bind(configuration.workersEndpoint)
         clientsEndpoint = try clients.lastEndpoint()
         workersEndpoint = try workers.lastEndpoint()
+        if let address = configuration.metricsAddress {
+            let registry = MetricsRegistry()
+            let probe = LoopProbe(wake: { [wakeup] in wakeup.signal() })
+            let unreadiness = unreadiness
+            metrics = BrokerMetrics(registry: registry)
+            self.probe = probe
+            do {
+                telemetry = try TelemetryServer(address: address, registry: registry, probe: probe,
+                                                isReady: { unreadiness.withLock { $0 } })
+            } catch {
+                throw BrokerSetupError("--metrics: \(error)")
+            }
+        } else {
+            metrics = nil
+            probe = nil
+            telemetry = nil
+        }
     }
 
     /// Asks `run()` to shut down: live requests fail with `BROKER_SHUTDOWN`, workers are sent
@@ -181,7 +212,9 @@ public final class BrokerService: @unchecked Sendable {
     ///   misbehave or disappear are handled (and counted) without stopping the loop.
     public func run() throws(ZMQError) {
         precondition(!started.exchange(true, ordering: .acquiringAndReleasing), "BrokerService.run() called twice")
+        telemetry?.start()
         defer {
+            telemetry?.stop()
             clients.close()
             workers.close()
             gatekeeper.close()
@@ -234,6 +267,7 @@ public final class BrokerService: @unchecked Sendable {
                 try perform(core.tick(now: now), now: now)
                 lastTick = now
             }
+            probe?.answer { publish(now: now, stopping: closeAt != nil) }
         }
         logger.info("broker stopped")
     }
@@ -330,6 +364,7 @@ public final class BrokerService: @unchecked Sendable {
                     pending += core.workerUnreachable(peer, now: now)
                 }
             case .report(let report):
+                metrics?.record(report)
                 log(report)
             }
         }
@@ -453,8 +488,32 @@ public final class BrokerService: @unchecked Sendable {
         }
     }
 
+    /// On a probe: the state a scrape or a readiness check reads.
+    private func publish(now: MonotonicInstant, stopping: Bool) {
+        let status = core.status(now: now)
+        metrics?.publish(status)
+        let reason: String? =
+            if stopping { "the broker is stopping" }
+            else if status.workers.isEmpty { "no worker is registered" }
+            else { nil }
+        unreadiness.withLock { $0 = reason }
+    }
+
     private func log(_ report: BrokerReport) {
         switch report {
+        case .requestEnded(let end):
+            var metadata: Logger.Metadata = [
+                "request_id": "\(end.requestID)", "job_id": .stringConvertible(end.jobID), "principal": "\(end.principal)",
+                "stage": "ended", "outcome": "\(end.outcome.name)", "code": "\(end.outcome.code)",
+                "duration_ms": .stringConvertible(Self.milliseconds(end.duration)), "attempts": .stringConvertible(end.attempts),
+                "bytes_in": .stringConvertible(end.bytesIn), "bytes_out": .stringConvertible(end.bytesOut),
+            ]
+            if let wait = end.queueWait { metadata["queue_wait_ms"] = .stringConvertible(Self.milliseconds(wait)) }
+            logger.info("request ended", metadata: metadata)
+        case .requestRejected(let requestID, let code):
+            logger.info("request rejected", metadata: [
+                "request_id": "\(requestID)", "stage": "rejected", "outcome": "rejected", "code": "\(code.contractName)",
+            ])
         case .workerRegistered(let peer, let name, let capacity):
             logger.info("worker registered", metadata: ["peer": "\(peer)", "name": "\(name)", "capacity": "\(capacity)"])
         case .workerLost(let peer, let reason, let requeued, let failed):
@@ -501,6 +560,14 @@ public final class BrokerThread: Sendable {
         completion.done.wait()
         completion.done.signal()  // leave it open, so calling again returns at once
         try completion.result.withLock { $0 }?.get()
+    }
+}
+
+extension BrokerService {
+    /// Milliseconds with a tenth's precision, for log fields.
+    static func milliseconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return ((Double(seconds) * 1000 + Double(attoseconds) * 1e-15) * 10).rounded() / 10
     }
 }
 

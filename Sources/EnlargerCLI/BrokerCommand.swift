@@ -88,6 +88,7 @@ struct BrokerCommand: ParsableCommand {
     var maxBytes = BrokerConfiguration().maxInputBytes
 
     @OptionGroup var auth: BrokerAuthOptions
+    @OptionGroup var metrics: MetricsOption
     @OptionGroup var log: LogOptions
 
     func validate() throws {
@@ -101,10 +102,13 @@ struct BrokerCommand: ParsableCommand {
         let logger = Logger(label: "enlarger.broker")
         var configuration = brokerOptions.configuration(clients: clients, workers: workers, maxInputBytes: maxBytes)
         try auth.apply(to: &configuration)
+        configuration.metricsAddress = metrics.metrics
         let service = try BrokerService(configuration: configuration, logger: logger)
         let signals = onTerminationSignals { _ in service.stop() }
         defer { signals.forEach { $0.cancel() } }
-        logger.info("broker listening", metadata: ["clients": "\(service.clientsEndpoint)", "workers": "\(service.workersEndpoint)"])
+        var listening: Logger.Metadata = ["clients": "\(service.clientsEndpoint)", "workers": "\(service.workersEndpoint)"]
+        if let address = service.metricsAddress { listening["metrics"] = "http://\(address)/metrics" }
+        logger.info("broker listening", metadata: listening)
         try service.run()
     }
 }

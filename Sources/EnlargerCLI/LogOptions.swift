@@ -65,7 +65,13 @@ struct JSONLogHandler: LogHandler {
         line.add("label", label)
         line.add("message", "\(event.message)")
         for (key, value) in fields.sorted(by: { $0.key < $1.key }) {
-            line.add(key.replacingOccurrences(of: "-", with: "_"), "\(value)")
+            let name = key.replacingOccurrences(of: "-", with: "_")
+            // Numbers stay numbers (a duration, a byte count), everything else is a string.
+            switch value {
+            case .stringConvertible(let number as Double): line.add(name, number)
+            case .stringConvertible(let number as any BinaryInteger): line.add(name, Int(clamping: number))
+            default: line.add(name, "\(value)")
+            }
         }
         JSONLogHandler.output.withLock { _ in
             FileHandle.standardError.write(Data((line.text + "\n").utf8))

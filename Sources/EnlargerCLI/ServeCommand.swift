@@ -43,10 +43,16 @@ struct ServeCommand: ParsableCommand {
 
     @OptionGroup var brokerOptions: BrokerOptions
     @OptionGroup var limitOptions: LimitOptions
+    @Option(help: ArgumentHelp(
+        "Serve /metrics, /healthz and /readyz over HTTP: the broker on HOST:PORT, worker i on HOST:PORT+1+i "
+            + "(off by default; no authentication on that port, so keep it on 127.0.0.1 or an operators' network).",
+        valueName: "host:port"))
+    var metrics: String?
     @OptionGroup var log: LogOptions
 
     func validate() throws {
         guard (1...256).contains(workers) else { throw ValidationError("--workers must be 1…256") }
+        try MetricsOption.check(metrics)
         if let concurrency, !(1...1024).contains(concurrency) { throw ValidationError("--concurrency must be 1…1024") }
     }
 
@@ -66,10 +72,10 @@ struct ServeCommand: ParsableCommand {
         }
 
         // One byte limit for both: the broker refuses what the workers would refuse.
-        let service = try BrokerService(
-            configuration: brokerOptions.configuration(clients: directory.clientsEndpoint, workers: directory.workersEndpoint,
-                                                       maxInputBytes: limitOptions.maxBytes),
-            logger: Logger(label: "enlarger.broker"))
+        var configuration = brokerOptions.configuration(
+            clients: directory.clientsEndpoint, workers: directory.workersEndpoint, maxInputBytes: limitOptions.maxBytes)
+        configuration.metricsAddress = metrics
+        let service = try BrokerService(configuration: configuration, logger: Logger(label: "enlarger.broker"))
         // A stop request or the broker's own end (a failure) wakes the main thread.
         let wake = DispatchSemaphore(value: 0)
         let brokerOutcome = Lock<Result<Void, ZMQError>?>(nil)
@@ -91,13 +97,15 @@ struct ServeCommand: ParsableCommand {
              "--name", "serve-\(index)", "--heartbeat-ms", "\(brokerOptions.heartbeatMs)",
              "--max-pixels", "\(limitOptions.maxPixels)", "--max-bytes", "\(limitOptions.maxBytes)",
              "--max-scans", "\(limitOptions.maxScans)", "--parent-pid", "\(getpid())"] + logArguments
+                + (metrics.map { ["--metrics", MetricsOption.address($0, offset: index + 1)] } ?? [])
         }
         try supervisor.start()
 
         let signals = onTerminationSignals { _ in wake.signal() }
         defer { signals.forEach { $0.cancel() } }
+        let metricsNote = service.metricsAddress.map { "; metrics at http://\($0)/metrics" } ?? ""
         FileHandle.standardOutput.write(Data(
-            "enlarger serve: clients connect to \(directory.clientsEndpoint); \(workers) workers × \(perWorker) jobs; Ctrl-C stops\n".utf8))
+            "enlarger serve: clients connect to \(directory.clientsEndpoint); \(workers) workers × \(perWorker) jobs\(metricsNote); Ctrl-C stops\n".utf8))
         wake.wait()
 
         logger.info("stopping: workers first, so that they hand their jobs back")

@@ -56,6 +56,7 @@ struct WorkerCommand: ParsableCommand {
     @OptionGroup var limitOptions: LimitOptions
 
     @OptionGroup var auth: PeerAuthOptions
+    @OptionGroup var metrics: MetricsOption
     @OptionGroup var log: LogOptions
 
     private var workerConfiguration: WorkerConfiguration {
@@ -76,7 +77,11 @@ struct WorkerCommand: ParsableCommand {
         log.bootstrap()
         var configuration = workerConfiguration
         configuration.curve = try auth.credentials(for: broker)
+        configuration.metricsAddress = metrics.metrics
         let service = try WorkerService(configuration: configuration)
+        if let address = service.metricsAddress {
+            Logger(label: "enlarger.worker").info("metrics", metadata: ["url": "http://\(address)/metrics"])
+        }
         // Signals become a graceful stop (handled on a dispatch queue, not in signal context).
         let signalSources = onTerminationSignals { _ in service.stop() }
         defer { signalSources.forEach { $0.cancel() } }

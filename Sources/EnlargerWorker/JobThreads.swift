@@ -37,9 +37,11 @@ enum WorkerMail: Sendable {
     /// The job's header was read: its estimated peak memory. It now waits for admission.
     case estimated(JobToken, MemoryEstimate)
     case result(JobToken, StageFrame)
-    case ended(JobToken, JobOutcome)
+    case ended(JobToken, JobOutcome, JobFigures)
     /// The buffers the job's run handed to the reaper have been freed.
     case memoryFreed(JobToken)
+    /// Someone asks the loop for its state (a scrape, a health check): wake up and answer.
+    case probe
     case stop
 }
 
@@ -80,6 +82,10 @@ final class JobThreads: Sendable {
     }
 
     private static func execute(_ job: JobStart<Message>, pipeline: ImagePipeline, mailbox: Mailbox<WorkerMail>) {
+        let clock = ContinuousClock()
+        let start = clock.now
+        var figures = JobFigures()
+        figures.bytesIn = job.image.count
         let outcome = job.image.withUnsafeBytes { input -> JobOutcome in
             do throws(ImagingError) {
                 let prepared = try pipeline.prepare(input, options: job.options, delivery: job.delivery,
@@ -88,13 +94,17 @@ final class JobThreads: Sendable {
                 guard job.control.waitForAdmission() else {
                     throw ImagingError(.cancelled, "cancelled before it was admitted")
                 }
-                try prepared.run { result throws(ImagingError) in mailbox.post(.result(job.token, try StageFrame(result))) }
+                try prepared.run { result throws(ImagingError) in
+                    figures.add(result.timings, bytesOut: result.image.byteCount)
+                    mailbox.post(.result(job.token, try StageFrame(result)))
+                }
                 return .completed
             } catch {
                 return .failed(error)
             }
         }
-        mailbox.post(.ended(job.token, outcome))
+        figures.run = clock.now - start
+        mailbox.post(.ended(job.token, outcome, figures))
         // Large buffers are freed off this thread; the job's memory counts until they are.
         let token = job.token
         BufferReaper.afterPendingFrees { mailbox.post(.memoryFreed(token)) }

@@ -58,6 +58,58 @@ enum WorkerReport: Equatable {
     case tooLargeForBudget(JobKey, bytes: Int)
     /// The job waits for memory held by others.
     case waitingForMemory(JobKey, bytes: Int, inUse: Int)
+    /// A job's thread returned: how the job ended for the broker, and what it cost.
+    case jobEnded(JobEnd)
+}
+
+/// A job's end, as the worker reports it (logs and metrics).
+struct JobEnd: Equatable {
+    enum Outcome: Equatable {
+        /// Its terminal result was sent.
+        case finished
+        case failed(Enlarger_V1_ErrorCode)
+        /// Cancelled by the broker, answered with JobCancelled.
+        case cancelled
+        /// Its connection was replaced: nothing was sent about its end.
+        case abandoned
+
+        var name: String {
+            switch self {
+            case .finished: "finished"
+            case .failed: "failed"
+            case .cancelled: "cancelled"
+            case .abandoned: "abandoned"
+            }
+        }
+
+        var code: String {
+            if case .failed(let code) = self { code.contractName } else { "OK" }
+        }
+    }
+
+    var key: JobKey
+    var requestID: String
+    var outcome: Outcome
+    var figures: JobFigures
+}
+
+/// What a job's run cost, measured on its thread.
+struct JobFigures: Equatable, Sendable {
+    /// Summed over the job's results (a degraded result and the final one).
+    var decode: Duration = .zero
+    var resize: Duration = .zero
+    var encode: Duration = .zero
+    /// From the thread taking the job to its return, memory wait included.
+    var run: Duration = .zero
+    var bytesIn = 0
+    var bytesOut = 0
+
+    mutating func add(_ timings: StageTimings, bytesOut: Int) {
+        decode += .milliseconds(timings.decodeMilliseconds)
+        resize += .milliseconds(timings.resizeMilliseconds)
+        encode += .milliseconds(timings.encodeMilliseconds)
+        self.bytesOut += bytesOut
+    }
 }
 
 /// How a job thread's run of the pipeline ended.

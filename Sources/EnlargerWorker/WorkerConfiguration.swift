@@ -27,6 +27,9 @@ public struct WorkerConfiguration: Sendable {
     public var logger: Logger
     /// Keys for a broker that requires CURVE (`nil`: none).
     public var curve: CurveClientCredentials?
+    /// Where to serve `/metrics`, `/healthz` and `/readyz` over HTTP (`HOST:PORT`; port 0
+    /// picks one); `nil`: no HTTP port. Ready means registered with a broker.
+    public var metricsAddress: String?
     /// The DEALER's send high-water mark (messages), or nil for libzmq's default; tests
     /// lower it to make the broker connection refuse messages.
     var sendHighWaterMark: Int32?

@@ -18,6 +18,7 @@ extension WorkerCore {
         guard admission.enqueue(token, bytes: estimate.bytes) else {
             // It can never fit: fail it now, from its header, and release its thread.
             jobs[token]!.phase = .terminalSent
+            jobs[token]!.ending = .failed(.tooLarge)
             let budget = ByteCount(configuration.memoryBudget)
             sendFailed(job.key, .tooLarge, "the image needs \(estimate), more than this worker's whole memory "
                        + "budget of \(budget), so it can never run here", &actions)
@@ -36,7 +37,10 @@ extension WorkerCore {
     /// A job thread posted a result. Sent only while the job runs and is not cancelled.
     mutating func jobResult(_ token: JobToken, _ output: StageOutput<Payload>) -> [Action] {
         guard let job = jobs[token], !job.abandoned, job.phase == .running else { return [] }
-        if output.isTerminal { jobs[token]!.phase = .terminalSent }
+        if output.isTerminal {
+            jobs[token]!.phase = .terminalSent
+            jobs[token]!.ending = .finished
+        }
         var result = Enlarger_V1_JobResult()
         result.jobID = job.key.jobID
         result.attempt = job.key.attempt
@@ -50,12 +54,14 @@ extension WorkerCore {
 
     /// A job thread returned: the job is forgotten and its terminal frame sent if it has not
     /// been yet. Its memory stays reserved until `jobMemoryFreed`.
-    mutating func jobEnded(_ token: JobToken, _ outcome: JobOutcome) -> [Action] {
+    mutating func jobEnded(_ token: JobToken, _ outcome: JobOutcome, figures: JobFigures = JobFigures()) -> [Action] {
         guard let job = jobs.removeValue(forKey: token) else { return [] }
         var actions: [Action] = []
         if tokens[job.key] == token { tokens[job.key] = nil }
         if job.phase == .waitingForMemory { admission.withdraw(token) }
         if job.reserved > 0 { freeing[token] = job.reserved }
+        // A terminal frame already sent stands even if the connection went afterwards.
+        var ending = job.ending ?? .abandoned
         if !job.abandoned {
             switch (job.phase, outcome) {
             case (.terminalSent, _):
@@ -65,12 +71,17 @@ extension WorkerCore {
                 cancelled.jobID = job.key.jobID
                 cancelled.attempt = job.key.attempt
                 actions.append(.send(.jobCancelled(cancelled)))
+                ending = .cancelled
             case (_, .failed(let error)):
-                sendFailed(job.key, Enlarger_V1_ErrorCode(error.code), error.message, &actions)
+                let code = Enlarger_V1_ErrorCode(error.code)
+                sendFailed(job.key, code, error.message, &actions)
+                ending = .failed(code)
             case (_, .completed):
                 sendFailed(job.key, .internal, "the pipeline ended without a terminal result", &actions)
+                ending = .failed(.internal)
             }
         }
+        actions.append(.report(.jobEnded(JobEnd(key: job.key, requestID: job.requestID, outcome: ending, figures: figures))))
         if !isStopped { admitWaitingJobs(&actions) }
         return actions
     }
@@ -101,12 +112,17 @@ extension WorkerCore {
             options = try ResizeOptions(job.spec)
             delivery = try ImageModel.Delivery(job.delivery)
         } catch {
-            sendFailed(key, Enlarger_V1_ErrorCode(error.code), error.message, &actions)
+            let code = Enlarger_V1_ErrorCode(error.code)
+            sendFailed(key, code, error.message, &actions)
+            var figures = JobFigures()
+            figures.bytesIn = image.count
+            actions.append(.report(.jobEnded(JobEnd(key: key, requestID: job.requestID, outcome: .failed(code),
+                                                    figures: figures))))
             return
         }
         lastToken += 1
         let control = JobControl()
-        jobs[lastToken] = Job(key: key, control: control)
+        jobs[lastToken] = Job(key: key, requestID: job.requestID, control: control)
         tokens[key] = lastToken
         actions.append(.startJob(JobStart(token: lastToken, key: key, image: image, options: options,
                                           delivery: delivery, control: control)))

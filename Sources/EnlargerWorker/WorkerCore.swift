@@ -44,6 +44,9 @@ struct WorkerCore<Payload: FrameBytes> {
     struct Connection {
         var lastHeard: Instant
         var nextHeartbeat: Instant
+        /// The broker has sent something on this connection since `Ready`: it took the
+        /// registration (a broker that refuses a worker, or never sees it, sends nothing).
+        var registered = false
     }
 
     enum Phase: Equatable {
@@ -61,7 +64,10 @@ struct WorkerCore<Payload: FrameBytes> {
 
     struct Job {
         let key: JobKey
+        let requestID: String
         let control: JobControl
+        /// How it ended for the broker, once its terminal frame went out.
+        var ending: JobEnd.Outcome?
         var phase: Phase = .preparing
         /// The estimate reserved in `admission` while admitted.
         var reserved = 0
@@ -96,6 +102,8 @@ struct WorkerCore<Payload: FrameBytes> {
     var memoryInUse: Int { admission.inUse }
     /// Jobs waiting for memory.
     var jobsWaitingForMemory: Int { admission.waitingCount }
+    /// Connected, and the broker has answered since this connection's `Ready`.
+    var isRegistered: Bool { !isStopped && connection?.registered == true }
 
     /// When `tick` next has something to do: a heartbeat, the silence limit, a reconnect.
     var nextDeadline: Instant? {
@@ -139,6 +147,7 @@ struct WorkerCore<Payload: FrameBytes> {
     mutating func received(_ message: BrokerToWorkerMessage<Payload>, now: Instant) -> [Action] {
         guard !isStopped, connection != nil else { return [] }
         connection?.lastHeard = now
+        connection?.registered = true
         var actions: [Action] = []
         switch message {
         case .job(let job, let image):

@@ -2,6 +2,7 @@ import EnlargerProtocol
 import EnlargerTransport
 import Foundation
 import Imaging
+import Locking
 import Logging
 import Synchronization
 import ZeroMQ
@@ -18,6 +19,8 @@ final class WorkerLoop {
     private var logger: Logger { configuration.logger }
     private let mailbox: Mailbox<WorkerMail>
     private let gauges: WorkerGauges
+    private let telemetry: WorkerService.Instruments?
+    private let metrics: WorkerMetrics?
     private let context: Context
     private let jobThreads: JobThreads
     private let clock = ContinuousClock()
@@ -37,10 +40,13 @@ final class WorkerLoop {
     // Messages handled per readiness of the socket before the mailbox gets a turn.
     private static let receiveBudget = 256
 
-    init(configuration: WorkerConfiguration, mailbox: Mailbox<WorkerMail>, gauges: WorkerGauges) throws(ZMQError) {
+    init(configuration: WorkerConfiguration, mailbox: Mailbox<WorkerMail>, gauges: WorkerGauges,
+         telemetry: WorkerService.Instruments? = nil) throws(ZMQError) {
         self.configuration = configuration
         self.mailbox = mailbox
         self.gauges = gauges
+        self.telemetry = telemetry
+        metrics = telemetry.map { WorkerMetrics(registry: $0.registry) }
         context = try Context()
         core = WorkerCore(configuration: .init(
             capacity: configuration.concurrency, name: configuration.name,
@@ -89,14 +95,27 @@ final class WorkerLoop {
         }
         try perform(core.tick(now: clock.now))
         gauges.update(core)
+        telemetry?.probe.answer { publish() }
+    }
+
+    /// On a probe: the state a scrape or a readiness check reads.
+    private func publish() {
+        guard let telemetry else { return }
+        metrics?.publish(core)
+        let reason: String? =
+            if stopping { "the worker is stopping" }
+            else if !core.isRegistered { "not registered with the broker at \(configuration.brokerEndpoint)" }
+            else { nil }
+        telemetry.unreadiness.withLock { $0 = reason }
     }
 
     private func handle(_ mail: WorkerMail) throws(ZMQError) {
         switch mail {
         case .estimated(let token, let estimate): try perform(core.jobEstimated(token, estimate))
         case .result(let token, let frame): try perform(core.jobResult(token, frame.output))
-        case .ended(let token, let outcome): try perform(core.jobEnded(token, outcome))
+        case .ended(let token, let outcome, let figures): try perform(core.jobEnded(token, outcome, figures: figures))
         case .memoryFreed(let token): try perform(core.jobMemoryFreed(token))
+        case .probe: break  // answered at the end of this turn
         case .stop: stopping = true
         }
     }
@@ -134,6 +153,7 @@ final class WorkerLoop {
             case .cancel(let control):
                 control.cancel()
             case .report(let report):
+                metrics?.record(report)
                 log(report)
             }
         }
@@ -190,6 +210,15 @@ final class WorkerLoop {
 
     private func log(_ report: WorkerReport) {
         switch report {
+        case .jobEnded(let end):
+            let figures = end.figures
+            logger.info("job ended", metadata: [
+                "request_id": "\(end.requestID)", "job_id": .stringConvertible(end.key.jobID), "attempt": .stringConvertible(end.key.attempt),
+                "stage": "ended", "outcome": "\(end.outcome.name)", "code": "\(end.outcome.code)",
+                "duration_ms": .stringConvertible(Self.milliseconds(figures.run)), "decode_ms": .stringConvertible(Self.milliseconds(figures.decode)),
+                "resize_ms": .stringConvertible(Self.milliseconds(figures.resize)), "encode_ms": .stringConvertible(Self.milliseconds(figures.encode)),
+                "bytes_in": .stringConvertible(figures.bytesIn), "bytes_out": .stringConvertible(figures.bytesOut),
+            ])
         case .registering(let capacity, let budget):
             logger.info("ready", metadata: ["broker": "\(configuration.brokerEndpoint)", "capacity": "\(capacity)",
                                             "memory-budget": "\(ByteCount(budget))"])
@@ -217,6 +246,14 @@ final class WorkerLoop {
 }
 
 /// Counters the worker publishes from its I/O thread for any thread to read.
+extension WorkerLoop {
+    /// Milliseconds with a tenth's precision, for log fields.
+    static func milliseconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return ((Double(seconds) * 1000 + Double(attoseconds) * 1e-15) * 10).rounded() / 10
+    }
+}
+
 final class WorkerGauges: Sendable {
     private let inUse = Atomic<Int>(0)
     private let waiting = Atomic<Int>(0)

@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Locking
 import Synchronization
+import Telemetry
 import ZeroMQ
 
 /// A worker process's service: connects a DEALER to the broker's worker endpoint, takes up
@@ -37,12 +38,38 @@ public final class WorkerService: Sendable {
     private let mailbox: Mailbox<WorkerMail>
     private let gauges = WorkerGauges()
     private let hasRun = Atomic<Bool>(false)
+    private let telemetry: Instruments?
 
+    /// What `--metrics` adds: the HTTP port, the loop's probe, and what the loop publishes.
+    struct Instruments: Sendable {
+        let server: TelemetryServer
+        let probe: LoopProbe
+        let registry: MetricsRegistry
+        let unreadiness: Lock<String?>
+    }
+
+    /// The metrics address bound, port resolved; nil without `metricsAddress`.
+    public var metricsAddress: String? { telemetry?.server.address }
+
+    /// Binds the metrics port, if configured; the broker connection is made by `run()`.
+    ///
+    /// - Throws: `ZMQError` (no mailbox) or `TelemetryError` (the metrics address).
     /// - Precondition: `configuration.problem == nil`.
-    public init(configuration: WorkerConfiguration) throws(ZMQError) {
+    public init(configuration: WorkerConfiguration) throws {
         if let problem = configuration.problem { preconditionFailure("invalid worker configuration: \(problem)") }
         self.configuration = configuration
-        mailbox = try Mailbox()
+        let mailbox = try Mailbox<WorkerMail>()
+        self.mailbox = mailbox
+        if let address = configuration.metricsAddress {
+            let registry = MetricsRegistry()
+            let probe = LoopProbe(wake: { mailbox.post(.probe) })
+            let unreadiness = Lock<String?>("not started")
+            let server = try TelemetryServer(address: address, registry: registry, probe: probe,
+                                             isReady: { unreadiness.withLock { $0 } })
+            telemetry = Instruments(server: server, probe: probe, registry: registry, unreadiness: unreadiness)
+        } else {
+            telemetry = nil
+        }
     }
 
     /// Serves the broker on the calling thread until `stop()`; then leaves gracefully and
@@ -50,7 +77,9 @@ public final class WorkerService: Sendable {
     /// it once.
     public func run() throws(ZMQError) {
         precondition(!hasRun.exchange(true, ordering: .relaxed), "WorkerService.run() called twice")
-        try WorkerLoop(configuration: configuration, mailbox: mailbox, gauges: gauges).run()
+        telemetry?.server.start()
+        defer { telemetry?.server.stop() }
+        try WorkerLoop(configuration: configuration, mailbox: mailbox, gauges: gauges, telemetry: telemetry).run()
     }
 
     /// The memory budget in use: the sum of the estimated peaks of the jobs admitted and not

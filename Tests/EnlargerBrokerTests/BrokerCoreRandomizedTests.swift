@@ -90,6 +90,9 @@ private final class Simulation {
     var expectedErrors: [PeerID: Int] = [:]
     var accepted = 0
     var endedLoudly = 0
+    /// "id outcome CODE" per request end, as clients were told and as the core reported it.
+    var toldEnds: [String] = []
+    var reportedEnds: [String] = []
     var problems: [String] = []
     var step = 0
 
@@ -422,8 +425,9 @@ private final class Simulation {
             if owner != nil { problem("\(id) accepted while live for \(owner!)") }
             live[id] = (peer, Track(delivery: pending.delivery))
             accepted += 1
-        case .rejected:
+        case .rejected(let rejected):
             answerSubmit(id, peer, event)
+            toldEnds.append("\(id) rejected \(rejected.code.contractName)")
         case .failed(let failed) where failed.code == .duplicateID:
             answerSubmit(id, peer, event)
             if owner == nil { problem("duplicate refused for \(id), which is not live") }
@@ -446,6 +450,11 @@ private final class Simulation {
             }
             live[id] = nil
             endedLoudly += 1
+            switch event {
+            case .failed(let failed): toldEnds.append("\(id) failed \(failed.code.contractName)")
+            case .cancelled: toldEnds.append("\(id) cancelled OK")
+            default: toldEnds.append("\(id) finished OK")
+            }
         case .error:
             if expectedErrors[peer, default: 0] == 0 { problem("unexpected error to client \(peer)") }
             expectedErrors[peer] = expectedErrors[peer]! - 1 == 0 ? nil : expectedErrors[peer]! - 1
@@ -515,6 +524,12 @@ private final class Simulation {
             workers[index].registered = true
         case .malformed:
             break
+        case .requestEnded(let end):
+            reportedEnds.append("\(end.requestID) \(end.outcome.name) \(end.outcome.code)")
+            if end.attempts == 0, end.queueWait != nil { problem("\(end.requestID) never dispatched but has a queue wait") }
+            if let wait = end.queueWait, wait > end.duration { problem("\(end.requestID) waited longer than it lived") }
+        case .requestRejected(let requestID, let code):
+            reportedEnds.append("\(requestID) rejected \(code.contractName)")
         }
     }
 
@@ -582,6 +597,12 @@ private final class Simulation {
         if !live.isEmpty { problem("requests never ended: \(live.keys.sorted())") }
         if accepted != endedLoudly {
             problem("\(accepted) accepted but \(endedLoudly) ended with a terminal event")
+        }
+        // What the operator's logs and metrics see is what the clients were told.
+        if reportedEnds.sorted() != toldEnds.sorted() {
+            let reported = Set(reportedEnds), told = Set(toldEnds)
+            problem("reported ends differ from what clients were told: only reported \(reported.subtracting(told).sorted().prefix(5)), "
+                    + "only told \(told.subtracting(reported).sorted().prefix(5)) (\(reportedEnds.count) vs \(toldEnds.count))")
         }
         let totals = broker.totals
         if totals.accepted != UInt64(accepted) { problem("totals.accepted \(totals.accepted) vs \(accepted) seen") }

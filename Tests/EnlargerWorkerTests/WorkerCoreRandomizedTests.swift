@@ -103,6 +103,8 @@ struct Simulation {
     var harness: WorkerCoreHarness
     var violations: [String] = []
     var totals = Totals()
+    /// What the core reported as jobs ended (logs and metrics), to compare with `totals`.
+    var reported = Totals()
 
     // The broker side's view.
     private var epoch = 0
@@ -322,6 +324,14 @@ struct Simulation {
             checkMemory()
         }
         if !threads.values.allSatisfy(isFinished) { violations.append("jobs never finished") }
+        // Jobs failed straight from their Job message (a bad spec) have no thread: the
+        // generator sends none, so every terminal frame is one thread's report.
+        if (reported.finals, reported.cancelled, reported.failed, reported.tooLarge)
+            != (totals.finals, totals.cancelled, totals.failed, totals.tooLarge) {
+            violations.append("reports say \(reported.finals) finished, \(reported.cancelled) cancelled, "
+                + "\(reported.failed) failed (\(reported.tooLarge) TOO_LARGE); the broker was told \(totals.finals), "
+                + "\(totals.cancelled), \(totals.failed) (\(totals.tooLarge))")
+        }
         if harness.core.memoryInUse != 0 { violations.append("\(harness.core.memoryInUse) bytes still in use at the end") }
         if !harness.core.jobs.isEmpty { violations.append("\(harness.core.jobs.count) jobs remembered at the end") }
         for (recordEpoch, jobs) in records {
@@ -369,6 +379,16 @@ struct Simulation {
             case .admitted(let token):
                 let earlier = harness.core.jobs.filter { $0.value.phase == .waitingForMemory && !$0.value.abandoned && $0.key < token }
                 if !earlier.isEmpty { violations.append("job \(token) admitted before earlier waiting jobs") }
+            case .report(.jobEnded(let end)):
+                // One report per job thread's return, saying what the broker was told.
+                switch end.outcome {
+                case .finished: reported.finals += 1
+                case .cancelled: reported.cancelled += 1
+                case .failed(let code):
+                    reported.failed += 1
+                    if code == .tooLarge { reported.tooLarge += 1 }
+                case .abandoned: reported.abandoned += 1
+                }
             case .started, .cancelled, .report:
                 break
             }
