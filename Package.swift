@@ -123,7 +123,7 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "EnlargerTransport", "ZeroMQ",
-                "ImageModel", "Imaging", "TestSupport",
+                "ImageModel", "Imaging", "TestSupport", "Telemetry",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]

@@ -2,6 +2,7 @@ import Enlarger
 import EnlargerBroker
 import Foundation
 import TestSupport
+import Telemetry
 import XCTest
 
 /// The `enlarger` binary as people use it: run as a process, its output read as text.
@@ -119,6 +120,25 @@ final class CLITests: XCTestCase {
             XCTAssert(result.stderr.contains("not a directory") || result.stderr.contains("Not a directory"), result.stderr)
             XCTAssertFalse(result.stderr.contains("Domain"), result.stderr)
         }
+    }
+
+    func testOutputDirectoryThatCannotBeWrittenIsOneClearLine() throws {
+        // Root may write anywhere permissions say no, but not into /proc.
+        let out: String
+        if geteuid() == 0 {
+            out = "/proc/self"
+        } else {
+            let directory = try temporaryDirectory().appendingPathComponent("read-only")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o500])
+            out = directory.path
+        }
+        let photo = Corpus.root.appendingPathComponent("good/sharp_flowers.jpeg").path
+        let result = try run(["submit", photo, "--width", "64", "--out", out, "--broker", "ipc:///nonexistent/none.sock"])
+        XCTAssertNotEqual(result.status, 0)
+        XCTAssertEqual(result.stderr.split(separator: "\n").count, 1, result.stderr)
+        XCTAssert(result.stderr.contains("cannot write to output directory \(out)"), result.stderr)
+        XCTAssertFalse(result.stderr.contains("Domain"), result.stderr)
     }
 
     func testUnreachableBrokerIsOneLineNamingTheEndpoint() throws {
@@ -297,6 +317,99 @@ final class CLITests: XCTestCase {
         await client.close()
         XCTAssertEqual(status.totals.cancelled, 1, "the request was not cancelled at the broker")
         XCTAssertEqual(status.totals.finished, 0)
+    }
+
+    // MARK: - Operators
+
+    /// `serve` with its metrics port from the environment: health checks pass, the broker's
+    /// and the worker's metrics count the request, and every request leaves one JSON log line
+    /// per process with its id, stage, code and durations as numbers.
+    func testServeExposesHealthMetricsAndRequestLogLines() async throws {
+        let directory = try temporaryDirectory()
+        let port = try unusedPort()
+        let address = "127.0.0.1:\(port)"
+        let serve = Process()
+        serve.executableURL = Cluster.enlargerBinary
+        serve.arguments = ["serve", "--runtime-dir", directory.appendingPathComponent("run").path, "--workers", "1",
+                           "--concurrency", "1", "--log-format", "json"]
+        serve.environment = Self.environment(["ENLARGER_METRICS": address])
+        let logs = Pipe()
+        serve.standardError = logs
+        serve.standardOutput = FileHandle.nullDevice
+        try serve.run()
+        var stopped = false
+        defer { if !stopped { serve.terminate(); serve.waitUntilExit() } }
+
+        let deadline = ContinuousClock.now + .seconds(20)
+        while try run(["health", "--http", address]).status != 0 {
+            guard ContinuousClock.now < deadline else { return XCTFail("serve never became ready") }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let workerAddress = "127.0.0.1:\(port + 1)"
+        while try run(["health", "--http", workerAddress]).status != 0 {
+            guard ContinuousClock.now < deadline else { return XCTFail("the worker never became ready") }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let live = try run(["health", "--http", address, "--live"])
+        XCTAssertEqual(live.stdout, "healthy: \(address)/healthz: ok\n")
+
+        let photo = Corpus.root.appendingPathComponent("good/sharp_flowers.jpeg").path
+        let submitted = try run(["submit", photo, "--width", "64", "--id-prefix", "logged",
+                                 "--out", directory.appendingPathComponent("out").path,
+                                 "--runtime-dir", directory.appendingPathComponent("run").path])
+        XCTAssertEqual(submitted.status, 0, submitted.stderr)
+        let health = try run(["health", "--runtime-dir", directory.appendingPathComponent("run").path, "--ready"])
+        XCTAssertEqual(health.status, 0, health.stderr)
+        XCTAssert(health.stdout.hasPrefix("healthy: ipc://"), health.stdout)
+
+        let brokerText = try HTTPGet.fetch(address, path: "/metrics").body
+        XCTAssert(brokerText.contains(#"enlarger_requests_total{outcome="finished",code="OK"} 1"#), brokerText)
+        let workerText = try HTTPGet.fetch(workerAddress, path: "/metrics").body
+        XCTAssert(workerText.contains(#"enlarger_worker_jobs_total{outcome="finished",code="OK"} 1"#), workerText)
+
+        serve.terminate()
+        let text = String(decoding: logs.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        serve.waitUntilExit()
+        stopped = true
+        var ended: [String: [String: Any]] = [:]
+        for line in text.split(separator: "\n") {
+            let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                                       "not one JSON object per line: \(line)")
+            if object["request_id"] as? String == "logged-0", let message = object["message"] as? String {
+                ended[message] = object
+            }
+        }
+        let broker = try XCTUnwrap(ended["request ended"], text)
+        XCTAssertEqual(broker["stage"] as? String, "ended")
+        XCTAssertEqual(broker["code"] as? String, "OK")
+        XCTAssertEqual(broker["outcome"] as? String, "finished")
+        XCTAssertNotNil(broker["duration_ms"] as? Double, "duration_ms is a number: \(broker)")
+        XCTAssertNotNil(broker["queue_wait_ms"] as? Double, "\(broker)")
+        let worker = try XCTUnwrap(ended["job ended"], text)
+        XCTAssertEqual(worker["code"] as? String, "OK")
+        for field in ["duration_ms", "decode_ms", "resize_ms", "encode_ms"] {
+            XCTAssertNotNil(worker[field] as? Double, "\(field) is a number: \(worker)")
+        }
+        XCTAssertNotNil(worker["bytes_out"] as? Int, "\(worker)")
+    }
+
+    func testHealthSaysWhyNotInOneLine() throws {
+        let address = "127.0.0.1:\(try unusedPort())"
+        let refused = try run(["health", "--http", address])
+        XCTAssertEqual(refused.status, 1)
+        XCTAssertEqual(refused.stderr.split(separator: "\n").count, 1, refused.stderr)
+        XCTAssert(refused.stderr.contains("unhealthy: cannot connect to \(address)"), refused.stderr)
+
+        let endpoint = "tcp://127.0.0.1:\(try unusedPort())"
+        let unreachable = try run(["health", "--broker", endpoint, "--insecure-tcp", "--timeout-ms", "600"])
+        XCTAssertEqual(unreachable.status, 1)
+        XCTAssertEqual(unreachable.stderr.split(separator: "\n").count, 1, unreachable.stderr)
+        XCTAssert(unreachable.stderr.contains("unhealthy: \(endpoint)"), unreachable.stderr)
+
+        let badAddress = try run(["broker", "--clients", "ipc:///tmp/x.sock", "--workers", "ipc:///tmp/y.sock",
+                                  "--metrics", "9570"])
+        XCTAssertNotEqual(badAddress.status, 0)
+        XCTAssert(badAddress.stderr.contains("--metrics: 9570 is not HOST:PORT"), badAddress.stderr)
     }
 
     // MARK: - Processes

@@ -15,6 +15,8 @@ final class Cluster: @unchecked Sendable {
     let clientsEndpoint: String
     let workersEndpoint: String
     let heartbeat: Duration
+    /// The broker's metrics port, when `configure` asked for one.
+    let metricsAddress: String?
     private let broker: BrokerThread
     private var threadWorkers: [WorkerService.Handle] = []
     private(set) var processWorkers: [Process] = []
@@ -39,6 +41,7 @@ final class Cluster: @unchecked Sendable {
         let service = try BrokerService(configuration: configuration, logger: logger)
         clientsEndpoint = service.clientsEndpoint
         workersEndpoint = service.workersEndpoint
+        metricsAddress = service.metricsAddress
         broker = service.startInBackground()
         test.addTeardownBlock { [self] in shutdown() }
     }
