@@ -3,9 +3,11 @@ import TestSupport
 import XCTest
 
 /// `docker/compose.yaml` as an operator gets it: nothing reachable without a key, and its key
-/// script, broker, worker and producer settings working together. The compose file's own
-/// script and environment are run here on this host (paths under a temporary directory,
-/// ports on the loopback interface), so a broken script or a missing variable fails.
+/// script, broker, worker and producer settings and healthchecks working together. The compose
+/// file's own script, environment and healthcheck commands are run here on this host (paths
+/// under a temporary directory, ports on the loopback interface), so a broken script, a missing
+/// variable or a healthcheck that cannot pass fails. (No container engine runs here: the
+/// containers themselves are not started.)
 final class ComposeDeploymentTests: XCTestCase {
     private var compose: ComposeFile!
 
@@ -23,6 +25,7 @@ final class ComposeDeploymentTests: XCTestCase {
             for port in compose.ports(of: service) {
                 XCTAssert(port.hasPrefix("127.0.0.1:"), "\(service) publishes \(port) beyond the loopback interface")
                 XCTAssertFalse(port.hasSuffix(":5571"), "\(service) publishes the worker port")
+                XCTAssertFalse(port.hasSuffix(":9570"), "\(service) publishes the metrics port, which has no authentication")
             }
         }
         XCTAssertEqual(compose.ports(of: "broker"), ["127.0.0.1:5570:5570"])
@@ -35,6 +38,20 @@ final class ComposeDeploymentTests: XCTestCase {
             XCTAssertNotNil(environment["ENLARGER_SERVER_PUBLIC_KEY"], "\(service) does not know the broker's key")
             XCTAssertNotNil(environment["ENLARGER_KEY"], "\(service) has no key")
         }
+    }
+
+    func testTheBrokerAndTheWorkersAreHealthCheckedAndRestarted() throws {
+        for service in ["broker", "worker"] {
+            XCTAssertEqual(compose.environment(of: service)["ENLARGER_METRICS"], "0.0.0.0:9570", "\(service)'s metrics")
+            let check = try XCTUnwrap(compose.healthcheck(of: service), "\(service) has no healthcheck")
+            XCTAssertEqual(Array(check.prefix(5)), ["CMD", "enlarger", "health", "--http", "127.0.0.1:9570"], service)
+            let restart = compose.restart(of: service) ?? "no"
+            XCTAssert(["always", "unless-stopped", "on-failure"].contains(restart), "\(service) restarts \(restart)")
+        }
+        // The broker is ready only once a worker has registered, and the workers wait for the
+        // broker to be healthy: its check must be liveness, or neither would ever start.
+        XCTAssertEqual(compose.healthcheck(of: "broker")?.last, "--live")
+        XCTAssertEqual(compose.healthcheck(of: "worker")?.contains("--live"), false)
     }
 
     func testTheComposeKeysBrokerWorkerAndProducerWorkTogether() throws {
@@ -59,11 +76,16 @@ final class ComposeDeploymentTests: XCTestCase {
         let workerPort = clientPort + 1
         let clients = "tcp://127.0.0.1:\(clientPort)"
         let workers = "tcp://127.0.0.1:\(workerPort)"
-        let brokerEnvironment = compose.environment(of: "broker").mapValues(local)
+        // The compose file's 0.0.0.0:9570 is inside a container of its own; here, the loopback
+        // interface and free ports.
+        let metrics = ["broker": "127.0.0.1:\(clientPort + 2)", "worker": "127.0.0.1:\(clientPort + 3)"]
+        var brokerEnvironment = compose.environment(of: "broker").mapValues(local)
+        brokerEnvironment["ENLARGER_METRICS"] = metrics["broker"]
         let broker = try start(["broker", "--clients", clients, "--workers", workers], environment: brokerEnvironment)
         defer { stop(broker) }
-        let worker = try start(["worker", "--broker", workers, "--concurrency", "1"],
-                               environment: compose.environment(of: "worker").mapValues(local))
+        var workerEnvironment = compose.environment(of: "worker").mapValues(local)
+        workerEnvironment["ENLARGER_METRICS"] = metrics["worker"]
+        let worker = try start(["worker", "--broker", workers, "--concurrency", "1"], environment: workerEnvironment)
         defer { stop(worker) }
 
         let photo = Corpus.root.appendingPathComponent("good/exifsamples_30-type_error.jpg")
@@ -75,6 +97,16 @@ final class ComposeDeploymentTests: XCTestCase {
         XCTAssertEqual(submitted.status, 0, submitted.output)
         let written = try FileManager.default.contentsOfDirectory(atPath: out)
         XCTAssert(written.contains { $0.hasSuffix(".jpg") && !$0.contains("degraded") }, "\(written)")
+
+        // The compose healthchecks, pointed at this host's metrics ports, pass: the worker has
+        // registered (the submit went through), so the broker is live and the worker ready.
+        for service in ["broker", "worker"] {
+            let check = try XCTUnwrap(compose.healthcheck(of: service), "\(service) has no healthcheck")
+            XCTAssertEqual(check.prefix(2), ["CMD", "enlarger"])
+            let arguments = check.dropFirst(2).map { $0 == "127.0.0.1:9570" ? metrics[service]! : $0 }
+            let health = try run(arguments, binary: true)
+            XCTAssertEqual(health.status, 0, "\(service)'s healthcheck: \(health.output)")
+        }
 
         // Without the producer's key the client refuses to connect over tcp, and with a key
         // the broker does not list, the broker never answers.
@@ -146,7 +178,7 @@ final class ComposeDeploymentTests: XCTestCase {
 }
 
 /// Just enough of `docker/compose.yaml`'s shape to read it: services at two spaces, their
-/// keys at four, an environment map's entries at six.
+/// keys at four, an environment map's or a healthcheck's entries at six.
 struct ComposeFile {
     let text: String
     private let lines: [Substring]
@@ -193,6 +225,28 @@ struct ComposeFile {
         else { return [] }
         return line[line.index(after: open)..<close].split(separator: ",")
             .map { $0.trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: "\"")) }
+    }
+
+    /// The command of a service's healthcheck: its `test:`, a one-line list of quoted strings.
+    func healthcheck(of service: String) -> [String]? {
+        let body = block(of: service)
+        guard let start = body.firstIndex(of: "    healthcheck:") else { return nil }
+        for line in body[(start + 1)...] {
+            guard line.hasPrefix("      ") else { break }
+            let entry = line.trimmingCharacters(in: .whitespaces)
+            guard entry.hasPrefix("test:") else { continue }
+            // A flow list of double-quoted strings is also a JSON array.
+            let list = entry.dropFirst("test:".count).trimmingCharacters(in: .whitespaces)
+            return (try? JSONSerialization.jsonObject(with: Data(list.utf8))) as? [String]
+        }
+        return nil
+    }
+
+    /// A service's `restart:` policy, without quotes.
+    func restart(of service: String) -> String? {
+        guard let line = block(of: service).first(where: { $0.hasPrefix("    restart:") }) else { return nil }
+        return line.dropFirst("    restart:".count)
+            .trimmingCharacters(in: CharacterSet.whitespaces.union(CharacterSet(charactersIn: "\"")))
     }
 
     /// The `keys` service's script: the block scalar under its `command:`.
