@@ -1,0 +1,256 @@
+from . import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Accepted(_message.Message):
+    __slots__ = ["broker_instance", "deadline_ms", "heartbeat_interval_ms", "request_id"]
+    BROKER_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    broker_instance: int
+    deadline_ms: int
+    heartbeat_interval_ms: int
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ..., broker_instance: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+
+class BrokerToClient(_message.Message):
+    __slots__ = ["accepted", "cancel_ack", "cancelled", "error", "failed", "pong", "rejected", "result", "started", "status_reply", "sync_reply"]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_ACK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    PONG_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    STATUS_REPLY_FIELD_NUMBER: _ClassVar[int]
+    SYNC_REPLY_FIELD_NUMBER: _ClassVar[int]
+    accepted: Accepted
+    cancel_ack: CancelAck
+    cancelled: Cancelled
+    error: _common_pb2.Error
+    failed: Failed
+    pong: Pong
+    rejected: Rejected
+    result: Result
+    started: Started
+    status_reply: StatusReply
+    sync_reply: SyncReply
+    def __init__(self, accepted: _Optional[_Union[Accepted, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., failed: _Optional[_Union[Failed, _Mapping]] = ..., cancelled: _Optional[_Union[Cancelled, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., cancel_ack: _Optional[_Union[CancelAck, _Mapping]] = ..., status_reply: _Optional[_Union[StatusReply, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., sync_reply: _Optional[_Union[SyncReply, _Mapping]] = ...) -> None: ...
+
+class Cancel(_message.Message):
+    __slots__ = ["request_id"]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class CancelAck(_message.Message):
+    __slots__ = ["outcome", "request_id"]
+    class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = []
+    OUTCOME_CANCELLED: CancelAck.Outcome
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FINISHED: CancelAck.Outcome
+    OUTCOME_UNKNOWN: CancelAck.Outcome
+    OUTCOME_UNSPECIFIED: CancelAck.Outcome
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    outcome: CancelAck.Outcome
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ..., outcome: _Optional[_Union[CancelAck.Outcome, str]] = ...) -> None: ...
+
+class Cancelled(_message.Message):
+    __slots__ = ["request_id"]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class ClientToBroker(_message.Message):
+    __slots__ = ["cancel", "ping", "status_request", "submit", "sync"]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    PING_FIELD_NUMBER: _ClassVar[int]
+    STATUS_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_FIELD_NUMBER: _ClassVar[int]
+    SYNC_FIELD_NUMBER: _ClassVar[int]
+    cancel: Cancel
+    ping: Ping
+    status_request: StatusRequest
+    submit: Submit
+    sync: Sync
+    def __init__(self, submit: _Optional[_Union[Submit, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., status_request: _Optional[_Union[StatusRequest, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., sync: _Optional[_Union[Sync, _Mapping]] = ...) -> None: ...
+
+class Failed(_message.Message):
+    __slots__ = ["code", "message", "request_id"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.ErrorCode
+    message: str
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Ping(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class Pong(_message.Message):
+    __slots__ = ["broker_instance", "heartbeat_interval_ms", "max_input_bytes"]
+    BROKER_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_INPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    broker_instance: int
+    heartbeat_interval_ms: int
+    max_input_bytes: int
+    def __init__(self, heartbeat_interval_ms: _Optional[int] = ..., broker_instance: _Optional[int] = ..., max_input_bytes: _Optional[int] = ...) -> None: ...
+
+class Rejected(_message.Message):
+    __slots__ = ["code", "message", "request_id"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.ErrorCode
+    message: str
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Result(_message.Message):
+    __slots__ = ["format", "height", "request_id", "stage", "terminal", "width"]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    TERMINAL_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    format: _common_pb2.ImageFormat
+    height: int
+    request_id: str
+    stage: _common_pb2.Stage
+    terminal: bool
+    width: int
+    def __init__(self, request_id: _Optional[str] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ...) -> None: ...
+
+class Started(_message.Message):
+    __slots__ = ["attempt", "request_id"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ["client_bytes_waiting", "clients", "in_flight", "queue_depth", "queue_limit", "totals", "uptime_ms", "workers"]
+    CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_BYTES_WAITING_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    TOTALS_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_MS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    client_bytes_waiting: int
+    clients: int
+    in_flight: int
+    queue_depth: int
+    queue_limit: int
+    totals: Totals
+    uptime_ms: int
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., queue_depth: _Optional[int] = ..., queue_limit: _Optional[int] = ..., in_flight: _Optional[int] = ..., clients: _Optional[int] = ..., uptime_ms: _Optional[int] = ..., totals: _Optional[_Union[Totals, _Mapping]] = ..., client_bytes_waiting: _Optional[int] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class Submit(_message.Message):
+    __slots__ = ["deadline_ms", "delivery", "request_id", "spec"]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    deadline_ms: int
+    delivery: _common_pb2.Delivery
+    request_id: str
+    spec: _common_pb2.ResizeSpec
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+
+class Sync(_message.Message):
+    __slots__ = ["nonce", "request_ids"]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
+    nonce: int
+    request_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_ids: _Optional[_Iterable[str]] = ..., nonce: _Optional[int] = ...) -> None: ...
+
+class SyncReply(_message.Message):
+    __slots__ = ["broker_instance", "nonce", "unknown_request_ids"]
+    BROKER_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
+    broker_instance: int
+    nonce: int
+    unknown_request_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, unknown_request_ids: _Optional[_Iterable[str]] = ..., nonce: _Optional[int] = ..., broker_instance: _Optional[int] = ...) -> None: ...
+
+class Totals(_message.Message):
+    __slots__ = ["accepted", "cancel_acks_timed_out", "cancelled", "client_sends_deferred", "clients_vanished", "deadlines_exceeded", "duplicate_ids", "failed", "finished", "jobs_quarantined", "jobs_requeued", "late_results_dropped", "malformed_dropped", "protocol_breaches", "rejected", "submitted", "unroutable", "workers_disconnected", "workers_lost"]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_ACKS_TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    CLIENTS_VANISHED_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_SENDS_DEFERRED_FIELD_NUMBER: _ClassVar[int]
+    DEADLINES_EXCEEDED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_IDS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    JOBS_QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    JOBS_REQUEUED_FIELD_NUMBER: _ClassVar[int]
+    LATE_RESULTS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    MALFORMED_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_BREACHES_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_FIELD_NUMBER: _ClassVar[int]
+    UNROUTABLE_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_DISCONNECTED_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_LOST_FIELD_NUMBER: _ClassVar[int]
+    accepted: int
+    cancel_acks_timed_out: int
+    cancelled: int
+    client_sends_deferred: int
+    clients_vanished: int
+    deadlines_exceeded: int
+    duplicate_ids: int
+    failed: int
+    finished: int
+    jobs_quarantined: int
+    jobs_requeued: int
+    late_results_dropped: int
+    malformed_dropped: int
+    protocol_breaches: int
+    rejected: int
+    submitted: int
+    unroutable: int
+    workers_disconnected: int
+    workers_lost: int
+    def __init__(self, submitted: _Optional[int] = ..., accepted: _Optional[int] = ..., finished: _Optional[int] = ..., failed: _Optional[int] = ..., cancelled: _Optional[int] = ..., rejected: _Optional[int] = ..., duplicate_ids: _Optional[int] = ..., late_results_dropped: _Optional[int] = ..., malformed_dropped: _Optional[int] = ..., workers_lost: _Optional[int] = ..., workers_disconnected: _Optional[int] = ..., jobs_requeued: _Optional[int] = ..., clients_vanished: _Optional[int] = ..., unroutable: _Optional[int] = ..., cancel_acks_timed_out: _Optional[int] = ..., deadlines_exceeded: _Optional[int] = ..., client_sends_deferred: _Optional[int] = ..., jobs_quarantined: _Optional[int] = ..., protocol_breaches: _Optional[int] = ...) -> None: ...
+
+class WorkerStatus(_message.Message):
+    __slots__ = ["capacity", "id", "in_flight", "last_seen_ms_ago", "name", "pid"]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_MS_AGO_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    capacity: int
+    id: str
+    in_flight: int
+    last_seen_ms_ago: int
+    name: str
+    pid: int
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., pid: _Optional[int] = ..., capacity: _Optional[int] = ..., in_flight: _Optional[int] = ..., last_seen_ms_ago: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,85 @@
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+CHROMA_YUV420: Chroma
+CHROMA_YUV444: Chroma
+DELIVERY_DEGRADED: Delivery
+DELIVERY_FINAL: Delivery
+DELIVERY_PROGRESSIVE: Delivery
+DESCRIPTOR: _descriptor.FileDescriptor
+ERROR_CODE_BROKER_SHUTDOWN: ErrorCode
+ERROR_CODE_CLIENT_SILENT: ErrorCode
+ERROR_CODE_CORRUPT: ErrorCode
+ERROR_CODE_DEADLINE_EXCEEDED: ErrorCode
+ERROR_CODE_DUPLICATE_ID: ErrorCode
+ERROR_CODE_EMPTY: ErrorCode
+ERROR_CODE_ENCODE_FAILED: ErrorCode
+ERROR_CODE_INTERNAL: ErrorCode
+ERROR_CODE_INVALID_ARGUMENT: ErrorCode
+ERROR_CODE_MALFORMED: ErrorCode
+ERROR_CODE_NOT_JPEG: ErrorCode
+ERROR_CODE_OVERLOADED: ErrorCode
+ERROR_CODE_REQUEST_LOST: ErrorCode
+ERROR_CODE_TOO_LARGE: ErrorCode
+ERROR_CODE_TOO_MANY_SCANS: ErrorCode
+ERROR_CODE_TRUNCATED: ErrorCode
+ERROR_CODE_UNAUTHORIZED: ErrorCode
+ERROR_CODE_UNSPECIFIED: ErrorCode
+ERROR_CODE_UNSUPPORTED: ErrorCode
+ERROR_CODE_WORKER_LOST: ErrorCode
+FIT_COVER: Fit
+FIT_FILL: Fit
+FIT_INSIDE: Fit
+IMAGE_FORMAT_JPEG: ImageFormat
+IMAGE_FORMAT_PNM: ImageFormat
+STAGE_DEGRADED: Stage
+STAGE_FINAL: Stage
+STAGE_UNSPECIFIED: Stage
+
+class Error(_message.Message):
+    __slots__ = ["code", "message"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: ErrorCode
+    message: str
+    def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ResizeSpec(_message.Message):
+    __slots__ = ["chroma", "enlarge", "fit", "format", "height", "progressive", "quality", "width"]
+    CHROMA_FIELD_NUMBER: _ClassVar[int]
+    ENLARGE_FIELD_NUMBER: _ClassVar[int]
+    FIT_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESSIVE_FIELD_NUMBER: _ClassVar[int]
+    QUALITY_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    chroma: Chroma
+    enlarge: bool
+    fit: Fit
+    format: ImageFormat
+    height: int
+    progressive: bool
+    quality: int
+    width: int
+    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., fit: _Optional[_Union[Fit, str]] = ..., enlarge: bool = ..., quality: _Optional[int] = ..., progressive: bool = ..., chroma: _Optional[_Union[Chroma, str]] = ..., format: _Optional[_Union[ImageFormat, str]] = ...) -> None: ...
+
+class Fit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class Chroma(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class ImageFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class Delivery(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []

@@ -1,0 +1,124 @@
+from . import common_pb2 as _common_pb2
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class BrokerToWorker(_message.Message):
+    __slots__ = ["cancel_job", "disconnect", "error", "heartbeat", "job"]
+    CANCEL_JOB_FIELD_NUMBER: _ClassVar[int]
+    DISCONNECT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    cancel_job: CancelJob
+    disconnect: Disconnect
+    error: _common_pb2.Error
+    heartbeat: Heartbeat
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., cancel_job: _Optional[_Union[CancelJob, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+
+class CancelJob(_message.Message):
+    __slots__ = ["attempt", "job_id"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    job_id: int
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class Disconnect(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ["attempt", "delivery", "job_id", "request_id", "spec"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    delivery: _common_pb2.Delivery
+    job_id: int
+    request_id: str
+    spec: _common_pb2.ResizeSpec
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ...) -> None: ...
+
+class JobCancelled(_message.Message):
+    __slots__ = ["attempt", "job_id"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    job_id: int
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class JobFailed(_message.Message):
+    __slots__ = ["attempt", "code", "job_id", "message"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    code: _common_pb2.ErrorCode
+    job_id: int
+    message: str
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class JobResult(_message.Message):
+    __slots__ = ["attempt", "format", "height", "job_id", "stage", "terminal", "width"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    TERMINAL_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    format: _common_pb2.ImageFormat
+    height: int
+    job_id: int
+    stage: _common_pb2.Stage
+    terminal: bool
+    width: int
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ...) -> None: ...
+
+class JobStarted(_message.Message):
+    __slots__ = ["attempt", "job_id"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    job_id: int
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class Ready(_message.Message):
+    __slots__ = ["capacity", "pid", "worker_name"]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    capacity: int
+    pid: int
+    worker_name: str
+    def __init__(self, capacity: _Optional[int] = ..., worker_name: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
+
+class WorkerToBroker(_message.Message):
+    __slots__ = ["disconnect", "heartbeat", "job_cancelled", "job_failed", "job_result", "job_started", "ready"]
+    DISCONNECT_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    JOB_CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    JOB_FAILED_FIELD_NUMBER: _ClassVar[int]
+    JOB_RESULT_FIELD_NUMBER: _ClassVar[int]
+    JOB_STARTED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    disconnect: Disconnect
+    heartbeat: Heartbeat
+    job_cancelled: JobCancelled
+    job_failed: JobFailed
+    job_result: JobResult
+    job_started: JobStarted
+    ready: Ready
+    def __init__(self, ready: _Optional[_Union[Ready, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_started: _Optional[_Union[JobStarted, _Mapping]] = ..., job_result: _Optional[_Union[JobResult, _Mapping]] = ..., job_failed: _Optional[_Union[JobFailed, _Mapping]] = ..., job_cancelled: _Optional[_Union[JobCancelled, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ...) -> None: ...

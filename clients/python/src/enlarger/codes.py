@@ -1,0 +1,143 @@
+"""The protocol's enumerations as Python enums.
+
+Each member maps one to one to a value of common.proto or client.proto; the tests check that
+none is missing. `ErrorCode` also has a few codes this library decides on its own (numbered
+from 1000, never sent by a broker).
+"""
+
+from __future__ import annotations
+
+import enum
+
+from ._proto import client_pb2, common_pb2
+
+__all__ = ["ErrorCode", "Fit", "Chroma", "ImageFormat", "Delivery", "CancelOutcome"]
+
+
+class ErrorCode(enum.IntEnum):
+    """Why a request or call failed: common.proto's `ErrorCode`, same names and numbers, plus
+    codes decided by this client (>= 1000)."""
+
+    UNSPECIFIED = 0
+    DUPLICATE_ID = 1
+    WORKER_LOST = 2
+    OVERLOADED = 3
+    MALFORMED = 4
+    INVALID_ARGUMENT = 5
+    NOT_JPEG = 6
+    EMPTY = 7
+    TRUNCATED = 8
+    CORRUPT = 9
+    UNSUPPORTED = 10
+    TOO_LARGE = 11
+    TOO_MANY_SCANS = 12
+    ENCODE_FAILED = 13
+    INTERNAL = 14
+    BROKER_SHUTDOWN = 15
+    #: From the broker at the request's deadline, or from this client when nothing final
+    #: was heard one heartbeat interval after it.
+    DEADLINE_EXCEEDED = 16
+    CLIENT_SILENT = 17
+    #: From this client: a Sync showed the broker no longer holds the request (its end was
+    #: lost with a connection), or the answer to a cancel was lost.
+    REQUEST_LOST = 18
+    UNAUTHORIZED = 19
+
+    #: No broker answered at the endpoint within the silence limit (none listening, or the
+    #: CURVE handshake failed).
+    BROKER_UNREACHABLE = 1001
+    #: The broker fell silent for the silence limit while the request was live, or restarted
+    #: and the request could not be submitted again.
+    BROKER_LOST = 1002
+    #: The client was closed before the request ended.
+    CLIENT_CLOSED = 1003
+    #: The client's socket failed; the client is closed.
+    TRANSPORT = 1004
+
+    @property
+    def is_local(self) -> bool:
+        """Whether only this library uses the code (the broker never sends it)."""
+        return self >= 1000
+
+    @classmethod
+    def from_wire(cls, value: int) -> ErrorCode:
+        try:
+            code = cls(value)
+        except ValueError:
+            return cls.UNSPECIFIED
+        return cls.UNSPECIFIED if code.is_local else code
+
+
+class Fit(str, enum.Enum):
+    """How the output box is applied (common.proto's `Fit`)."""
+
+    #: Keep the aspect ratio, both sides within the box. Default.
+    INSIDE = "inside"
+    #: Keep the aspect ratio, cover the box, crop centred to exactly the box.
+    COVER = "cover"
+    #: Ignore the aspect ratio; stretch to exactly the box.
+    FILL = "fill"
+
+    @property
+    def wire(self) -> int:
+        return {Fit.INSIDE: common_pb2.FIT_INSIDE, Fit.COVER: common_pb2.FIT_COVER,
+                Fit.FILL: common_pb2.FIT_FILL}[self]
+
+
+class Chroma(str, enum.Enum):
+    """Chroma subsampling of JPEG output."""
+
+    YUV420 = "420"
+    YUV444 = "444"
+
+    @property
+    def wire(self) -> int:
+        return common_pb2.CHROMA_YUV444 if self is Chroma.YUV444 else common_pb2.CHROMA_YUV420
+
+
+class ImageFormat(str, enum.Enum):
+    """Encoding of an output image."""
+
+    JPEG = "jpeg"
+    #: Binary PGM (greyscale) or PPM (colour), maxval 255.
+    PNM = "pnm"
+
+    @property
+    def wire(self) -> int:
+        return common_pb2.IMAGE_FORMAT_PNM if self is ImageFormat.PNM else common_pb2.IMAGE_FORMAT_JPEG
+
+    @classmethod
+    def from_wire(cls, value: int) -> ImageFormat | None:
+        return {common_pb2.IMAGE_FORMAT_JPEG: cls.JPEG, common_pb2.IMAGE_FORMAT_PNM: cls.PNM}.get(value)
+
+
+class Delivery(str, enum.Enum):
+    """Which results a request wants."""
+
+    #: Zero or one degraded result, then the final one. Default (`degraded=True`).
+    PROGRESSIVE = "progressive"
+    #: The final result only (`degraded=False`).
+    FINAL = "final"
+    #: One degraded result, which is terminal.
+    DEGRADED = "degraded"
+
+    @property
+    def wire(self) -> int:
+        return {Delivery.PROGRESSIVE: common_pb2.DELIVERY_PROGRESSIVE, Delivery.FINAL: common_pb2.DELIVERY_FINAL,
+                Delivery.DEGRADED: common_pb2.DELIVERY_DEGRADED}[self]
+
+
+class CancelOutcome(str, enum.Enum):
+    """The broker's answer to a cancel (client.proto's `CancelAck.Outcome`)."""
+
+    #: This cancel ended the request.
+    CANCELLED = "cancelled"
+    #: The request had already ended (result, failure or an earlier cancel).
+    FINISHED = "finished"
+    #: No live or recently ended request has this id.
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def from_wire(cls, value: int) -> CancelOutcome:
+        ack = client_pb2.CancelAck
+        return {ack.OUTCOME_CANCELLED: cls.CANCELLED, ack.OUTCOME_FINISHED: cls.FINISHED}.get(value, cls.UNKNOWN)

@@ -1,0 +1,185 @@
+"""What a request's iterator yields, and the broker's status.
+
+A request yields, in order: `Accepted`, any number of `Started`, at most one `Degraded`,
+then exactly one terminal event — `Final`, a terminal `Degraded` (delivery `DEGRADED`),
+`Failed`, `Rejected` or `Cancelled` — and nothing after it. Every event has `terminal`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from .codes import ErrorCode, ImageFormat
+
+__all__ = [
+    "Event",
+    "Accepted",
+    "Started",
+    "Result",
+    "Degraded",
+    "Final",
+    "Failed",
+    "Rejected",
+    "Cancelled",
+    "BrokerStatus",
+    "WorkerStatus",
+    "Totals",
+]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One step in the life of a request."""
+
+    request_id: str
+    #: Whether this is the request's last event. (A class attribute, not a field, except on
+    #: `Degraded`, whose finality depends on the delivery.)
+    terminal = False
+
+
+@dataclass(frozen=True)
+class Accepted(Event):
+    """The broker accepted the request and queued it."""
+
+    #: The deadline that applies, in milliseconds from acceptance.
+    deadline_ms: int = 0
+    #: The broker process that accepted it.
+    broker_instance: int = 0
+
+
+@dataclass(frozen=True)
+class Started(Event):
+    """A worker began the request; `attempt` grows when it is retried on another worker."""
+
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class Result(Event):
+    """An encoded image of `width` x `height` pixels (`Degraded` or `Final`)."""
+
+    data: bytes = field(default=b"", repr=False)
+    width: int = 0
+    height: int = 0
+    format: ImageFormat = ImageFormat.JPEG
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(request_id={self.request_id!r}, {self.width}x{self.height} "
+                f"{self.format.value}, {len(self.data)} bytes{', terminal' if self.terminal else ''})")
+
+
+@dataclass(frozen=True, repr=False)
+class Degraded(Result):
+    """A fast approximation. Terminal only for delivery `DEGRADED`; otherwise a `Final`
+    follows (or a failure)."""
+
+    terminal: bool = False
+
+
+@dataclass(frozen=True, repr=False)
+class Final(Result):
+    """The high-quality result. Terminal."""
+
+    terminal = True
+
+
+@dataclass(frozen=True)
+class Failed(Event):
+    """The request ended without a result. Terminal. Codes >= 1000 come from this client
+    (`ErrorCode.is_local`)."""
+
+    code: ErrorCode = ErrorCode.UNSPECIFIED
+    message: str = ""
+    terminal = True
+
+
+@dataclass(frozen=True)
+class Rejected(Event):
+    """The Submit was refused before it was accepted (overloaded, invalid argument, too large,
+    shutting down). Terminal: the request never existed at the broker."""
+
+    code: ErrorCode = ErrorCode.UNSPECIFIED
+    message: str = ""
+    terminal = True
+
+
+@dataclass(frozen=True)
+class Cancelled(Event):
+    """The request was cancelled. Terminal. `by_this_client` is true when this client's
+    `cancel()` did it (the event is then made locally, the moment the iterator next steps),
+    false when the broker says another connection cancelled it."""
+
+    by_this_client: bool = True
+    terminal = True
+
+
+# ---------------------------------------------------------------------------------------
+# Status
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """One registered worker. Name and pid are shown to admin principals only."""
+
+    id: str
+    name: str
+    pid: int
+    capacity: int
+    in_flight: int
+    last_seen_ms_ago: int
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Counters since the broker started (client.proto's `Totals`; same names).
+    Between events: submitted = accepted + rejected + duplicate_ids, and
+    accepted = finished + failed + cancelled + live requests."""
+
+    submitted: int = 0
+    accepted: int = 0
+    finished: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    rejected: int = 0
+    duplicate_ids: int = 0
+    late_results_dropped: int = 0
+    malformed_dropped: int = 0
+    workers_lost: int = 0
+    workers_disconnected: int = 0
+    jobs_requeued: int = 0
+    clients_vanished: int = 0
+    unroutable: int = 0
+    cancel_acks_timed_out: int = 0
+    deadlines_exceeded: int = 0
+    client_sends_deferred: int = 0
+    jobs_quarantined: int = 0
+    protocol_breaches: int = 0
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """A snapshot of the broker (client.proto's `StatusReply`)."""
+
+    workers: tuple[WorkerStatus, ...]
+    #: Accepted requests waiting for a worker, and the most that may wait.
+    queue_depth: int
+    queue_limit: int
+    #: Live requests held by a worker.
+    in_flight: int
+    #: Client connections with live requests.
+    clients: int
+    uptime_ms: int
+    totals: Totals
+    #: Bytes waiting at the broker for clients that are not reading or not connected.
+    client_bytes_waiting: int
+
+    @classmethod
+    def from_wire(cls, reply) -> BrokerStatus:
+        totals = Totals(**{f.name: getattr(reply.totals, f.name) for f in dataclasses.fields(Totals)})
+        workers = tuple(
+            WorkerStatus(id=w.id, name=w.name, pid=w.pid, capacity=w.capacity, in_flight=w.in_flight,
+                         last_seen_ms_ago=w.last_seen_ms_ago)
+            for w in reply.workers)
+        return cls(workers=workers, queue_depth=reply.queue_depth, queue_limit=reply.queue_limit,
+                   in_flight=reply.in_flight, clients=reply.clients, uptime_ms=reply.uptime_ms,
+                   totals=totals, client_bytes_waiting=reply.client_bytes_waiting)

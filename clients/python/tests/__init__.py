@@ -1,0 +1,1 @@
+"""Tests of the Python client; `python -m tests` runs them (see __main__.py)."""

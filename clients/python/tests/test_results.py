@@ -1,0 +1,160 @@
+"""End to end against a real broker and worker: results, failures, status counters."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import unittest
+
+import enlarger
+from enlarger._proto import client_pb2
+
+from .support import (SMALL_IMAGES, WITH_DEGRADED, Service, check_life, collect, corpus, jpeg_size,
+                      pnm_size, wait_for)
+
+
+class ResultsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.service = Service(workers=1, concurrency=2).start()
+        cls.client = cls.service.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.service.stop()
+
+    def test_degraded_then_final_are_valid_jpegs(self):
+        for name in [WITH_DEGRADED, *SMALL_IMAGES[:3]]:
+            with self.subTest(image=name):
+                events = collect(self.client.submit(corpus(name), width=300, height=300))
+                check_life(self, events)
+                self.assertIsInstance(events[0], enlarger.Accepted)
+                self.assertGreater(events[0].deadline_ms, 0)
+                final = events[-1]
+                self.assertIsInstance(final, enlarger.Final, events)
+                self.assertEqual(final.format, enlarger.ImageFormat.JPEG)
+                self.assertEqual(jpeg_size(final.data), (final.width, final.height))
+                self.assertLessEqual(max(final.width, final.height), 300)
+                self.assertEqual(max(final.width, final.height), 300, "a large source fills the box")
+                degraded = [e for e in events if isinstance(e, enlarger.Degraded)]
+                for event in degraded:
+                    self.assertFalse(event.terminal)
+                    self.assertEqual(jpeg_size(event.data), (event.width, event.height))
+                    self.assertLess(events.index(event), events.index(final))
+                if name == WITH_DEGRADED:
+                    self.assertEqual(len(degraded), 1, f"{name} carries an EXIF thumbnail: {events}")
+
+    def test_final_only_delivery(self):
+        events = collect(self.client.submit(corpus(WITH_DEGRADED), width=200, degraded=False))
+        check_life(self, events)
+        self.assertFalse([e for e in events if isinstance(e, enlarger.Degraded)], events)
+        self.assertEqual(events[-1].width, 200)
+
+    def test_degraded_only_delivery(self):
+        events = collect(self.client.submit(corpus(WITH_DEGRADED), width=200, delivery="degraded"))
+        check_life(self, events)
+        last = events[-1]
+        self.assertIsInstance(last, enlarger.Degraded, events)
+        self.assertTrue(last.terminal)
+        self.assertEqual(jpeg_size(last.data), (last.width, last.height))
+        result = self.client.submit(corpus(WITH_DEGRADED), width=200, delivery=enlarger.Delivery.DEGRADED).result(30)
+        self.assertIsInstance(result, enlarger.Degraded)
+
+    def test_pnm_and_fit_cover(self):
+        events = collect(self.client.submit(corpus(SMALL_IMAGES[0]), width=64, height=64, fit="cover",
+                                            format="pnm", degraded=False))
+        check_life(self, events)
+        final = events[-1]
+        self.assertEqual(final.format, enlarger.ImageFormat.PNM)
+        self.assertEqual((final.width, final.height), (64, 64))
+        self.assertEqual(pnm_size(final.data), (64, 64))
+
+    def test_result_helper(self):
+        final = self.client.submit(corpus(SMALL_IMAGES[1]), height=100, quality=90, chroma=444,
+                                   progressive=True).result(timeout=30)
+        self.assertIsInstance(final, enlarger.Final)
+        self.assertEqual(final.height, 100)
+        with self.assertRaises(enlarger.RequestError) as caught:
+            self.client.submit(b"GIF89a not a jpeg", width=10).result(timeout=30)
+        self.assertEqual(caught.exception.code, enlarger.ErrorCode.NOT_JPEG)
+
+    def test_bad_inputs_fail_with_their_codes(self):
+        cases = [
+            (b"", {enlarger.ErrorCode.EMPTY}),
+            (corpus("gofuzz_1489f923c4dc.jpg", bad=True), {enlarger.ErrorCode.NOT_JPEG}),
+            (corpus("jpegdecoder_jpg-size-6x6.jpg", bad=True), {enlarger.ErrorCode.NOT_JPEG}),
+            (corpus("sharp_truncated.jpg", bad=True), {enlarger.ErrorCode.TRUNCATED, enlarger.ErrorCode.CORRUPT}),
+            (corpus("ljt_monkey12.jpg", bad=True), {enlarger.ErrorCode.UNSUPPORTED}),
+        ]
+        for data, codes in cases:
+            with self.subTest(first_bytes=data[:4]):
+                events = collect(self.client.submit(data, width=100))
+                check_life(self, events)
+                self.assertIsInstance(events[-1], enlarger.Failed, events)
+                self.assertIn(events[-1].code, codes, events[-1])
+                self.assertTrue(events[-1].message)
+
+    def test_status_counts_every_request(self):
+        def settled(status):
+            return status.queue_depth == 0 and status.in_flight == 0
+
+        before = wait_for(lambda: s if settled(s := self.client.status()) else None, 10, "an idle broker")
+        good = [self.client.submit(corpus(name), width=120, degraded=False) for name in SMALL_IMAGES]
+        bad = self.client.submit(b"\xff\xd8 truncated", width=120)
+        for request in [*good, bad]:
+            check_life(self, collect(request))
+        after = wait_for(lambda: s if settled(s := self.client.status()) else None, 10, "an idle broker")
+        delta = {f.name: getattr(after.totals, f.name) - getattr(before.totals, f.name)
+                 for f in dataclasses.fields(enlarger.Totals)}
+        self.assertEqual(delta["submitted"], len(good) + 1, delta)
+        self.assertEqual(delta["accepted"], len(good) + 1, delta)
+        self.assertEqual(delta["finished"], len(good), delta)
+        self.assertEqual(delta["failed"], 1, delta)
+        self.assertEqual(delta["rejected"], 0, delta)
+        totals = after.totals
+        self.assertEqual(totals.submitted, totals.accepted + totals.rejected + totals.duplicate_ids)
+        self.assertEqual(totals.accepted, totals.finished + totals.failed + totals.cancelled)
+        self.assertEqual(len(after.workers), 1)
+        self.assertEqual(after.workers[0].capacity, 2)
+        self.assertEqual(after.queue_limit, 1024)
+        self.assertGreater(after.uptime_ms, 0)
+
+    def test_status_has_every_counter_of_the_protocol(self):
+        self.assertEqual({f.name for f in dataclasses.fields(enlarger.Totals)},
+                         {f.name for f in client_pb2.Totals.DESCRIPTOR.fields})
+        reply_fields = {f.name for f in client_pb2.StatusReply.DESCRIPTOR.fields}
+        self.assertEqual({f.name for f in dataclasses.fields(enlarger.BrokerStatus)}, reply_fields)
+        self.assertEqual({f.name for f in dataclasses.fields(enlarger.WorkerStatus)},
+                         {f.name for f in client_pb2.WorkerStatus.DESCRIPTOR.fields})
+
+    def test_many_threads_share_one_client(self):
+        failures = []
+
+        def produce(offset):
+            try:
+                requests = [self.client.submit(corpus(SMALL_IMAGES[(offset + i) % len(SMALL_IMAGES)]), width=80)
+                            for i in range(8)]
+                for request in requests:
+                    events = collect(request)
+                    check_life(self, events)
+                    self.assertIsInstance(events[-1], enlarger.Final, events)
+            except BaseException as error:  # reported by the main thread
+                failures.append(error)
+
+        threads = [threading.Thread(target=produce, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        self.assertEqual(failures, [])
+
+    def test_request_id_may_be_reused_once_ended(self):
+        for _ in range(2):
+            events = collect(self.client.submit(corpus(SMALL_IMAGES[2]), width=50, request_id="reused-id"))
+            self.assertIsInstance(events[-1], enlarger.Final, events)
+            self.assertEqual(events[-1].request_id, "reused-id")
+
+
+if __name__ == "__main__":
+    unittest.main()
