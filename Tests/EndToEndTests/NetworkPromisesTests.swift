@@ -102,9 +102,16 @@ final class NetworkPromisesTests: XCTestCase {
             XCTAssertTrue(outcome == "final" || outcome.contains("requestLost"), "unexpected end: \(outcome)")
         }
         XCTAssertGreaterThan(requests.filter { $0 == "final" }.count, 0)
-        // The client keeps working after the resets.
-        let again = try await Self.outcome(of: client.submit(ResizeRequest(image: photo, options: box)))
-        XCTAssertEqual(again, "final")
+        // The client keeps working after the resets. The last reset may still be taking its
+        // toll when the group returns (under load a reset is noticed late, and a Submit sent
+        // into the dying connection is lost like any other): such a request fails
+        // requestLost, and the next one must get through.
+        var again: [String] = []
+        while again.last != "final" && again.count < 3 {
+            again.append(try await Self.outcome(of: client.submit(ResizeRequest(image: photo, options: box))))
+        }
+        XCTAssertEqual(again.last, "final", "\(again)")
+        for outcome in again.dropLast() { XCTAssert(outcome.contains("requestLost"), "unexpected end: \(outcome)") }
         await client.close()
     }
 

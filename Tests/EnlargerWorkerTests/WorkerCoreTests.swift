@@ -77,7 +77,11 @@ final class WorkerCoreTests: XCTestCase {
         harness.clear()
         harness.ended(harness.token(1), .completed)
         harness.advance(by: .seconds(10))
-        XCTAssertEqual(harness.events.count, 0, "nothing after stop")
+        // Nothing is done after stop; the job's end is only reported (for the log), as abandoned.
+        guard harness.events.count == 1, case .report(.jobEnded(let end)) = harness.events[0] else {
+            return XCTFail("something after stop: \(harness.events)")
+        }
+        XCTAssertEqual(end.outcome, .abandoned)
         XCTAssertNil(harness.core.nextDeadline)
     }
 
