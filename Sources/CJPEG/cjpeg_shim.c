@@ -65,11 +65,31 @@ static void ej_error_exit(j_common_ptr cinfo) {
     ej_fail(cinfo, ej_classify_error(cinfo->err->msg_code));
 }
 
-// libjpeg "warns" about truncated or corrupt data and goes on with grey pixels; an image
-// service must refuse such input instead, so warnings (level -1) fail like errors.
+// libjpeg "warns" about truncated or corrupt data and goes on with grey pixels. The encoder
+// never should warn: there every warning (level -1) fails like an error.
 static void ej_emit_message(j_common_ptr cinfo, int level) {
     if (level >= 0) return;  // trace messages
     ej_fail(cinfo, cinfo->err->msg_code == JWRN_JPEG_EOF ? EJ_ERR_TRUNCATED : EJ_ERR_CORRUPT);
+}
+
+// Warnings a decoder accepts before it gives up on the input as damaged beyond use.
+#define EJ_MAX_WARNINGS 100
+
+// The least sensitive fail_on level that fails on a decoder warning.
+int ej_warning_threshold(int msg_code, int marker) {
+    switch (msg_code) {
+    case JWRN_EXTRANEOUS_DATA:
+        // Stray bytes before a marker between segments are skipped and lose nothing; before a
+        // restart marker they are inside the entropy-coded data, which is then damaged.
+        return (marker >= 0xD0 && marker <= 0xD7) ? EJ_FAIL_ON_ERROR : EJ_FAIL_ON_WARNING;
+    case JWRN_JFIF_MAJOR:  // an unknown JFIF revision: the pixels decode as usual
+    case JWRN_BOGUS_ICC:   // a damaged ICC profile chunk: ignored, the pixels are intact
+        return EJ_FAIL_ON_WARNING;
+    case JWRN_JPEG_EOF:
+        return EJ_FAIL_ON_TRUNCATED;
+    default:  // damaged entropy-coded data, impossible scan parameters, ...
+        return EJ_FAIL_ON_ERROR;
+    }
 }
 
 static void ej_fail_with(j_common_ptr cinfo, ej_status status, const char *message) {
@@ -83,6 +103,9 @@ static void ej_fail_with(j_common_ptr cinfo, ej_status status, const char *messa
 
 struct ej_decoder {
     ej_guard guard;  // first: client_data points here
+    int fail_on;        // an ej_fail_on: warnings this severe or worse fail
+    int warnings;       // warnings accepted under fail_on
+    char first_warning[JMSG_LENGTH_MAX];
     struct jpeg_decompress_struct cinfo;
     struct jpeg_error_mgr jerr;
     struct jpeg_progress_mgr progress;
@@ -112,14 +135,32 @@ static void ej_progress_monitor(j_common_ptr cinfo) {
     ej_check_limits(dec);
 }
 
-ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans, long max_memory) {
+// A decoder warning fails when the decoder's fail_on is sensitive enough for it; otherwise
+// libjpeg goes on (repairing what it can) and the warning is counted for the caller.
+static void ej_decoder_emit_message(j_common_ptr cinfo, int level) {
+    if (level >= 0) return;  // trace messages
+    ej_decoder *dec = (ej_decoder *)cinfo->client_data;
+    if (dec->fail_on >= ej_warning_threshold(cinfo->err->msg_code, cinfo->err->msg_parm.i[1]))
+        ej_fail(cinfo, cinfo->err->msg_code == JWRN_JPEG_EOF ? EJ_ERR_TRUNCATED : EJ_ERR_CORRUPT);
+    if (dec->warnings++ == 0) (*cinfo->err->format_message)(cinfo, dec->first_warning);
+    // A real file has a few; thousands are a fuzzed one making libjpeg resync over and over,
+    // which costs seconds of CPU whatever the level says.
+    if (dec->warnings > EJ_MAX_WARNINGS) {
+        char text[96];
+        snprintf(text, sizeof text, "more than %d damaged places in the data", EJ_MAX_WARNINGS);
+        ej_fail_with(cinfo, EJ_ERR_CORRUPT, text);
+    }
+}
+
+ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans, long max_memory, int fail_on) {
     ej_decoder *dec = calloc(1, sizeof *dec);
     if (dec == NULL) return NULL;
     dec->cancel = cancel_flag;
     dec->max_scans = max_scans;
+    dec->fail_on = fail_on;
     dec->cinfo.err = jpeg_std_error(&dec->jerr);
     dec->jerr.error_exit = ej_error_exit;
-    dec->jerr.emit_message = ej_emit_message;
+    dec->jerr.emit_message = ej_decoder_emit_message;
     if (setjmp(dec->guard.jump)) {
         free(dec);
         return NULL;
@@ -131,6 +172,11 @@ ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans, long ma
     dec->progress.progress_monitor = ej_progress_monitor;
     dec->cinfo.progress = &dec->progress;
     return dec;
+}
+
+int ej_decoder_warnings(const ej_decoder *dec, const char **first) {
+    if (first != NULL) *first = dec->warnings > 0 ? dec->first_warning : NULL;
+    return dec->warnings;
 }
 
 void ej_decoder_destroy(ej_decoder *dec) {

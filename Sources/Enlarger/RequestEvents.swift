@@ -6,8 +6,10 @@ public enum RequestEvent: Sendable, Equatable {
     case accepted
     /// A worker began the request; `attempt` grows when it is retried on another worker.
     case started(attempt: Int)
-    /// A fast approximation at the requested size. The last event when the delivery is
-    /// `.degraded`; otherwise a `.final` follows.
+    /// A fast approximation with the final's crop, orientation and aspect ratio, but smaller:
+    /// half the final size, or the embedded thumbnail's size when that is smaller (its
+    /// `width` and `height` say which); show it scaled up until the final arrives. The last
+    /// event when the delivery is `.degraded`; otherwise a `.final` follows.
     case degraded(EncodedImage)
     /// The high-quality result; always the last event.
     case final(EncodedImage)

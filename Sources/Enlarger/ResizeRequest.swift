@@ -53,6 +53,12 @@ public struct ResizeRequest: Sendable {
         case .jpeg: .jpeg
         case .pnm: .pnm
         }
+        submit.spec.failOn = switch options.failOn {
+        case .none: .none
+        case .truncated: .truncated
+        case .error: .default
+        case .warning: .warning
+        }
         submit.delivery = switch delivery {
         case .progressive: .progressive
         case .final: .final

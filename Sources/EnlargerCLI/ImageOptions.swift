@@ -5,6 +5,7 @@ import Imaging
 extension Fit: ExpressibleByArgument {}
 extension OutputFormat: ExpressibleByArgument {}
 extension Delivery: ExpressibleByArgument {}
+extension FailOn: ExpressibleByArgument {}
 
 enum Chroma: String, ExpressibleByArgument, CaseIterable {
     case c420 = "420", c444 = "444"
@@ -39,13 +40,20 @@ struct ImageOptions: ParsableArguments {
     @Option(help: "Output format: jpeg, or pnm (binary PGM/PPM: lossless pixels).")
     var format: OutputFormat = .jpeg
 
+    @Option(help: ArgumentHelp(
+        "Which damage in the input fails it, least sensitive first: none; truncated (data that ends early); "
+            + "error (also damaged image data; the default: stray bytes before a marker, which lose no pixels, "
+            + "are accepted); warning (every decoder warning).",
+        valueName: "level"))
+    var failOn: FailOn = .error
+
     func validate() throws {
         do { try resizeOptions.validate() } catch { throw ValidationError(error.message) }
     }
 
     var resizeOptions: ResizeOptions {
         ResizeOptions(width: width, height: height, fit: fit, enlarge: enlarge, quality: quality,
-                      progressive: progressive, chroma444: chroma == .c444, format: format)
+                      progressive: progressive, chroma444: chroma == .c444, format: format, failOn: failOn)
     }
 }
 

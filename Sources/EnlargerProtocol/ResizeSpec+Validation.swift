@@ -27,6 +27,7 @@ extension Enlarger_V1_ResizeSpec {
         if case .UNRECOGNIZED(let value) = fit { throw InvalidArgumentError("unknown fit \(value)") }
         if case .UNRECOGNIZED(let value) = chroma { throw InvalidArgumentError("unknown chroma \(value)") }
         if case .UNRECOGNIZED(let value) = format { throw InvalidArgumentError("unknown format \(value)") }
+        if case .UNRECOGNIZED(let value) = failOn { throw InvalidArgumentError("unknown fail_on \(value)") }
     }
 
     /// The JPEG quality to encode with: `quality`, or 80 when it is 0.

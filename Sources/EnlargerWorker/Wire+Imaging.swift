@@ -27,11 +27,19 @@ extension ResizeOptions {
         case .yuv444: chroma444 = true
         case .UNRECOGNIZED(let value): throw ImagingError(.invalidArgument, "unknown chroma \(value)")
         }
+        let failOn: FailOn
+        switch spec.failOn {
+        case .default, .error: failOn = .error
+        case .none: failOn = .none
+        case .truncated: failOn = .truncated
+        case .warning: failOn = .warning
+        case .UNRECOGNIZED(let value): throw ImagingError(.invalidArgument, "unknown fail_on \(value)")
+        }
         self.init(
             width: spec.width == 0 ? nil : Int(spec.width),
             height: spec.height == 0 ? nil : Int(spec.height),
             fit: fit, enlarge: spec.enlarge, quality: Int(spec.effectiveQuality),
-            progressive: spec.progressive, chroma444: chroma444, format: format)
+            progressive: spec.progressive, chroma444: chroma444, format: format, failOn: failOn)
     }
 }
 

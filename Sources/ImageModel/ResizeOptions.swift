@@ -21,6 +21,26 @@ public enum OutputFormat: String, Sendable, CaseIterable {
     }
 }
 
+/// Which damage in the input fails a decode, least sensitive first; each level fails on what
+/// the ones before it fail on and more. Fatal errors fail at every level, and the limits are
+/// checked from the header whatever the level.
+public enum FailOn: String, Sendable, CaseIterable, Comparable {
+    /// No warning fails: damaged parts decode as the decoder repairs them (grey or garbled).
+    case none
+    /// Data that ends early fails (`truncated`).
+    case truncated
+    /// Also damaged entropy-coded data and the like (`corrupt`); warnings that lose no pixels
+    /// (stray bytes before a marker between segments, an unknown JFIF revision, a damaged ICC
+    /// chunk) are accepted. The default.
+    case error
+    /// Every warning fails (`corrupt`), also those that lose no pixels.
+    case warning
+
+    public static func < (lhs: FailOn, rhs: FailOn) -> Bool {
+        allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
+    }
+}
+
 /// What the caller asks for. A nil axis is unconstrained; at least one must be given.
 public struct ResizeOptions: Sendable, Equatable {
     /// The largest target accepted on either axis.
@@ -37,9 +57,12 @@ public struct ResizeOptions: Sendable, Equatable {
     /// 4:4:4 chroma instead of the default 4:2:0.
     public var chroma444 = false
     public var format: OutputFormat = .jpeg
+    /// Which damage in the input fails the decode.
+    public var failOn: FailOn = .error
 
     public init(width: Int? = nil, height: Int? = nil, fit: Fit = .inside, enlarge: Bool = false,
-                quality: Int = 80, progressive: Bool = false, chroma444: Bool = false, format: OutputFormat = .jpeg) {
+                quality: Int = 80, progressive: Bool = false, chroma444: Bool = false, format: OutputFormat = .jpeg,
+                failOn: FailOn = .error) {
         self.width = width
         self.height = height
         self.fit = fit
@@ -48,6 +71,7 @@ public struct ResizeOptions: Sendable, Equatable {
         self.progressive = progressive
         self.chroma444 = chroma444
         self.format = format
+        self.failOn = failOn
     }
 
     /// Throws `.invalidArgument` with a message naming the offending value.

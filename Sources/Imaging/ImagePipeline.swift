@@ -63,7 +63,7 @@ public struct ImagePipeline: Sendable {
     /// stay valid until the prepared resize has run (or been dropped).
     public func prepare(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery = .final,
                         cancel: CancellationFlag? = nil) throws(ImagingError) -> PreparedResize {
-        let decoder = try JPEGDecoder(data: input, limits: limits, cancel: cancel)
+        let decoder = try JPEGDecoder(data: input, limits: limits, cancel: cancel, failOn: options.failOn)
         let header = decoder.header
         let plan = try ResizePlan.make(sourceWidth: header.width, sourceHeight: header.height,
                                        orientation: header.orientation, options: options, headroom: headroom)
@@ -243,9 +243,10 @@ extension ImagePipeline {
         }
     }
 
-    /// Reads only the header (and EXIF) of a JPEG, checking the limits.
-    public func header(of input: UnsafeRawBufferPointer) throws(ImagingError) -> JPEGHeader {
-        try JPEGDecoder(data: input, limits: limits, cancel: nil).header
+    /// Reads only the header (and EXIF) of a JPEG, checking the limits; damage in the header
+    /// fails as `failOn` says.
+    public func header(of input: UnsafeRawBufferPointer, failOn: FailOn = .error) throws(ImagingError) -> JPEGHeader {
+        try JPEGDecoder(data: input, limits: limits, cancel: nil, failOn: failOn).header
     }
 }
 

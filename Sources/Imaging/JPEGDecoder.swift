@@ -47,11 +47,19 @@ final class JPEGDecoder {
 
     /// Checks the cheap limits, then parses the header and checks the pixel limit, all
     /// before libjpeg allocates anything proportional to the image.
-    init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?) throws(ImagingError) {
+    init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?,
+         failOn: FailOn = .warning) throws(ImagingError) {
         try JPEGDecoder.sniff(data, limits: limits)
         // libjpeg's whole-image buffers are one more large buffer: the per-buffer cap bounds them too.
         let memoryLimit = min(limits.maxDecoderMemory, limits.maxBufferBytes)
-        guard let handle = ej_decoder_create(cancel?.storage, Int32(clamping: limits.maxScans), memoryLimit) else {
+        let level: ej_fail_on = switch failOn {
+        case .none: EJ_FAIL_ON_NONE
+        case .truncated: EJ_FAIL_ON_TRUNCATED
+        case .error: EJ_FAIL_ON_ERROR
+        case .warning: EJ_FAIL_ON_WARNING
+        }
+        guard let handle = ej_decoder_create(cancel?.storage, Int32(clamping: limits.maxScans), memoryLimit,
+                                             Int32(level.rawValue)) else {
             throw ImagingError(.tooLarge, "out of memory creating a decoder")
         }
         self.handle = handle

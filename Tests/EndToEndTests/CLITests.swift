@@ -319,6 +319,19 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(status.totals.finished, 0)
     }
 
+    func testFailOnChoosesWhichDamageFails() throws {
+        let junk = Corpus.root.appendingPathComponent("bad/pillow_junk_jpeg_header.jpg").path
+        let out = try temporaryDirectory().path
+        let accepted = try run(["resize", junk, "--width", "64", "--out", out])
+        XCTAssertEqual(accepted.status, 0, accepted.stderr)
+        let strict = try run(["resize", junk, "--width", "64", "--out", out, "--fail-on", "warning"])
+        XCTAssertNotEqual(strict.status, 0)
+        XCTAssert(strict.stderr.contains("corrupt"), strict.stderr)
+        let wrong = try run(["resize", junk, "--width", "64", "--out", out, "--fail-on", "sometimes"])
+        XCTAssertNotEqual(wrong.status, 0)
+        XCTAssert(wrong.stderr.contains("none, truncated, error, warning") || wrong.stderr.contains("fail-on"), wrong.stderr)
+    }
+
     // MARK: - Operators
 
     /// `serve` with its metrics port from the environment: health checks pass, the broker's

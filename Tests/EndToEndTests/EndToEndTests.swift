@@ -57,6 +57,27 @@ final class EndToEndTests: XCTestCase {
         await client.close()
     }
 
+    /// `fail_on` travels in the Submit and reaches the worker's decoder.
+    func testTheDecodePolicyTravelsWithTheRequest() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(1, client: client)
+        let junk = try Corpus.bad("pillow_junk_jpeg_header.jpg")
+        let image = try await client.resize(junk, options: ResizeOptions(width: 64))
+        XCTAssertEqual(image.width, 64)
+        do {
+            _ = try await client.resize(junk, options: ResizeOptions(width: 64, failOn: .warning))
+            XCTFail("decoded under fail_on=warning")
+        } catch {
+            guard case .failed(.corrupt, _) = error else { return XCTFail("\(error)") }
+        }
+        let truncated = try Corpus.bad("sharp_truncated.jpg")
+        let repaired = try await client.resize(truncated, options: ResizeOptions(width: 64, failOn: .none))
+        XCTAssertEqual(repaired.width, 64)
+        await client.close()
+    }
+
     func testDeliveryModesAndFailures() async throws {
         let cluster = try Cluster(self)
         try cluster.startThreadWorkers(1, concurrency: 2)

@@ -91,6 +91,8 @@ final class CorpusTests: XCTestCase {
     /// intact first progressive scans): such a request succeeds without reading the damage.
     static let intactPreviews: Set<String> = ["exifsamples_corrupted.jpg", "pillow_truncated_jpeg.jpg"]
 
+    /// Under the corpus's strict expectation, `fail_on` warning (DecodePolicyTests covers the
+    /// other levels).
     func testEveryBadFileIsRefusedWithItsCode() throws {
         let entries = Corpus.manifest("bad")
         XCTAssertEqual(Set(entries.map(\.file)), Set(Self.expectedRejections.keys))
@@ -99,7 +101,8 @@ final class CorpusTests: XCTestCase {
             for delivery in Delivery.allCases where !(delivery == .degraded && Self.intactPreviews.contains(entry.file)) {
                 var finals = 0
                 do {
-                    try ImagePipeline().run(bytes, options: ResizeOptions(width: 300), delivery: delivery) { result in
+                    try ImagePipeline().run(bytes, options: ResizeOptions(width: 300, failOn: .warning),
+                                            delivery: delivery) { result in
                         if result.isTerminal { finals += 1 }
                     }
                     XCTFail("\(entry.file) decoded (\(delivery))")

@@ -99,6 +99,13 @@ final class DecoderTests: XCTestCase {
             let a = Double(results[0].image.width) / Double(results[0].image.height)
             let b = Double(results[1].image.width) / Double(results[1].image.height)
             XCTAssertEqual(a, b, accuracy: 0.05 * b, file)
+            // The contract (common.proto, STAGE_DEGRADED): half the final size from a decode,
+            // the thumbnail's own size (never above the final's) from an embedded thumbnail.
+            if source != .exifThumbnail {
+                func half(_ n: Int) -> Int { max(1, Int((Double(n) * ImagePipeline.degradedScale).rounded())) }
+                XCTAssertEqual(results[0].image.width, half(results[1].image.width), file)
+                XCTAssertEqual(results[0].image.height, half(results[1].image.height), file)
+            }
 
             var only: [StageResult] = []
             try ImagePipeline().run(try Corpus.bytes("good", file), options: .init(width: 720, height: 588), delivery: .degraded) {

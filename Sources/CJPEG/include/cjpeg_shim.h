@@ -1,7 +1,8 @@
 // A setjmp-guarded wrapper around libjpeg-turbo. libjpeg reports errors by longjmp from its
 // error handler, which Swift cannot survive, so every libjpeg call happens inside this file
 // behind a setjmp and comes back as an `ej_status`. Warnings (truncated or corrupt data that
-// libjpeg would fill with grey) are turned into errors here too.
+// libjpeg would fill with grey) are turned into errors here too, as far as the decoder's
+// `ej_fail_on` says.
 #ifndef ENLARGER_CJPEG_SHIM_H
 #define ENLARGER_CJPEG_SHIM_H
 
@@ -46,6 +47,22 @@ typedef struct {
     size_t exif_length;      // valid while the decoder lives
 } ej_info;
 
+/// Which libjpeg warnings fail a decode, least sensitive first; each level fails on what the
+/// ones before it fail on and more. NONE: no warning. TRUNCATED: data that ends early.
+/// ERROR: also damaged entropy-coded data and the like. WARNING: every warning, also those
+/// that lose nothing (stray bytes before a marker between segments, an unknown JFIF
+/// revision, a damaged ICC chunk). Errors fail at every level.
+typedef enum {
+    EJ_FAIL_ON_NONE = 0,
+    EJ_FAIL_ON_TRUNCATED = 1,
+    EJ_FAIL_ON_ERROR = 2,
+    EJ_FAIL_ON_WARNING = 3,
+} ej_fail_on;
+
+/// The least sensitive ej_fail_on that fails on libjpeg warning `msg_code`; `marker` is its
+/// second parameter (the marker that followed, for JWRN_EXTRANEOUS_DATA).
+int ej_warning_threshold(int msg_code, int marker);
+
 /// Opaque decoder state (a jpeg_decompress_struct plus its jmp_buf and scratch rows).
 typedef struct ej_decoder ej_decoder;
 
@@ -53,7 +70,11 @@ typedef struct ej_decoder ej_decoder;
 /// `max_scans` bounds the number of scans of a multi-scan file (0 = no bound).
 /// `max_memory` bounds libjpeg's whole-image buffers (a progressive file's coefficients);
 /// beyond it decoding fails with EJ_ERR_NO_MEMORY (0 = no bound).
-ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans, long max_memory);
+/// `fail_on` (an ej_fail_on) says which warnings fail; the others are counted.
+ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans, long max_memory, int fail_on);
+/// Warnings accepted so far under the decoder's fail_on, and the first one's text (NULL if
+/// none), valid while the decoder lives.
+int ej_decoder_warnings(const ej_decoder *dec, const char **first);
 void ej_decoder_destroy(ej_decoder *dec);
 
 /// Parses the markers up to the first scan. `data` must outlive the decoder.

@@ -193,8 +193,8 @@ public nonisolated enum Enlarger_V1_Delivery: SwiftProtobuf.Enum, Swift.CaseIter
   /// Exactly one FINAL result, which is terminal.
   case final // = 1
 
-  /// Exactly one DEGRADED result, which is terminal: a fast approximation at the requested
-  /// size, never followed by a final one.
+  /// Exactly one DEGRADED result, which is terminal: a fast approximation (see
+  /// STAGE_DEGRADED for its size), never followed by a final one.
   case degraded // = 2
   case UNRECOGNIZED(Int)
 
@@ -237,7 +237,11 @@ public nonisolated enum Enlarger_V1_Stage: SwiftProtobuf.Enum, Swift.CaseIterabl
   case unspecified // = 0
 
   /// A fast approximation (an embedded thumbnail, the first scans of a progressive JPEG or
-  /// a cheaply filtered decode), already at the requested output size and format.
+  /// a cheaply filtered decode), in the requested format and with the final result's
+  /// orientation, crop and aspect ratio, but smaller: half the final size (rounded, at least
+  /// 1 px) when made from the decoded image, or the embedded thumbnail's own size when that is
+  /// smaller than the final, never larger than the final. Result.width and Result.height
+  /// give its size; a client shows it scaled up to the final's size until the final arrives.
   case degraded // = 1
 
   /// The high-quality rendition.
@@ -271,6 +275,65 @@ public nonisolated enum Enlarger_V1_Stage: SwiftProtobuf.Enum, Swift.CaseIterabl
     .unspecified,
     .degraded,
     .final,
+  ]
+
+}
+
+/// The decode policy: which of the decoder's warnings about damaged input fail the request,
+/// least sensitive first. Each level fails on what the ones before it fail on, and more.
+public nonisolated enum Enlarger_V1_FailOn: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+
+  /// FAIL_ON_ERROR.
+  case `default` // = 0
+
+  /// No warning fails: damaged parts decode as the decoder repairs them (grey or garbled).
+  case none // = 1
+
+  /// Data that ends early fails (TRUNCATED).
+  case truncated // = 2
+
+  /// Also damaged entropy-coded data and the like (CORRUPT). Warnings that lose no pixels,
+  /// such as stray bytes before a marker between segments, are accepted.
+  case error // = 3
+
+  /// Every warning fails, also those that lose no pixels (CORRUPT).
+  case warning // = 4
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .default
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .default
+    case 1: self = .none
+    case 2: self = .truncated
+    case 3: self = .error
+    case 4: self = .warning
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .default: return 0
+    case .none: return 1
+    case .truncated: return 2
+    case .error: return 3
+    case .warning: return 4
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Enlarger_V1_FailOn] = [
+    .default,
+    .none,
+    .truncated,
+    .error,
+    .warning,
   ]
 
 }
@@ -460,6 +523,10 @@ public nonisolated struct Enlarger_V1_ResizeSpec: Sendable {
 
   public var format: Enlarger_V1_ImageFormat = .jpeg
 
+  /// Which damage in the input fails the request (see FailOn); fatal errors always do, and
+  /// the limits are checked from the header whatever this says.
+  public var failOn: Enlarger_V1_FailOn = .default
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -506,13 +573,17 @@ nonisolated extension Enlarger_V1_Stage: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0STAGE_UNSPECIFIED\0\u{1}STAGE_DEGRADED\0\u{1}STAGE_FINAL\0")
 }
 
+nonisolated extension Enlarger_V1_FailOn: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0FAIL_ON_DEFAULT\0\u{1}FAIL_ON_NONE\0\u{1}FAIL_ON_TRUNCATED\0\u{1}FAIL_ON_ERROR\0\u{1}FAIL_ON_WARNING\0")
+}
+
 nonisolated extension Enlarger_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0")
 }
 
 nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ResizeSpec"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}width\0\u{1}height\0\u{1}fit\0\u{1}enlarge\0\u{1}quality\0\u{1}progressive\0\u{1}chroma\0\u{1}format\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}width\0\u{1}height\0\u{1}fit\0\u{1}enlarge\0\u{1}quality\0\u{1}progressive\0\u{1}chroma\0\u{1}format\0\u{3}fail_on\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -528,6 +599,7 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
       case 6: try { try decoder.decodeSingularBoolField(value: &self.progressive) }()
       case 7: try { try decoder.decodeSingularEnumField(value: &self.chroma) }()
       case 8: try { try decoder.decodeSingularEnumField(value: &self.format) }()
+      case 9: try { try decoder.decodeSingularEnumField(value: &self.failOn) }()
       default: break
       }
     }
@@ -558,6 +630,9 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
     if self.format != .jpeg {
       try visitor.visitSingularEnumField(value: self.format, fieldNumber: 8)
     }
+    if self.failOn != .default {
+      try visitor.visitSingularEnumField(value: self.failOn, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -570,6 +645,7 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
     if lhs.progressive != rhs.progressive {return false}
     if lhs.chroma != rhs.chroma {return false}
     if lhs.format != rhs.format {return false}
+    if lhs.failOn != rhs.failOn {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

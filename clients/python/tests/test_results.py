@@ -95,6 +95,20 @@ class ResultsTest(unittest.TestCase):
                 self.assertIn(events[-1].code, codes, events[-1])
                 self.assertTrue(events[-1].message)
 
+    def test_fail_on_chooses_which_damage_fails(self):
+        junk = corpus("pillow_junk_jpeg_header.jpg", bad=True)
+        final = self.client.submit(junk, width=64, degraded=False).result(timeout=30)
+        self.assertEqual(final.width, 64)
+        events = collect(self.client.submit(junk, width=64, fail_on="warning"))
+        check_life(self, events)
+        self.assertIsInstance(events[-1], enlarger.Failed, events)
+        self.assertEqual(events[-1].code, enlarger.ErrorCode.CORRUPT)
+        truncated = corpus("sharp_truncated.jpg", bad=True)
+        repaired = self.client.submit(truncated, width=64, fail_on=enlarger.FailOn.NONE, degraded=False)
+        self.assertEqual(repaired.result(timeout=30).width, 64)
+        with self.assertRaises(enlarger.InvalidArgumentError):
+            self.client.submit(junk, width=64, fail_on="sometimes")
+
     def test_status_counts_every_request(self):
         def settled(status):
             return status.queue_depth == 0 and status.in_flight == 0

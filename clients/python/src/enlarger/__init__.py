@@ -11,7 +11,7 @@ a request yields.
 """
 
 from .client import Client
-from .codes import CancelOutcome, Chroma, Delivery, ErrorCode, Fit, ImageFormat
+from .codes import CancelOutcome, Chroma, Delivery, ErrorCode, FailOn, Fit, ImageFormat
 from .errors import (BrokerLostError, BrokerUnreachableError, CallFailedError, ClientClosedError,
                      DuplicateRequestIdError, EnlargerError, InputTooLargeError, InvalidArgumentError,
                      InvalidRequestIdError, KeyFileError, RequestError)
@@ -25,7 +25,7 @@ __all__ = [
     "Client", "Request",
     "Event", "Accepted", "Started", "Result", "Degraded", "Final", "Failed", "Rejected", "Cancelled",
     "BrokerStatus", "WorkerStatus", "Totals",
-    "ErrorCode", "Fit", "Chroma", "ImageFormat", "Delivery", "CancelOutcome",
+    "ErrorCode", "Fit", "Chroma", "ImageFormat", "FailOn", "Delivery", "CancelOutcome",
     "EnlargerError", "InvalidArgumentError", "InvalidRequestIdError", "InputTooLargeError",
     "DuplicateRequestIdError", "KeyFileError", "CallFailedError", "BrokerUnreachableError",
     "BrokerLostError", "ClientClosedError", "RequestError",

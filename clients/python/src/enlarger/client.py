@@ -15,7 +15,7 @@ import zmq
 from . import wire
 from ._loop import _Loop, _Shared, new_future
 from ._proto import client_pb2
-from .codes import CancelOutcome, Chroma, Delivery, Fit, ImageFormat
+from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, ImageFormat
 from .core import ClientCore, Configuration
 from .errors import InputTooLargeError, InvalidArgumentError
 from .events import BrokerStatus
@@ -131,8 +131,8 @@ class Client:
     def submit(self, image: bytes | bytearray | memoryview, *, width: int | None = None,
                height: int | None = None, fit: Fit | str = Fit.INSIDE, enlarge: bool = False,
                quality: int | None = None, progressive: bool = False, chroma: Chroma | str = Chroma.YUV420,
-               format: ImageFormat | str = ImageFormat.JPEG, degraded: bool = True,
-               delivery: Delivery | str | None = None, request_id: str | None = None,
+               format: ImageFormat | str = ImageFormat.JPEG, fail_on: FailOn | str = FailOn.ERROR,
+               degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
                timeout: float | None = None) -> Request:
         """Submits one JPEG and returns its `Request`, an iterator of events.
 
@@ -141,6 +141,8 @@ class Client:
         - `fit`: inside (default), cover or fill. `enlarge`: allow scaling up.
         - `quality` 1 to 100 (None: the worker's default, 80); `progressive`, `chroma` ("420"
           or "444"): JPEG output settings. `format`: jpeg or pnm.
+        - `fail_on`: which damage in the input fails the request: none, truncated, error
+          (default: damaged data fails, stray bytes that lose no pixels do not) or warning.
         - `degraded`: True for a quick degraded result before the final one (when the worker
           has one cheaper than the final), False for the final only. `delivery`, when given,
           wins: `Delivery.DEGRADED` asks for one degraded result, which is terminal.
@@ -160,7 +162,8 @@ class Client:
         # A copy of mutable buffers: the caller may reuse them while the I/O thread sends.
         data = image if isinstance(image, bytes) else bytes(image)
         submit = self._build_submit(width=width, height=height, fit=fit, enlarge=enlarge, quality=quality,
-                                    progressive=progressive, chroma=chroma, format=format, degraded=degraded,
+                                    progressive=progressive, chroma=chroma, format=format, fail_on=fail_on,
+                                    degraded=degraded,
                                     delivery=delivery, request_id=request_id, timeout=timeout)
         limit = self.max_input_bytes
         if len(data) > limit:
@@ -215,8 +218,8 @@ class Client:
     # -- Validation -----------------------------------------------------------------------
 
     @staticmethod
-    def _build_submit(*, width, height, fit, enlarge, quality, progressive, chroma, format, degraded,
-                      delivery, request_id, timeout) -> client_pb2.Submit:
+    def _build_submit(*, width, height, fit, enlarge, quality, progressive, chroma, format, fail_on=FailOn.ERROR,
+                      degraded, delivery, request_id, timeout) -> client_pb2.Submit:
         submit = client_pb2.Submit()
         submit.request_id = wire.check_request_id(str(uuid.uuid4()) if request_id is None else request_id)
         spec = submit.spec
@@ -237,6 +240,7 @@ class Client:
         spec.progressive = _flag(progressive, "progressive")
         spec.chroma = _member(Chroma, chroma, "chroma").wire
         spec.format = _member(ImageFormat, format, "format").wire
+        spec.fail_on = _member(FailOn, fail_on, "fail_on").wire
         if delivery is None:
             delivery = Delivery.PROGRESSIVE if _flag(degraded, "degraded") else Delivery.FINAL
         submit.delivery = _member(Delivery, delivery, "delivery").wire

@@ -95,6 +95,25 @@ class Chroma(str, enum.Enum):
         return common_pb2.CHROMA_YUV444 if self is Chroma.YUV444 else common_pb2.CHROMA_YUV420
 
 
+class FailOn(str, enum.Enum):
+    """Which damage in the input fails the request, least sensitive first; each level fails
+    on what the ones before it fail on, and more. Fatal errors always fail."""
+
+    #: No warning fails: damaged parts decode as the decoder repairs them.
+    NONE = "none"
+    #: Data that ends early fails (TRUNCATED).
+    TRUNCATED = "truncated"
+    #: Also damaged image data (CORRUPT); stray bytes that lose no pixels are accepted. Default.
+    ERROR = "error"
+    #: Every decoder warning fails.
+    WARNING = "warning"
+
+    @property
+    def wire(self) -> int:
+        return {FailOn.NONE: common_pb2.FAIL_ON_NONE, FailOn.TRUNCATED: common_pb2.FAIL_ON_TRUNCATED,
+                FailOn.ERROR: common_pb2.FAIL_ON_DEFAULT, FailOn.WARNING: common_pb2.FAIL_ON_WARNING}[self]
+
+
 class ImageFormat(str, enum.Enum):
     """Encoding of an output image."""
 

@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65nlarger/v1/common.proto\x12\x0b\x65nlarger.v1\"\xd0\x01\n\nResizeSpec\x12\r\n\x05width\x18\x01 \x01(\r\x12\x0e\n\x06height\x18\x02 \x01(\r\x12\x1d\n\x03\x66it\x18\x03 \x01(\x0e\x32\x10.enlarger.v1.Fit\x12\x0f\n\x07\x65nlarge\x18\x04 \x01(\x08\x12\x0f\n\x07quality\x18\x05 \x01(\r\x12\x13\n\x0bprogressive\x18\x06 \x01(\x08\x12#\n\x06\x63hroma\x18\x07 \x01(\x0e\x32\x13.enlarger.v1.Chroma\x12(\n\x06\x66ormat\x18\x08 \x01(\x0e\x32\x18.enlarger.v1.ImageFormat\">\n\x05\x45rror\x12$\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x16.enlarger.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t*2\n\x03\x46it\x12\x0e\n\nFIT_INSIDE\x10\x00\x12\r\n\tFIT_COVER\x10\x01\x12\x0c\n\x08\x46IT_FILL\x10\x02*.\n\x06\x43hroma\x12\x11\n\rCHROMA_YUV420\x10\x00\x12\x11\n\rCHROMA_YUV444\x10\x01*:\n\x0bImageFormat\x12\x15\n\x11IMAGE_FORMAT_JPEG\x10\x00\x12\x14\n\x10IMAGE_FORMAT_PNM\x10\x01*O\n\x08\x44\x65livery\x12\x18\n\x14\x44\x45LIVERY_PROGRESSIVE\x10\x00\x12\x12\n\x0e\x44\x45LIVERY_FINAL\x10\x01\x12\x15\n\x11\x44\x45LIVERY_DEGRADED\x10\x02*C\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTAGE_DEGRADED\x10\x01\x12\x0f\n\x0bSTAGE_FINAL\x10\x02*\xbd\x04\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45RROR_CODE_DUPLICATE_ID\x10\x01\x12\x1a\n\x16\x45RROR_CODE_WORKER_LOST\x10\x02\x12\x19\n\x15\x45RROR_CODE_OVERLOADED\x10\x03\x12\x18\n\x14\x45RROR_CODE_MALFORMED\x10\x04\x12\x1f\n\x1b\x45RROR_CODE_INVALID_ARGUMENT\x10\x05\x12\x17\n\x13\x45RROR_CODE_NOT_JPEG\x10\x06\x12\x14\n\x10\x45RROR_CODE_EMPTY\x10\x07\x12\x18\n\x14\x45RROR_CODE_TRUNCATED\x10\x08\x12\x16\n\x12\x45RROR_CODE_CORRUPT\x10\t\x12\x1a\n\x16\x45RROR_CODE_UNSUPPORTED\x10\n\x12\x18\n\x14\x45RROR_CODE_TOO_LARGE\x10\x0b\x12\x1d\n\x19\x45RROR_CODE_TOO_MANY_SCANS\x10\x0c\x12\x1c\n\x18\x45RROR_CODE_ENCODE_FAILED\x10\r\x12\x17\n\x13\x45RROR_CODE_INTERNAL\x10\x0e\x12\x1e\n\x1a\x45RROR_CODE_BROKER_SHUTDOWN\x10\x0f\x12 \n\x1c\x45RROR_CODE_DEADLINE_EXCEEDED\x10\x10\x12\x1c\n\x18\x45RROR_CODE_CLIENT_SILENT\x10\x11\x12\x1b\n\x17\x45RROR_CODE_REQUEST_LOST\x10\x12\x12\x1b\n\x17\x45RROR_CODE_UNAUTHORIZED\x10\x13\x42y\n\x0f\x64\x65v.enlarger.v1B\x0b\x43ommonProtoP\x01Z&enlarger/gen/go/enlarger/v1;enlargerv1\xa2\x02\x03\x45LG\xaa\x02\x0b\x45nlarger.V1\xca\x02\x0b\x45nlarger\\V1\xea\x02\x0c\x45nlarger::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65nlarger/v1/common.proto\x12\x0b\x65nlarger.v1\"\xf6\x01\n\nResizeSpec\x12\r\n\x05width\x18\x01 \x01(\r\x12\x0e\n\x06height\x18\x02 \x01(\r\x12\x1d\n\x03\x66it\x18\x03 \x01(\x0e\x32\x10.enlarger.v1.Fit\x12\x0f\n\x07\x65nlarge\x18\x04 \x01(\x08\x12\x0f\n\x07quality\x18\x05 \x01(\r\x12\x13\n\x0bprogressive\x18\x06 \x01(\x08\x12#\n\x06\x63hroma\x18\x07 \x01(\x0e\x32\x13.enlarger.v1.Chroma\x12(\n\x06\x66ormat\x18\x08 \x01(\x0e\x32\x18.enlarger.v1.ImageFormat\x12$\n\x07\x66\x61il_on\x18\t \x01(\x0e\x32\x13.enlarger.v1.FailOn\">\n\x05\x45rror\x12$\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x16.enlarger.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t*2\n\x03\x46it\x12\x0e\n\nFIT_INSIDE\x10\x00\x12\r\n\tFIT_COVER\x10\x01\x12\x0c\n\x08\x46IT_FILL\x10\x02*.\n\x06\x43hroma\x12\x11\n\rCHROMA_YUV420\x10\x00\x12\x11\n\rCHROMA_YUV444\x10\x01*:\n\x0bImageFormat\x12\x15\n\x11IMAGE_FORMAT_JPEG\x10\x00\x12\x14\n\x10IMAGE_FORMAT_PNM\x10\x01*O\n\x08\x44\x65livery\x12\x18\n\x14\x44\x45LIVERY_PROGRESSIVE\x10\x00\x12\x12\n\x0e\x44\x45LIVERY_FINAL\x10\x01\x12\x15\n\x11\x44\x45LIVERY_DEGRADED\x10\x02*C\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTAGE_DEGRADED\x10\x01\x12\x0f\n\x0bSTAGE_FINAL\x10\x02*n\n\x06\x46\x61ilOn\x12\x13\n\x0f\x46\x41IL_ON_DEFAULT\x10\x00\x12\x10\n\x0c\x46\x41IL_ON_NONE\x10\x01\x12\x15\n\x11\x46\x41IL_ON_TRUNCATED\x10\x02\x12\x11\n\rFAIL_ON_ERROR\x10\x03\x12\x13\n\x0f\x46\x41IL_ON_WARNING\x10\x04*\xbd\x04\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45RROR_CODE_DUPLICATE_ID\x10\x01\x12\x1a\n\x16\x45RROR_CODE_WORKER_LOST\x10\x02\x12\x19\n\x15\x45RROR_CODE_OVERLOADED\x10\x03\x12\x18\n\x14\x45RROR_CODE_MALFORMED\x10\x04\x12\x1f\n\x1b\x45RROR_CODE_INVALID_ARGUMENT\x10\x05\x12\x17\n\x13\x45RROR_CODE_NOT_JPEG\x10\x06\x12\x14\n\x10\x45RROR_CODE_EMPTY\x10\x07\x12\x18\n\x14\x45RROR_CODE_TRUNCATED\x10\x08\x12\x16\n\x12\x45RROR_CODE_CORRUPT\x10\t\x12\x1a\n\x16\x45RROR_CODE_UNSUPPORTED\x10\n\x12\x18\n\x14\x45RROR_CODE_TOO_LARGE\x10\x0b\x12\x1d\n\x19\x45RROR_CODE_TOO_MANY_SCANS\x10\x0c\x12\x1c\n\x18\x45RROR_CODE_ENCODE_FAILED\x10\r\x12\x17\n\x13\x45RROR_CODE_INTERNAL\x10\x0e\x12\x1e\n\x1a\x45RROR_CODE_BROKER_SHUTDOWN\x10\x0f\x12 \n\x1c\x45RROR_CODE_DEADLINE_EXCEEDED\x10\x10\x12\x1c\n\x18\x45RROR_CODE_CLIENT_SILENT\x10\x11\x12\x1b\n\x17\x45RROR_CODE_REQUEST_LOST\x10\x12\x12\x1b\n\x17\x45RROR_CODE_UNAUTHORIZED\x10\x13\x42y\n\x0f\x64\x65v.enlarger.v1B\x0b\x43ommonProtoP\x01Z&enlarger/gen/go/enlarger/v1;enlargerv1\xa2\x02\x03\x45LG\xaa\x02\x0b\x45nlarger.V1\xca\x02\x0b\x45nlarger\\V1\xea\x02\x0c\x45nlarger::V1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'enlarger.v1.common_pb2', globals())
@@ -21,20 +21,22 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'\n\017dev.enlarger.v1B\013CommonProtoP\001Z&enlarger/gen/go/enlarger/v1;enlargerv1\242\002\003ELG\252\002\013Enlarger.V1\312\002\013Enlarger\\V1\352\002\014Enlarger::V1'
-  _FIT._serialized_start=316
-  _FIT._serialized_end=366
-  _CHROMA._serialized_start=368
-  _CHROMA._serialized_end=414
-  _IMAGEFORMAT._serialized_start=416
-  _IMAGEFORMAT._serialized_end=474
-  _DELIVERY._serialized_start=476
-  _DELIVERY._serialized_end=555
-  _STAGE._serialized_start=557
-  _STAGE._serialized_end=624
-  _ERRORCODE._serialized_start=627
-  _ERRORCODE._serialized_end=1200
+  _FIT._serialized_start=354
+  _FIT._serialized_end=404
+  _CHROMA._serialized_start=406
+  _CHROMA._serialized_end=452
+  _IMAGEFORMAT._serialized_start=454
+  _IMAGEFORMAT._serialized_end=512
+  _DELIVERY._serialized_start=514
+  _DELIVERY._serialized_end=593
+  _STAGE._serialized_start=595
+  _STAGE._serialized_end=662
+  _FAILON._serialized_start=664
+  _FAILON._serialized_end=774
+  _ERRORCODE._serialized_start=777
+  _ERRORCODE._serialized_end=1350
   _RESIZESPEC._serialized_start=42
-  _RESIZESPEC._serialized_end=250
-  _ERROR._serialized_start=252
-  _ERROR._serialized_end=314
+  _RESIZESPEC._serialized_end=288
+  _ERROR._serialized_start=290
+  _ERROR._serialized_end=352
 # @@protoc_insertion_point(module_scope)

@@ -29,6 +29,11 @@ ERROR_CODE_UNAUTHORIZED: ErrorCode
 ERROR_CODE_UNSPECIFIED: ErrorCode
 ERROR_CODE_UNSUPPORTED: ErrorCode
 ERROR_CODE_WORKER_LOST: ErrorCode
+FAIL_ON_DEFAULT: FailOn
+FAIL_ON_ERROR: FailOn
+FAIL_ON_NONE: FailOn
+FAIL_ON_TRUNCATED: FailOn
+FAIL_ON_WARNING: FailOn
 FIT_COVER: Fit
 FIT_FILL: Fit
 FIT_INSIDE: Fit
@@ -47,9 +52,10 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ResizeSpec(_message.Message):
-    __slots__ = ["chroma", "enlarge", "fit", "format", "height", "progressive", "quality", "width"]
+    __slots__ = ["chroma", "enlarge", "fail_on", "fit", "format", "height", "progressive", "quality", "width"]
     CHROMA_FIELD_NUMBER: _ClassVar[int]
     ENLARGE_FIELD_NUMBER: _ClassVar[int]
+    FAIL_ON_FIELD_NUMBER: _ClassVar[int]
     FIT_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -58,13 +64,14 @@ class ResizeSpec(_message.Message):
     WIDTH_FIELD_NUMBER: _ClassVar[int]
     chroma: Chroma
     enlarge: bool
+    fail_on: FailOn
     fit: Fit
     format: ImageFormat
     height: int
     progressive: bool
     quality: int
     width: int
-    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., fit: _Optional[_Union[Fit, str]] = ..., enlarge: bool = ..., quality: _Optional[int] = ..., progressive: bool = ..., chroma: _Optional[_Union[Chroma, str]] = ..., format: _Optional[_Union[ImageFormat, str]] = ...) -> None: ...
+    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., fit: _Optional[_Union[Fit, str]] = ..., enlarge: bool = ..., quality: _Optional[int] = ..., progressive: bool = ..., chroma: _Optional[_Union[Chroma, str]] = ..., format: _Optional[_Union[ImageFormat, str]] = ..., fail_on: _Optional[_Union[FailOn, str]] = ...) -> None: ...
 
 class Fit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
@@ -79,6 +86,9 @@ class Delivery(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class FailOn(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
