@@ -83,8 +83,11 @@ int ej_warning_threshold(int msg_code, int marker) {
         // restart marker they are inside the entropy-coded data, which is then damaged.
         return (marker >= 0xD0 && marker <= 0xD7) ? EJ_FAIL_ON_ERROR : EJ_FAIL_ON_WARNING;
     case JWRN_JFIF_MAJOR:  // an unknown JFIF revision: the pixels decode as usual
-    case JWRN_BOGUS_ICC:   // a damaged ICC profile chunk: ignored, the pixels are intact
         return EJ_FAIL_ON_WARNING;
+    case JWRN_BOGUS_ICC:
+        // A damaged ICC profile is not damage to the image: the profile is ignored (and the
+        // colours taken as sRGB), at every level.
+        return EJ_FAIL_ON_WARNING + 1;
     case JWRN_JPEG_EOF:
         return EJ_FAIL_ON_TRUNCATED;
     default:  // damaged entropy-coded data, impossible scan parameters, ...
@@ -114,6 +117,7 @@ struct ej_decoder {
     int convert_cmyk;   // output is CMYK from libjpeg, converted to RGB per row here
     int cmyk_inverted;  // Adobe CMYK stores 255 - ink
     uint8_t *scratch;   // one CMYK row
+    uint8_t *icc;       // the embedded ICC profile (jpeg_read_icc_profile's malloc), or NULL
     int out_channels;
 };
 
@@ -183,6 +187,7 @@ void ej_decoder_destroy(ej_decoder *dec) {
     if (dec == NULL) return;
     jpeg_destroy_decompress(&dec->cinfo);
     free(dec->scratch);
+    free(dec->icc);
     free(dec);
 }
 
@@ -203,6 +208,7 @@ ej_status ej_read_header(ej_decoder *dec, const uint8_t *data, size_t length, ej
     if (setjmp(dec->guard.jump)) return dec->guard.failure;
     jpeg_mem_src(&dec->cinfo, data, (unsigned long)length);
     jpeg_save_markers(&dec->cinfo, JPEG_APP0 + 1, 0xFFFF);
+    jpeg_save_markers(&dec->cinfo, JPEG_APP0 + 2, 0xFFFF);  // ICC profile chunks
     jpeg_read_header(&dec->cinfo, TRUE);
 
     memset(info, 0, sizeof *info);
@@ -227,6 +233,17 @@ ej_status ej_read_header(ej_decoder *dec, const uint8_t *data, size_t length, ej
         coefficients += across * down * DCTSIZE2 * sizeof(JCOEF);
     }
     info->coefficient_bytes = coefficients;
+    info->precision = dec->cinfo.data_precision;
+    // The profile's chunks reassembled; a damaged set is a warning (JWRN_BOGUS_ICC, subject
+    // to fail_on) and leaves no profile.
+    JOCTET *icc = NULL;
+    unsigned int icc_length = 0;
+    if (jpeg_read_icc_profile(&dec->cinfo, &icc, &icc_length) && icc != NULL) {
+        free(dec->icc);
+        dec->icc = icc;
+        info->icc = icc;
+        info->icc_length = icc_length;
+    }
     for (jpeg_saved_marker_ptr m = dec->cinfo.marker_list; m != NULL; m = m->next) {
         if (m->marker == JPEG_APP0 + 1 && m->data_length >= 6 && memcmp(m->data, "Exif\0\0", 6) == 0) {
             info->exif = m->data + 6;

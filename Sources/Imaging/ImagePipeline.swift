@@ -243,6 +243,20 @@ extension ImagePipeline {
         }
     }
 
+    /// What the header says, without decoding a pixel: size, orientation, colour, profile,
+    /// thumbnail. Checks the limits like a resize would.
+    public func info(of input: UnsafeRawBufferPointer, failOn: FailOn = .error) throws(ImagingError) -> ImageInfo {
+        let header = try header(of: input, failOn: failOn)
+        let (width, height) = header.orientedSize
+        let profile = header.iccProfile.map(ICCProfile.init)
+        return ImageInfo(
+            format: "jpeg", width: width, height: height, orientation: header.orientation.rawValue,
+            channels: header.decodedChannels, hasAlpha: false, bitDepth: header.precision,
+            colorSpace: header.colorSpace.rawValue, profileDescription: profile?.description,
+            profileBytes: header.iccProfile?.count ?? 0, progressive: header.progressive,
+            hasEmbeddedThumbnail: header.exif.thumbnail != nil, byteSize: input.count)
+    }
+
     /// Reads only the header (and EXIF) of a JPEG, checking the limits; damage in the header
     /// fails as `failOn` says.
     public func header(of input: UnsafeRawBufferPointer, failOn: FailOn = .error) throws(ImagingError) -> JPEGHeader {

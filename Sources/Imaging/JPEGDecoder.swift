@@ -22,6 +22,10 @@ public struct JPEGHeader: Sendable, Equatable {
     public var maxHorizontalSampling: Int
     public var maxVerticalSampling: Int
     public var exif: EXIFMetadata
+    /// The embedded ICC profile, when there is one.
+    public var iccProfile: [UInt8]?
+    /// Bits per sample.
+    public var precision = 8
 
     public var orientation: Orientation { exif.orientation }
     /// Displayed size, after orientation.
@@ -80,6 +84,10 @@ final class JPEGDecoder {
             arithmetic: info.arithmetic != 0, multiScan: info.multi_scan != 0,
             coefficientBytes: Int(info.coefficient_bytes), maxHorizontalSampling: Int(info.max_h_samp),
             maxVerticalSampling: Int(info.max_v_samp), exif: exif ?? EXIFMetadata())
+        header.precision = Int(info.precision)
+        if let icc = info.icc, info.icc_length > 0 {
+            header.iccProfile = Array(UnsafeBufferPointer(start: icc, count: info.icc_length))
+        }
         if let range = header.exif.thumbnail, let base = info.exif {
             thumbnail = Array(UnsafeBufferPointer(start: base + range.lowerBound, count: range.count))
         }

@@ -319,6 +319,25 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(status.totals.finished, 0)
     }
 
+    func testInfoReadsHeadersOnly() throws {
+        let photo = Corpus.root.appendingPathComponent("good/bimg_test_exif_full.jpg").path
+        let text = try run(["info", photo])
+        XCTAssertEqual(text.status, 0, text.stderr)
+        XCTAssertEqual(text.stdout, "\(photo): jpeg 3024x4032, orientation 6, ycbcr 8-bit, 3 channels, profile \"Display P3\", "
+                       + "baseline, EXIF thumbnail, 3970480 bytes\n")
+        let json = try run(["info", "--json", photo, Corpus.root.appendingPathComponent("bad/jpegdecoder_jpg-size-6x6.jpg").path])
+        XCTAssertEqual(json.status, 1)
+        let lines = json.stdout.split(separator: "\n")
+        XCTAssertEqual(lines.count, 2, json.stdout)
+        let first = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(lines[0].utf8)) as? [String: Any])
+        XCTAssertEqual(first["width"] as? Int, 3024)
+        XCTAssertEqual(first["profile"] as? String, "Display P3")
+        XCTAssertEqual(first["embedded_thumbnail"] as? Bool, true)
+        let second = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(lines[1].utf8)) as? [String: Any])
+        let error = try XCTUnwrap(second["error"] as? [String: Any])
+        XCTAssert((error["message"] as? String)?.contains("is a PNG image") == true, "\(second)")
+    }
+
     func testFailOnChoosesWhichDamageFails() throws {
         let junk = Corpus.root.appendingPathComponent("bad/pillow_junk_jpeg_header.jpg").path
         let out = try temporaryDirectory().path

@@ -45,13 +45,17 @@ typedef struct {
     size_t coefficient_bytes; // size of libjpeg's whole-image coefficient buffer, when it needs one
     const uint8_t *exif;     // the first APP1 "Exif\0\0" payload after its 6-byte header, or NULL
     size_t exif_length;      // valid while the decoder lives
+    const uint8_t *icc;      // the embedded ICC profile (APP2 chunks reassembled), or NULL
+    size_t icc_length;       // valid while the decoder lives
+    int precision;           // bits per sample (8; 12-bit files fail as unsupported before this)
 } ej_info;
 
 /// Which libjpeg warnings fail a decode, least sensitive first; each level fails on what the
 /// ones before it fail on and more. NONE: no warning. TRUNCATED: data that ends early.
-/// ERROR: also damaged entropy-coded data and the like. WARNING: every warning, also those
-/// that lose nothing (stray bytes before a marker between segments, an unknown JFIF
-/// revision, a damaged ICC chunk). Errors fail at every level.
+/// ERROR: also damaged entropy-coded data and the like. WARNING: every warning about the
+/// image, also those that lose nothing (stray bytes before a marker between segments, an
+/// unknown JFIF revision). A damaged ICC profile fails at no level: it is ignored. Errors
+/// fail at every level.
 typedef enum {
     EJ_FAIL_ON_NONE = 0,
     EJ_FAIL_ON_TRUNCATED = 1,
@@ -59,8 +63,9 @@ typedef enum {
     EJ_FAIL_ON_WARNING = 3,
 } ej_fail_on;
 
-/// The least sensitive ej_fail_on that fails on libjpeg warning `msg_code`; `marker` is its
-/// second parameter (the marker that followed, for JWRN_EXTRANEOUS_DATA).
+/// The least sensitive ej_fail_on that fails on libjpeg warning `msg_code` (above
+/// EJ_FAIL_ON_WARNING: none does, as for a damaged ICC profile, which is ignored); `marker`
+/// is its second parameter (the marker that followed, for JWRN_EXTRANEOUS_DATA).
 int ej_warning_threshold(int msg_code, int marker);
 
 /// Opaque decoder state (a jpeg_decompress_struct plus its jmp_buf and scratch rows).
