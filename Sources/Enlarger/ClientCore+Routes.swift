@@ -230,6 +230,10 @@ extension RequestEvent {
     fileprivate static func reading<Payload: FrameBytes>(
         _ result: Enlarger_V1_Result, image: Payload
     ) -> Result<RequestEvent, EnlargerClientError> {
+        if result.stage == .info {
+            guard result.hasInfo else { return .failure(.failed(.malformed, "the broker sent an info result without info")) }
+            return .success(.info(ImageInfo(result.info)))
+        }
         let format: OutputFormat
         switch result.format {
         case .jpeg: format = .jpeg
@@ -242,8 +246,18 @@ extension RequestEvent {
         switch result.stage {
         case .degraded: return .success(.degraded(encoded))
         case .final: return .success(.final(encoded))
-        case .unspecified, .UNRECOGNIZED:
+        case .unspecified, .info, .UNRECOGNIZED:
             return .failure(.failed(.malformed, "the broker sent a result with stage \(result.stage)"))
         }
+    }
+}
+
+extension ImageInfo {
+    init(_ info: Enlarger_V1_ImageInfo) {
+        self.init(format: info.format, width: Int(info.width), height: Int(info.height), orientation: Int(info.orientation),
+                  channels: Int(info.channels), hasAlpha: info.hasAlpha_p, bitDepth: Int(info.bitDepth),
+                  colorSpace: info.colorSpace, profileDescription: info.profileDescription.isEmpty ? nil : info.profileDescription,
+                  profileBytes: Int(info.profileBytes), progressive: info.progressive,
+                  hasEmbeddedThumbnail: info.hasEmbeddedThumbnail_p, byteSize: Int(clamping: info.byteSize))
     }
 }

@@ -125,6 +125,20 @@ public final class EnlargerClient: Sendable {
         throw .cancelled
     }
 
+    /// What `image`'s header says (size, orientation, colour, profile, thumbnail), read by a
+    /// worker without decoding pixels. Fails like a resize would for an input that is not a
+    /// JPEG, is damaged (as `failOn` says) or exceeds the limits.
+    public func info(_ image: [UInt8], failOn: FailOn = .error, id: String = UUID().uuidString,
+                     timeout: Duration? = nil) async throws(EnlargerClientError) -> ImageInfo {
+        var request = ResizeRequest(id: id, image: image, options: ResizeOptions(failOn: failOn), delivery: .final,
+                                    timeout: timeout)
+        request.infoOnly = true
+        for try await event in submit(request) {
+            if case .info(let info) = event { return info }
+        }
+        throw .cancelled
+    }
+
     /// Asks the broker for a snapshot of its workers, queue and counters.
     public func status() async throws(EnlargerClientError) -> BrokerStatus {
         try await withCheckedContinuation { registry.status($0) }.get()

@@ -13,6 +13,8 @@ public enum RequestEvent: Sendable, Equatable {
     case degraded(EncodedImage)
     /// The high-quality result; always the last event.
     case final(EncodedImage)
+    /// What the image's header says: the one result (and last event) of `EnlargerClient.info`.
+    case info(ImageInfo)
 }
 
 /// The events of one submitted request, in order: `.accepted`, `.started`…, at most one

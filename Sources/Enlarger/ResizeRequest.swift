@@ -17,6 +17,9 @@ public struct ResizeRequest: Sendable {
     /// time (unreachable), the client fails the request itself one heartbeat interval later.
     /// At most 49 days (the wire's 32-bit milliseconds); the broker may shorten it.
     public var timeout: Duration?
+    /// Only the header's facts are asked for (`EnlargerClient.info`): of the options only
+    /// `failOn` counts.
+    var infoOnly = false
 
     public init(id: String = UUID().uuidString, image: [UInt8], options: ResizeOptions,
                 delivery: Delivery = .progressive, timeout: Duration? = nil) {
@@ -31,7 +34,7 @@ public struct ResizeRequest: Sendable {
     func wireSubmit() throws(EnlargerClientError) -> Enlarger_V1_Submit {
         try Self.validate(id: id)
         do throws(ImagingError) {
-            try options.validate()
+            if !infoOnly { try options.validate() }
         } catch {
             throw .rejected(.invalidArgument, error.message)
         }
@@ -64,6 +67,7 @@ public struct ResizeRequest: Sendable {
         case .final: .final
         case .degraded: .degraded
         }
+        if infoOnly { submit.delivery = .info }
         if let timeout {
             guard timeout > .zero, timeout.milliseconds <= UInt64(UInt32.max) else {
                 throw .rejected(.invalidArgument, "timeout must be positive and at most \(UInt32.max) ms")

@@ -131,8 +131,9 @@ extension BrokerCore {
     ) -> (Enlarger_V1_ErrorCode, String)? {
         if isShuttingDown { return (.brokerShutdown, "the broker is shutting down") }
         do {
-            try submit.spec.validate()
             try submit.delivery.validate()
+            // An info request reads only the header: of the spec only fail_on counts.
+            if submit.delivery == .info { try submit.spec.validateFailOn() } else { try submit.spec.validate() }
         } catch {
             return (.invalidArgument, error.message)
         }

@@ -182,6 +182,7 @@ extension BrokerCore {
             event.height = result.height
             event.format = result.format
             event.terminal = terminal
+            if result.stage == .info { event.info = result.info }
             requests[jobID]?.bytesOut += image.count
             send(.result(event, image: image), to: request.client, &actions)
             if terminal {

@@ -253,6 +253,9 @@ struct SubmitCommand: AsyncParsableCommand {
                                      + "processing \(Int(milliseconds(processing))) ms; \(timings.joined(separator: ", ")))")
                     }
                     if isFinal || delivery == .degraded { return .done(queued: queued, processing: processing) }
+                case .info:
+                    // Only `EnlargerClient.info` asks for one; a resize never gets it.
+                    return fail("failed", code: "internal", message: "the service answered a resize with an info result")
                 }
             }
             // The sequence ends without a result only after a cancel through this client

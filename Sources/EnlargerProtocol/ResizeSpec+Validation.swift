@@ -30,6 +30,11 @@ extension Enlarger_V1_ResizeSpec {
         if case .UNRECOGNIZED(let value) = failOn { throw InvalidArgumentError("unknown fail_on \(value)") }
     }
 
+    /// Only `fail_on`: all an info request's spec needs.
+    public func validateFailOn() throws(InvalidArgumentError) {
+        if case .UNRECOGNIZED(let value) = failOn { throw InvalidArgumentError("unknown fail_on \(value)") }
+    }
+
     /// The JPEG quality to encode with: `quality`, or 80 when it is 0.
     public var effectiveQuality: UInt32 {
         quality == 0 ? WireLimits.defaultQuality : quality
@@ -46,7 +51,7 @@ extension Enlarger_V1_Delivery {
     public func isTerminal(_ stage: Enlarger_V1_Stage) -> Bool? {
         switch (self, stage) {
         case (.progressive, .degraded): false
-        case (.progressive, .final), (.final, .final), (.degraded, .degraded): true
+        case (.progressive, .final), (.final, .final), (.degraded, .degraded), (.info, .info): true
         default: nil
         }
     }

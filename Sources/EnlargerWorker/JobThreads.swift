@@ -30,6 +30,12 @@ struct StageFrame: @unchecked Sendable {
         output = StageOutput(stage: result.stage, isTerminal: result.isTerminal, width: result.image.width,
                              height: result.image.height, format: result.image.format, image: frame)
     }
+
+    /// An info-only job's one result: the facts, and an empty image frame.
+    init(info: ImageInfo) {
+        output = StageOutput(stage: .final, isTerminal: true, width: 0, height: 0, format: .jpeg, image: Message(),
+                             info: info)
+    }
 }
 
 /// What the I/O thread's mailbox carries: what job threads learn and produce, and `stop`.
@@ -88,6 +94,17 @@ final class JobThreads: Sendable {
         figures.bytesIn = job.image.count
         let outcome = job.image.withUnsafeBytes { input -> JobOutcome in
             do throws(ImagingError) {
+                if job.infoOnly {
+                    // The header only: no pixel memory, so nothing to reserve, but admission
+                    // still orders it with the other jobs and lets a cancel stop it.
+                    let info = try pipeline.info(of: input, failOn: job.options.failOn)
+                    mailbox.post(.estimated(job.token, MemoryEstimate(bytes: 0, coefficientBytes: 0, decodedBytes: 0)))
+                    guard job.control.waitForAdmission() else {
+                        throw ImagingError(.cancelled, "cancelled before it was admitted")
+                    }
+                    mailbox.post(.result(job.token, StageFrame(info: info)))
+                    return .completed
+                }
                 let prepared = try pipeline.prepare(input, options: job.options, delivery: job.delivery,
                                                     cancel: job.control.flag)
                 mailbox.post(.estimated(job.token, prepared.memoryEstimate))

@@ -49,6 +49,7 @@ extension ImageModel.Delivery {
         case .progressive: self = .progressive
         case .final: self = .final
         case .degraded: self = .degraded
+        case .info: throw ImagingError(.invalidArgument, "an info request has no image delivery")
         case .UNRECOGNIZED(let value): throw ImagingError(.invalidArgument, "unknown delivery \(value)")
         }
     }
@@ -88,5 +89,24 @@ extension Enlarger_V1_ErrorCode {
         case .encodeFailed: self = .encodeFailed
         case .notFound, .unreadable, .writeFailed, .cancelled: self = .internal
         }
+    }
+}
+
+extension Enlarger_V1_ImageInfo {
+    init(_ info: ImageInfo) {
+        self.init()
+        format = info.format
+        width = UInt32(clamping: info.width)
+        height = UInt32(clamping: info.height)
+        orientation = UInt32(clamping: info.orientation)
+        channels = UInt32(clamping: info.channels)
+        hasAlpha_p = info.hasAlpha
+        bitDepth = UInt32(clamping: info.bitDepth)
+        colorSpace = info.colorSpace
+        profileDescription = info.profileDescription ?? ""
+        profileBytes = UInt32(clamping: info.profileBytes)
+        progressive = info.progressive
+        hasEmbeddedThumbnail_p = info.hasEmbeddedThumbnail
+        byteSize = UInt64(info.byteSize)
     }
 }

@@ -30,6 +30,8 @@ struct JobStart<Payload> {
     let image: Payload
     let options: ResizeOptions
     let delivery: ImageModel.Delivery
+    /// Only the header's facts are asked for (DELIVERY_INFO); `options` then only says fail_on.
+    var infoOnly = false
     let control: JobControl
 }
 
@@ -127,4 +129,6 @@ struct StageOutput<Payload> {
     var height: Int
     var format: OutputFormat
     var image: Payload
+    /// For an info-only job: the header's facts (the image is then empty), sent as STAGE_INFO.
+    var info: ImageInfo?
 }

@@ -44,10 +44,15 @@ extension WorkerCore {
         var result = Enlarger_V1_JobResult()
         result.jobID = job.key.jobID
         result.attempt = job.key.attempt
-        result.stage = Enlarger_V1_Stage(output.stage)
-        result.width = UInt32(output.width)
-        result.height = UInt32(output.height)
-        result.format = Enlarger_V1_ImageFormat(output.format)
+        if let info = output.info {
+            result.stage = .info
+            result.info = Enlarger_V1_ImageInfo(info)
+        } else {
+            result.stage = Enlarger_V1_Stage(output.stage)
+            result.width = UInt32(output.width)
+            result.height = UInt32(output.height)
+            result.format = Enlarger_V1_ImageFormat(output.format)
+        }
         result.terminal = output.isTerminal
         return [.send(.jobResult(result, image: output.image))]
     }
@@ -108,9 +113,10 @@ extension WorkerCore {
         started.attempt = key.attempt
         actions.append(.send(.jobStarted(started)))
         let options: ResizeOptions, delivery: ImageModel.Delivery
+        let infoOnly = job.delivery == .info
         do throws(ImagingError) {
             options = try ResizeOptions(job.spec)
-            delivery = try ImageModel.Delivery(job.delivery)
+            delivery = infoOnly ? .final : try ImageModel.Delivery(job.delivery)
         } catch {
             let code = Enlarger_V1_ErrorCode(error.code)
             sendFailed(key, code, error.message, &actions)
@@ -125,7 +131,7 @@ extension WorkerCore {
         jobs[lastToken] = Job(key: key, requestID: job.requestID, control: control)
         tokens[key] = lastToken
         actions.append(.startJob(JobStart(token: lastToken, key: key, image: image, options: options,
-                                          delivery: delivery, control: control)))
+                                          delivery: delivery, infoOnly: infoOnly, control: control)))
     }
 
     /// `CancelJob`: stop the job and send nothing more for it but `JobCancelled`. Ignored for

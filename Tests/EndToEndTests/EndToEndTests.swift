@@ -57,6 +57,40 @@ final class EndToEndTests: XCTestCase {
         await client.close()
     }
 
+    /// Info over the wire: a worker reads the header and the client gets the same facts as a
+    /// local read, next to resizes; damage and limits fail it like a resize.
+    func testInfoTravelsAsARequest() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(1, client: client)
+        for file in ["bimg_test_exif_full.jpg", "thumbor_grayscale-icc.jpg", "jxltestdata_flower.png.im_q85_420_progr.jpg"] {
+            let bytes = try Corpus.good(file)
+            let local = try bytes.withUnsafeBytes { try ImagePipeline().info(of: $0) }
+            async let resized = client.resize(bytes, options: ResizeOptions(width: 64))
+            let remote = try await client.info(bytes)
+            XCTAssertEqual(remote, local, file)
+            _ = try await resized
+        }
+        let bomb = try Corpus.bad("jpegdecoder_max_size.jpg"), junk = try Corpus.bad("pillow_junk_jpeg_header.jpg")
+        do {
+            _ = try await client.info(bomb)
+            XCTFail("a bomb's info was read")
+        } catch {
+            guard case .failed(.tooLarge, _) = error else { return XCTFail("\(error)") }
+        }
+        do {
+            _ = try await client.info(junk, failOn: .warning)
+            XCTFail("stray bytes accepted under fail_on=warning")
+        } catch {
+            guard case .failed(.corrupt, _) = error else { return XCTFail("\(error)") }
+        }
+        let status = try await cluster.waitUntilIdle(client: client)
+        XCTAssertEqual(status.totals.finished, 6)
+        XCTAssertEqual(status.totals.failed, 2)
+        await client.close()
+    }
+
     /// `fail_on` travels in the Submit and reaches the worker's decoder.
     func testTheDecodePolicyTravelsWithTheRequest() async throws {
         let cluster = try Cluster(self)
@@ -309,6 +343,7 @@ extension RequestEvent {
         case .started: "started"
         case .degraded: "degraded"
         case .final: "final"
+        case .info: "info"
         }
     }
 }

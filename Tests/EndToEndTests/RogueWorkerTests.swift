@@ -31,6 +31,7 @@ final class RogueWorkerTests: XCTestCase {
                 case .started: ending.events.append("started")
                 case .degraded: ending.events.append("degraded")
                 case .final: ending.events.append("final")
+                case .info: ending.events.append("info")
                 }
             }
         } catch {

@@ -242,6 +242,8 @@ final class StrictCancelRaceTests: XCTestCase {
                     }
                     if !plan.fromSecondClient { mark.returned.store(true, ordering: .sequentiallyConsistent) }
                 }
+            case .info:
+                outcome.violations.append("an info event for a resize request")
             }
         }
         await side?.value

@@ -201,6 +201,7 @@ struct ClientCoreHarness {
             case .started(let attempt): "started \(attempt)"
             case .degraded: terminal ? "degraded (terminal)" : "degraded"
             case .final: terminal ? "final" : "final (not terminal)"
+            case .info: terminal ? "info" : "info (not terminal)"
             }
             return "#\(token.value) \(name)"
         case .fail(let token, let error):

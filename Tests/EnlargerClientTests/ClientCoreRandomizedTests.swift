@@ -484,6 +484,8 @@ struct ClientSimulation {
                     checkAttribution(image, token)
                 case .started:
                     break
+                case .info:
+                    violations.append("an info event for \(token), which asked for a resize")
                 }
                 if terminal {
                     request.terminalActions += 1

@@ -413,26 +413,56 @@ public nonisolated struct Enlarger_V1_Started: Sendable {
 /// One rendition of the output. Carries one payload frame: the encoded image (JPEG or PNM as
 /// `format` says) of `width` x `height` pixels. Terminal exactly when `terminal` is true;
 /// see Delivery for which stages a request gets.
-public nonisolated struct Enlarger_V1_Result: Sendable {
+public nonisolated struct Enlarger_V1_Result: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var requestID: String = String()
+  public var requestID: String {
+    get {_storage._requestID}
+    set {_uniqueStorage()._requestID = newValue}
+  }
 
-  public var stage: Enlarger_V1_Stage = .unspecified
+  public var stage: Enlarger_V1_Stage {
+    get {_storage._stage}
+    set {_uniqueStorage()._stage = newValue}
+  }
 
-  public var width: UInt32 = 0
+  public var width: UInt32 {
+    get {_storage._width}
+    set {_uniqueStorage()._width = newValue}
+  }
 
-  public var height: UInt32 = 0
+  public var height: UInt32 {
+    get {_storage._height}
+    set {_uniqueStorage()._height = newValue}
+  }
 
-  public var format: Enlarger_V1_ImageFormat = .jpeg
+  public var format: Enlarger_V1_ImageFormat {
+    get {_storage._format}
+    set {_uniqueStorage()._format = newValue}
+  }
 
-  public var terminal: Bool = false
+  public var terminal: Bool {
+    get {_storage._terminal}
+    set {_uniqueStorage()._terminal = newValue}
+  }
+
+  /// Set for STAGE_INFO (then width, height and format are unset and the payload is empty).
+  public var info: Enlarger_V1_ImageInfo {
+    get {_storage._info ?? Enlarger_V1_ImageInfo()}
+    set {_uniqueStorage()._info = newValue}
+  }
+  /// Returns true if `info` has been explicitly set.
+  public var hasInfo: Bool {_storage._info != nil}
+  /// Clears the value of `info`. Subsequent reads from it will return its default value.
+  public mutating func clearInfo() {_uniqueStorage()._info = nil}
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 /// The request ended without a result. Terminal, except for code DUPLICATE_ID, which answers
@@ -1373,54 +1403,111 @@ nonisolated extension Enlarger_V1_Started: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Result"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0")
+
+  fileprivate class _StorageClass {
+    var _requestID: String = String()
+    var _stage: Enlarger_V1_Stage = .unspecified
+    var _width: UInt32 = 0
+    var _height: UInt32 = 0
+    var _format: Enlarger_V1_ImageFormat = .jpeg
+    var _terminal: Bool = false
+    var _info: Enlarger_V1_ImageInfo? = nil
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _requestID = source._requestID
+      _stage = source._stage
+      _width = source._width
+      _height = source._height
+      _format = source._format
+      _terminal = source._terminal
+      _info = source._info
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularStringField(value: &self.requestID) }()
-      case 2: try { try decoder.decodeSingularEnumField(value: &self.stage) }()
-      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.width) }()
-      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.height) }()
-      case 5: try { try decoder.decodeSingularEnumField(value: &self.format) }()
-      case 6: try { try decoder.decodeSingularBoolField(value: &self.terminal) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._requestID) }()
+        case 2: try { try decoder.decodeSingularEnumField(value: &_storage._stage) }()
+        case 3: try { try decoder.decodeSingularUInt32Field(value: &_storage._width) }()
+        case 4: try { try decoder.decodeSingularUInt32Field(value: &_storage._height) }()
+        case 5: try { try decoder.decodeSingularEnumField(value: &_storage._format) }()
+        case 6: try { try decoder.decodeSingularBoolField(value: &_storage._terminal) }()
+        case 7: try { try decoder.decodeSingularMessageField(value: &_storage._info) }()
+        default: break
+        }
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if !self.requestID.isEmpty {
-      try visitor.visitSingularStringField(value: self.requestID, fieldNumber: 1)
-    }
-    if self.stage != .unspecified {
-      try visitor.visitSingularEnumField(value: self.stage, fieldNumber: 2)
-    }
-    if self.width != 0 {
-      try visitor.visitSingularUInt32Field(value: self.width, fieldNumber: 3)
-    }
-    if self.height != 0 {
-      try visitor.visitSingularUInt32Field(value: self.height, fieldNumber: 4)
-    }
-    if self.format != .jpeg {
-      try visitor.visitSingularEnumField(value: self.format, fieldNumber: 5)
-    }
-    if self.terminal != false {
-      try visitor.visitSingularBoolField(value: self.terminal, fieldNumber: 6)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._requestID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._requestID, fieldNumber: 1)
+      }
+      if _storage._stage != .unspecified {
+        try visitor.visitSingularEnumField(value: _storage._stage, fieldNumber: 2)
+      }
+      if _storage._width != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._width, fieldNumber: 3)
+      }
+      if _storage._height != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._height, fieldNumber: 4)
+      }
+      if _storage._format != .jpeg {
+        try visitor.visitSingularEnumField(value: _storage._format, fieldNumber: 5)
+      }
+      if _storage._terminal != false {
+        try visitor.visitSingularBoolField(value: _storage._terminal, fieldNumber: 6)
+      }
+      try { if let v = _storage._info {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Enlarger_V1_Result, rhs: Enlarger_V1_Result) -> Bool {
-    if lhs.requestID != rhs.requestID {return false}
-    if lhs.stage != rhs.stage {return false}
-    if lhs.width != rhs.width {return false}
-    if lhs.height != rhs.height {return false}
-    if lhs.format != rhs.format {return false}
-    if lhs.terminal != rhs.terminal {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._requestID != rhs_storage._requestID {return false}
+        if _storage._stage != rhs_storage._stage {return false}
+        if _storage._width != rhs_storage._width {return false}
+        if _storage._height != rhs_storage._height {return false}
+        if _storage._format != rhs_storage._format {return false}
+        if _storage._terminal != rhs_storage._terminal {return false}
+        if _storage._info != rhs_storage._info {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

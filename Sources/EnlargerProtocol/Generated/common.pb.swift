@@ -196,6 +196,11 @@ public nonisolated enum Enlarger_V1_Delivery: SwiftProtobuf.Enum, Swift.CaseIter
   /// Exactly one DEGRADED result, which is terminal: a fast approximation (see
   /// STAGE_DEGRADED for its size), never followed by a final one.
   case degraded // = 2
+
+  /// Exactly one INFO result, which is terminal: what the image's header says (Result.info),
+  /// read without decoding pixels. Its payload frame is empty. Of the spec only fail_on
+  /// counts (width and height may be 0).
+  case info // = 3
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -207,6 +212,7 @@ public nonisolated enum Enlarger_V1_Delivery: SwiftProtobuf.Enum, Swift.CaseIter
     case 0: self = .progressive
     case 1: self = .final
     case 2: self = .degraded
+    case 3: self = .info
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -216,6 +222,7 @@ public nonisolated enum Enlarger_V1_Delivery: SwiftProtobuf.Enum, Swift.CaseIter
     case .progressive: return 0
     case .final: return 1
     case .degraded: return 2
+    case .info: return 3
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -225,6 +232,7 @@ public nonisolated enum Enlarger_V1_Delivery: SwiftProtobuf.Enum, Swift.CaseIter
     .progressive,
     .final,
     .degraded,
+    .info,
   ]
 
 }
@@ -246,6 +254,9 @@ public nonisolated enum Enlarger_V1_Stage: SwiftProtobuf.Enum, Swift.CaseIterabl
 
   /// The high-quality rendition.
   case final // = 2
+
+  /// The header's facts (DELIVERY_INFO): Result.info, an empty payload.
+  case info // = 3
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -257,6 +268,7 @@ public nonisolated enum Enlarger_V1_Stage: SwiftProtobuf.Enum, Swift.CaseIterabl
     case 0: self = .unspecified
     case 1: self = .degraded
     case 2: self = .final
+    case 3: self = .info
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -266,6 +278,7 @@ public nonisolated enum Enlarger_V1_Stage: SwiftProtobuf.Enum, Swift.CaseIterabl
     case .unspecified: return 0
     case .degraded: return 1
     case .final: return 2
+    case .info: return 3
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -275,6 +288,7 @@ public nonisolated enum Enlarger_V1_Stage: SwiftProtobuf.Enum, Swift.CaseIterabl
     .unspecified,
     .degraded,
     .final,
+    .info,
   ]
 
 }
@@ -494,6 +508,52 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
 
 }
 
+/// What an image's header says, read without decoding pixels.
+public nonisolated struct Enlarger_V1_ImageInfo: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The container format, detected from the content: "jpeg".
+  public var format: String = String()
+
+  /// Displayed size, after EXIF orientation.
+  public var width: UInt32 = 0
+
+  public var height: UInt32 = 0
+
+  /// EXIF orientation, 1 (upright) to 8.
+  public var orientation: UInt32 = 0
+
+  /// Channels of the decoded image: 1 (grey), 3 (colour), 4 (colour with alpha).
+  public var channels: UInt32 = 0
+
+  public var hasAlpha_p: Bool = false
+
+  public var bitDepth: UInt32 = 0
+
+  /// How the file stores colour: "gray", "ycbcr", "rgb", "cmyk" or "ycck".
+  public var colorSpace: String = String()
+
+  /// The embedded colour profile's description; empty when there is none or it is unreadable.
+  public var profileDescription: String = String()
+
+  /// The embedded profile's size in bytes, 0 when there is none.
+  public var profileBytes: UInt32 = 0
+
+  public var progressive: Bool = false
+
+  /// An embedded (EXIF) thumbnail is there for a quick degraded result.
+  public var hasEmbeddedThumbnail_p: Bool = false
+
+  /// The input's size in bytes.
+  public var byteSize: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 /// What to produce from the submitted JPEG. The source's EXIF orientation is applied
 /// first, so width and height refer to the upright image.
 public nonisolated struct Enlarger_V1_ResizeSpec: Sendable {
@@ -566,11 +626,11 @@ nonisolated extension Enlarger_V1_ImageFormat: SwiftProtobuf._ProtoNameProviding
 }
 
 nonisolated extension Enlarger_V1_Delivery: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0DELIVERY_PROGRESSIVE\0\u{1}DELIVERY_FINAL\0\u{1}DELIVERY_DEGRADED\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0DELIVERY_PROGRESSIVE\0\u{1}DELIVERY_FINAL\0\u{1}DELIVERY_DEGRADED\0\u{1}DELIVERY_INFO\0")
 }
 
 nonisolated extension Enlarger_V1_Stage: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0STAGE_UNSPECIFIED\0\u{1}STAGE_DEGRADED\0\u{1}STAGE_FINAL\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0STAGE_UNSPECIFIED\0\u{1}STAGE_DEGRADED\0\u{1}STAGE_FINAL\0\u{1}STAGE_INFO\0")
 }
 
 nonisolated extension Enlarger_V1_FailOn: SwiftProtobuf._ProtoNameProviding {
@@ -579,6 +639,96 @@ nonisolated extension Enlarger_V1_FailOn: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Enlarger_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0")
+}
+
+nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ImageInfo"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}format\0\u{1}width\0\u{1}height\0\u{1}orientation\0\u{1}channels\0\u{3}has_alpha\0\u{3}bit_depth\0\u{3}color_space\0\u{3}profile_description\0\u{3}profile_bytes\0\u{1}progressive\0\u{3}has_embedded_thumbnail\0\u{3}byte_size\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.format) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.width) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.height) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.orientation) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.channels) }()
+      case 6: try { try decoder.decodeSingularBoolField(value: &self.hasAlpha_p) }()
+      case 7: try { try decoder.decodeSingularUInt32Field(value: &self.bitDepth) }()
+      case 8: try { try decoder.decodeSingularStringField(value: &self.colorSpace) }()
+      case 9: try { try decoder.decodeSingularStringField(value: &self.profileDescription) }()
+      case 10: try { try decoder.decodeSingularUInt32Field(value: &self.profileBytes) }()
+      case 11: try { try decoder.decodeSingularBoolField(value: &self.progressive) }()
+      case 12: try { try decoder.decodeSingularBoolField(value: &self.hasEmbeddedThumbnail_p) }()
+      case 13: try { try decoder.decodeSingularUInt64Field(value: &self.byteSize) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.format.isEmpty {
+      try visitor.visitSingularStringField(value: self.format, fieldNumber: 1)
+    }
+    if self.width != 0 {
+      try visitor.visitSingularUInt32Field(value: self.width, fieldNumber: 2)
+    }
+    if self.height != 0 {
+      try visitor.visitSingularUInt32Field(value: self.height, fieldNumber: 3)
+    }
+    if self.orientation != 0 {
+      try visitor.visitSingularUInt32Field(value: self.orientation, fieldNumber: 4)
+    }
+    if self.channels != 0 {
+      try visitor.visitSingularUInt32Field(value: self.channels, fieldNumber: 5)
+    }
+    if self.hasAlpha_p != false {
+      try visitor.visitSingularBoolField(value: self.hasAlpha_p, fieldNumber: 6)
+    }
+    if self.bitDepth != 0 {
+      try visitor.visitSingularUInt32Field(value: self.bitDepth, fieldNumber: 7)
+    }
+    if !self.colorSpace.isEmpty {
+      try visitor.visitSingularStringField(value: self.colorSpace, fieldNumber: 8)
+    }
+    if !self.profileDescription.isEmpty {
+      try visitor.visitSingularStringField(value: self.profileDescription, fieldNumber: 9)
+    }
+    if self.profileBytes != 0 {
+      try visitor.visitSingularUInt32Field(value: self.profileBytes, fieldNumber: 10)
+    }
+    if self.progressive != false {
+      try visitor.visitSingularBoolField(value: self.progressive, fieldNumber: 11)
+    }
+    if self.hasEmbeddedThumbnail_p != false {
+      try visitor.visitSingularBoolField(value: self.hasEmbeddedThumbnail_p, fieldNumber: 12)
+    }
+    if self.byteSize != 0 {
+      try visitor.visitSingularUInt64Field(value: self.byteSize, fieldNumber: 13)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_ImageInfo, rhs: Enlarger_V1_ImageInfo) -> Bool {
+    if lhs.format != rhs.format {return false}
+    if lhs.width != rhs.width {return false}
+    if lhs.height != rhs.height {return false}
+    if lhs.orientation != rhs.orientation {return false}
+    if lhs.channels != rhs.channels {return false}
+    if lhs.hasAlpha_p != rhs.hasAlpha_p {return false}
+    if lhs.bitDepth != rhs.bitDepth {return false}
+    if lhs.colorSpace != rhs.colorSpace {return false}
+    if lhs.profileDescription != rhs.profileDescription {return false}
+    if lhs.profileBytes != rhs.profileBytes {return false}
+    if lhs.progressive != rhs.progressive {return false}
+    if lhs.hasEmbeddedThumbnail_p != rhs.hasEmbeddedThumbnail_p {return false}
+    if lhs.byteSize != rhs.byteSize {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
 }
 
 nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {

@@ -41,6 +41,7 @@
 //     DELIVERY_PROGRESSIVE  [JobResult(DEGRADED, terminal=false)]  JobResult(FINAL, terminal=true)
 //     DELIVERY_FINAL        JobResult(FINAL, terminal=true)
 //     DELIVERY_DEGRADED     JobResult(DEGRADED, terminal=true)
+//     DELIVERY_INFO         JobResult(INFO, terminal=true), with info and an empty image frame
 //
 // or JobFailed at any point instead of the terminal result. A frame that breaks this
 // table (wrong stage, wrong terminal flag, a second degraded) or the framing rules, about a
@@ -213,28 +214,61 @@ public nonisolated struct Enlarger_V1_JobStarted: Sendable {
 
 /// One rendition of the job's output. Carries one payload frame: the encoded image.
 /// `terminal` must be true exactly for the last result the job's delivery asks for.
-public nonisolated struct Enlarger_V1_JobResult: Sendable {
+public nonisolated struct Enlarger_V1_JobResult: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var jobID: UInt64 = 0
+  public var jobID: UInt64 {
+    get {_storage._jobID}
+    set {_uniqueStorage()._jobID = newValue}
+  }
 
-  public var attempt: UInt32 = 0
+  public var attempt: UInt32 {
+    get {_storage._attempt}
+    set {_uniqueStorage()._attempt = newValue}
+  }
 
-  public var stage: Enlarger_V1_Stage = .unspecified
+  public var stage: Enlarger_V1_Stage {
+    get {_storage._stage}
+    set {_uniqueStorage()._stage = newValue}
+  }
 
-  public var width: UInt32 = 0
+  public var width: UInt32 {
+    get {_storage._width}
+    set {_uniqueStorage()._width = newValue}
+  }
 
-  public var height: UInt32 = 0
+  public var height: UInt32 {
+    get {_storage._height}
+    set {_uniqueStorage()._height = newValue}
+  }
 
-  public var format: Enlarger_V1_ImageFormat = .jpeg
+  public var format: Enlarger_V1_ImageFormat {
+    get {_storage._format}
+    set {_uniqueStorage()._format = newValue}
+  }
 
-  public var terminal: Bool = false
+  public var terminal: Bool {
+    get {_storage._terminal}
+    set {_uniqueStorage()._terminal = newValue}
+  }
+
+  /// Set for STAGE_INFO, as in Result.
+  public var info: Enlarger_V1_ImageInfo {
+    get {_storage._info ?? Enlarger_V1_ImageInfo()}
+    set {_uniqueStorage()._info = newValue}
+  }
+  /// Returns true if `info` has been explicitly set.
+  public var hasInfo: Bool {_storage._info != nil}
+  /// Clears the value of `info`. Subsequent reads from it will return its default value.
+  public mutating func clearInfo() {_uniqueStorage()._info = nil}
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 /// The attempt failed; the request ends with Failed{code, message}. Terminal for the attempt.
@@ -646,59 +680,118 @@ nonisolated extension Enlarger_V1_JobStarted: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".JobResult"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0")
+
+  fileprivate class _StorageClass {
+    var _jobID: UInt64 = 0
+    var _attempt: UInt32 = 0
+    var _stage: Enlarger_V1_Stage = .unspecified
+    var _width: UInt32 = 0
+    var _height: UInt32 = 0
+    var _format: Enlarger_V1_ImageFormat = .jpeg
+    var _terminal: Bool = false
+    var _info: Enlarger_V1_ImageInfo? = nil
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _jobID = source._jobID
+      _attempt = source._attempt
+      _stage = source._stage
+      _width = source._width
+      _height = source._height
+      _format = source._format
+      _terminal = source._terminal
+      _info = source._info
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.jobID) }()
-      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.attempt) }()
-      case 3: try { try decoder.decodeSingularEnumField(value: &self.stage) }()
-      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.width) }()
-      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.height) }()
-      case 6: try { try decoder.decodeSingularEnumField(value: &self.format) }()
-      case 7: try { try decoder.decodeSingularBoolField(value: &self.terminal) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularUInt64Field(value: &_storage._jobID) }()
+        case 2: try { try decoder.decodeSingularUInt32Field(value: &_storage._attempt) }()
+        case 3: try { try decoder.decodeSingularEnumField(value: &_storage._stage) }()
+        case 4: try { try decoder.decodeSingularUInt32Field(value: &_storage._width) }()
+        case 5: try { try decoder.decodeSingularUInt32Field(value: &_storage._height) }()
+        case 6: try { try decoder.decodeSingularEnumField(value: &_storage._format) }()
+        case 7: try { try decoder.decodeSingularBoolField(value: &_storage._terminal) }()
+        case 8: try { try decoder.decodeSingularMessageField(value: &_storage._info) }()
+        default: break
+        }
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if self.jobID != 0 {
-      try visitor.visitSingularUInt64Field(value: self.jobID, fieldNumber: 1)
-    }
-    if self.attempt != 0 {
-      try visitor.visitSingularUInt32Field(value: self.attempt, fieldNumber: 2)
-    }
-    if self.stage != .unspecified {
-      try visitor.visitSingularEnumField(value: self.stage, fieldNumber: 3)
-    }
-    if self.width != 0 {
-      try visitor.visitSingularUInt32Field(value: self.width, fieldNumber: 4)
-    }
-    if self.height != 0 {
-      try visitor.visitSingularUInt32Field(value: self.height, fieldNumber: 5)
-    }
-    if self.format != .jpeg {
-      try visitor.visitSingularEnumField(value: self.format, fieldNumber: 6)
-    }
-    if self.terminal != false {
-      try visitor.visitSingularBoolField(value: self.terminal, fieldNumber: 7)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if _storage._jobID != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._jobID, fieldNumber: 1)
+      }
+      if _storage._attempt != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._attempt, fieldNumber: 2)
+      }
+      if _storage._stage != .unspecified {
+        try visitor.visitSingularEnumField(value: _storage._stage, fieldNumber: 3)
+      }
+      if _storage._width != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._width, fieldNumber: 4)
+      }
+      if _storage._height != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._height, fieldNumber: 5)
+      }
+      if _storage._format != .jpeg {
+        try visitor.visitSingularEnumField(value: _storage._format, fieldNumber: 6)
+      }
+      if _storage._terminal != false {
+        try visitor.visitSingularBoolField(value: _storage._terminal, fieldNumber: 7)
+      }
+      try { if let v = _storage._info {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Enlarger_V1_JobResult, rhs: Enlarger_V1_JobResult) -> Bool {
-    if lhs.jobID != rhs.jobID {return false}
-    if lhs.attempt != rhs.attempt {return false}
-    if lhs.stage != rhs.stage {return false}
-    if lhs.width != rhs.width {return false}
-    if lhs.height != rhs.height {return false}
-    if lhs.format != rhs.format {return false}
-    if lhs.terminal != rhs.terminal {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._jobID != rhs_storage._jobID {return false}
+        if _storage._attempt != rhs_storage._attempt {return false}
+        if _storage._stage != rhs_storage._stage {return false}
+        if _storage._width != rhs_storage._width {return false}
+        if _storage._height != rhs_storage._height {return false}
+        if _storage._format != rhs_storage._format {return false}
+        if _storage._terminal != rhs_storage._terminal {return false}
+        if _storage._info != rhs_storage._info {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -95,6 +95,21 @@ class ResultsTest(unittest.TestCase):
                 self.assertIn(events[-1].code, codes, events[-1])
                 self.assertTrue(events[-1].message)
 
+    def test_info_reads_the_header_at_a_worker(self):
+        info = self.client.info(corpus("bimg_test_exif_full.jpg"))
+        self.assertEqual(info, enlarger.ImageInfo(
+            format="jpeg", width=3024, height=4032, orientation=6, channels=3, has_alpha=False, bit_depth=8,
+            color_space="ycbcr", profile_description="Display P3", profile_bytes=548, progressive=False,
+            has_embedded_thumbnail=True, byte_size=3970480))
+        grey = self.client.info(corpus("thumbor_grayscale-icc.jpg"))
+        self.assertEqual((grey.channels, grey.color_space, grey.profile_description), (1, "gray", "Dot Gain 20%"))
+        with self.assertRaises(enlarger.RequestError) as raised:
+            self.client.info(corpus("jpegdecoder_max_size.jpg", bad=True))
+        self.assertEqual(raised.exception.event.code, enlarger.ErrorCode.TOO_LARGE)
+        with self.assertRaises(enlarger.RequestError) as raised:
+            self.client.info(corpus("pillow_junk_jpeg_header.jpg", bad=True), fail_on="warning")
+        self.assertEqual(raised.exception.event.code, enlarger.ErrorCode.CORRUPT)
+
     def test_fail_on_chooses_which_damage_fails(self):
         junk = corpus("pillow_junk_jpeg_header.jpg", bad=True)
         final = self.client.submit(junk, width=64, degraded=False).result(timeout=30)

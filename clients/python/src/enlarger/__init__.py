@@ -15,15 +15,16 @@ from .codes import CancelOutcome, Chroma, Delivery, ErrorCode, FailOn, Fit, Imag
 from .errors import (BrokerLostError, BrokerUnreachableError, CallFailedError, ClientClosedError,
                      DuplicateRequestIdError, EnlargerError, InputTooLargeError, InvalidArgumentError,
                      InvalidRequestIdError, KeyFileError, RequestError)
-from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Event, Failed, Final, Rejected, Result,
-                     Started, Totals, WorkerStatus)
+from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Event, Failed, Final, ImageInfo, Info, Rejected,
+                     Result, Started, Totals, WorkerStatus)
 from .request import Request
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Request",
-    "Event", "Accepted", "Started", "Result", "Degraded", "Final", "Failed", "Rejected", "Cancelled",
+    "Event", "Accepted", "Started", "Result", "Degraded", "Final", "Info", "ImageInfo", "Failed", "Rejected",
+    "Cancelled",
     "BrokerStatus", "WorkerStatus", "Totals",
     "ErrorCode", "Fit", "Chroma", "ImageFormat", "FailOn", "Delivery", "CancelOutcome",
     "EnlargerError", "InvalidArgumentError", "InvalidRequestIdError", "InputTooLargeError",

@@ -14,11 +14,11 @@ import zmq
 
 from . import wire
 from ._loop import _Loop, _Shared, new_future
-from ._proto import client_pb2
+from ._proto import client_pb2, common_pb2
 from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, ImageFormat
 from .core import ClientCore, Configuration
-from .errors import InputTooLargeError, InvalidArgumentError
-from .events import BrokerStatus
+from .errors import InputTooLargeError, InvalidArgumentError, RequestError
+from .events import BrokerStatus, ImageInfo, Info
 from .keys import CurveCredentials
 from .request import Request, _Channel
 
@@ -185,6 +185,36 @@ class Client:
         future = new_future()
         self._shared.cancel(request_id, future)
         return future
+
+    def info(self, image: bytes | bytearray | memoryview, *, fail_on: FailOn | str = FailOn.ERROR,
+             request_id: str | None = None, timeout: float | None = None) -> ImageInfo:
+        """What `image`'s header says (size after orientation, colour space, profile description,
+        thumbnail, ...), read by a worker without decoding pixels. Blocks until the answer;
+        raises `RequestError` when the request fails (not a JPEG, damaged as `fail_on` says,
+        over the limits), and the argument errors of `submit`."""
+        if not isinstance(image, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"image must be bytes, got {type(image).__name__}")
+        data = image if isinstance(image, bytes) else bytes(image)
+        submit = client_pb2.Submit()
+        submit.request_id = wire.check_request_id(str(uuid.uuid4()) if request_id is None else request_id)
+        submit.spec.fail_on = _member(FailOn, fail_on, "fail_on").wire
+        submit.delivery = common_pb2.DELIVERY_INFO
+        if timeout is not None:
+            if not _is_number(timeout) or not 0 < timeout * 1000 <= _MAX_DEADLINE_MS:
+                raise InvalidArgumentError(
+                    f"timeout must be a positive number of seconds up to {_MAX_DEADLINE_MS / 1000:g}, got {timeout!r}")
+            submit.deadline_ms = max(1, math.ceil(timeout * 1000))
+        limit = self.max_input_bytes
+        if len(data) > limit:
+            raise InputTooLargeError(len(data), limit)
+        channel = _Channel(submit.request_id)
+        self._shared.submit(channel, submit, data)
+        for event in Request(self, channel):
+            if isinstance(event, Info):
+                return event.info
+            if event.terminal:
+                raise RequestError(event)
+        raise RequestError(Info(submit.request_id))
 
     def status(self, timeout: float | None = None) -> BrokerStatus:
         """The broker's workers, queue and counters. Blocks until the broker answers: raises

@@ -57,7 +57,7 @@ from typing import NamedTuple, Union
 
 from ._proto import client_pb2, common_pb2
 from .codes import CancelOutcome, ErrorCode, ImageFormat
-from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Event, Failed, Final, Rejected,
+from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Event, Failed, Final, ImageInfo, Info, Rejected,
                      Started)
 from .wire import MAX_SYNC_REQUEST_IDS
 
@@ -657,11 +657,17 @@ class ClientCore:
             return
         image_format = ImageFormat.from_wire(result.format)
         violation = None
-        if image_format is None:
+        if result.stage == common_pb2.STAGE_INFO:
+            if not result.terminal or not result.HasField("info"):
+                violation = "the broker sent an info result that is not terminal or has no info"
+            image_format = ImageFormat.JPEG  # unset for info; nothing to read
+        if violation is not None:
+            pass
+        elif image_format is None:
             violation = f"the broker sent a result in unknown format {result.format}"
         elif result.stage == common_pb2.STAGE_FINAL and not result.terminal:
             violation = "the broker sent a final result that is not terminal"
-        elif result.stage not in (common_pb2.STAGE_DEGRADED, common_pb2.STAGE_FINAL):
+        elif result.stage not in (common_pb2.STAGE_DEGRADED, common_pb2.STAGE_FINAL, common_pb2.STAGE_INFO):
             violation = f"the broker sent a result with stage {result.stage}"
         if violation is not None:
             self._end_route(request_id, Failed(request_id, ErrorCode.MALFORMED, violation), actions)
@@ -670,7 +676,9 @@ class ClientCore:
             if result.terminal:
                 self._finish_route(request_id)
             return
-        if result.stage == common_pb2.STAGE_DEGRADED:
+        if result.stage == common_pb2.STAGE_INFO:
+            event = Info(request_id, _image_info(result.info))
+        elif result.stage == common_pb2.STAGE_DEGRADED:
             # After a resubmission only the final may come; a second degraded never.
             if route.degraded_delivered:
                 return
@@ -819,3 +827,11 @@ class ClientCore:
             self.busy_since = None
         elif self.busy_since is None:
             self.busy_since = now
+
+
+def _image_info(info) -> ImageInfo:
+    return ImageInfo(format=info.format, width=info.width, height=info.height, orientation=info.orientation,
+                     channels=info.channels, has_alpha=info.has_alpha, bit_depth=info.bit_depth,
+                     color_space=info.color_space, profile_description=info.profile_description or None,
+                     profile_bytes=info.profile_bytes, progressive=info.progressive,
+                     has_embedded_thumbnail=info.has_embedded_thumbnail, byte_size=info.byte_size)

@@ -84,6 +84,33 @@ class Final(Result):
 
 
 @dataclass(frozen=True)
+class ImageInfo:
+    """What an image's header says, read without decoding pixels (`Client.info`)."""
+
+    format: str
+    width: int  # displayed, after EXIF orientation
+    height: int
+    orientation: int  # EXIF, 1 to 8
+    channels: int
+    has_alpha: bool
+    bit_depth: int
+    color_space: str  # gray, ycbcr, rgb, cmyk, ycck
+    profile_description: str | None
+    profile_bytes: int
+    progressive: bool
+    has_embedded_thumbnail: bool
+    byte_size: int
+
+
+@dataclass(frozen=True)
+class Info(Event):
+    """The one result of an info request. Terminal."""
+
+    info: ImageInfo | None = None
+    terminal = True
+
+
+@dataclass(frozen=True)
 class Failed(Event):
     """The request ended without a result. Terminal. Codes >= 1000 come from this client
     (`ErrorCode.is_local`)."""

@@ -120,20 +120,22 @@ class Rejected(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ["format", "height", "request_id", "stage", "terminal", "width"]
+    __slots__ = ["format", "height", "info", "request_id", "stage", "terminal", "width"]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     TERMINAL_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FIELD_NUMBER: _ClassVar[int]
     format: _common_pb2.ImageFormat
     height: int
+    info: _common_pb2.ImageInfo
     request_id: str
     stage: _common_pb2.Stage
     terminal: bool
     width: int
-    def __init__(self, request_id: _Optional[str] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ...) -> None: ...
 
 class Started(_message.Message):
     __slots__ = ["attempt", "request_id"]

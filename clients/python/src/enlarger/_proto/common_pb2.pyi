@@ -7,6 +7,7 @@ CHROMA_YUV420: Chroma
 CHROMA_YUV444: Chroma
 DELIVERY_DEGRADED: Delivery
 DELIVERY_FINAL: Delivery
+DELIVERY_INFO: Delivery
 DELIVERY_PROGRESSIVE: Delivery
 DESCRIPTOR: _descriptor.FileDescriptor
 ERROR_CODE_BROKER_SHUTDOWN: ErrorCode
@@ -41,6 +42,7 @@ IMAGE_FORMAT_JPEG: ImageFormat
 IMAGE_FORMAT_PNM: ImageFormat
 STAGE_DEGRADED: Stage
 STAGE_FINAL: Stage
+STAGE_INFO: Stage
 STAGE_UNSPECIFIED: Stage
 
 class Error(_message.Message):
@@ -50,6 +52,36 @@ class Error(_message.Message):
     code: ErrorCode
     message: str
     def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ImageInfo(_message.Message):
+    __slots__ = ["bit_depth", "byte_size", "channels", "color_space", "format", "has_alpha", "has_embedded_thumbnail", "height", "orientation", "profile_bytes", "profile_description", "progressive", "width"]
+    BIT_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    BYTE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    COLOR_SPACE_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    HAS_ALPHA_FIELD_NUMBER: _ClassVar[int]
+    HAS_EMBEDDED_THUMBNAIL_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    ORIENTATION_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PROGRESSIVE_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    bit_depth: int
+    byte_size: int
+    channels: int
+    color_space: str
+    format: str
+    has_alpha: bool
+    has_embedded_thumbnail: bool
+    height: int
+    orientation: int
+    profile_bytes: int
+    profile_description: str
+    progressive: bool
+    width: int
+    def __init__(self, format: _Optional[str] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., orientation: _Optional[int] = ..., channels: _Optional[int] = ..., has_alpha: bool = ..., bit_depth: _Optional[int] = ..., color_space: _Optional[str] = ..., profile_description: _Optional[str] = ..., profile_bytes: _Optional[int] = ..., progressive: bool = ..., has_embedded_thumbnail: bool = ..., byte_size: _Optional[int] = ...) -> None: ...
 
 class ResizeSpec(_message.Message):
     __slots__ = ["chroma", "enlarge", "fail_on", "fit", "format", "height", "progressive", "quality", "width"]

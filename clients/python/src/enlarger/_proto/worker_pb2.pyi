@@ -70,10 +70,11 @@ class JobFailed(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class JobResult(_message.Message):
-    __slots__ = ["attempt", "format", "height", "job_id", "stage", "terminal", "width"]
+    __slots__ = ["attempt", "format", "height", "info", "job_id", "stage", "terminal", "width"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     TERMINAL_FIELD_NUMBER: _ClassVar[int]
@@ -81,11 +82,12 @@ class JobResult(_message.Message):
     attempt: int
     format: _common_pb2.ImageFormat
     height: int
+    info: _common_pb2.ImageInfo
     job_id: int
     stage: _common_pb2.Stage
     terminal: bool
     width: int
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ...) -> None: ...
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ...) -> None: ...
 
 class JobStarted(_message.Message):
     __slots__ = ["attempt", "job_id"]
