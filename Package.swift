@@ -40,7 +40,9 @@ let package = Package(
         // What a resize asks for and gives back (options, delivery, encoded image, errors),
         // without libjpeg: shared by the imaging library, the worker and the client.
         .target(name: "ImageModel"),
-        .target(name: "Imaging", dependencies: ["CJPEG", "ImageModel"]),
+        // C: Little CMS 2, for embedded ICC profiles → sRGB.
+        .target(name: "CColour", linkerSettings: [.linkedLibrary("lcms2")]),
+        .target(name: "Imaging", dependencies: ["CJPEG", "CColour", "ImageModel", "Locking"]),
         .target(name: "ZeroMQ", dependencies: ["CZeroMQ", "Locking"]),
         .target(
             name: "EnlargerProtocol",

@@ -80,8 +80,18 @@ public struct ImagePipeline: Sendable {
         } : nil
         let estimate = MemoryEstimate(header: header, thumbnail: thumbnail, plan: plan, options: options,
                                       delivery: delivery, inputBytes: input.count)
-        return PreparedResize(pipeline: self, decoder: decoder, plan: plan, options: options, delivery: delivery,
-                              cancel: cancel, estimate: estimate)
+        let prepared = PreparedResize(pipeline: self, decoder: decoder, plan: plan, options: options, delivery: delivery,
+                                      cancel: cancel, estimate: estimate)
+        prepared.colour = Self.colourTransform(for: header)
+        return prepared
+    }
+
+    /// The conversion of the decoded pixels to sRGB that the embedded profile calls for, if
+    /// any. CMYK files are converted to RGB by the decoder without their profile (as before);
+    /// a profile that cannot be used is ignored, and the pixels taken as sRGB.
+    static func colourTransform(for header: JPEGHeader) -> ColourTransform? {
+        guard let profile = header.iccProfile, header.colorSpace != .cmyk, header.colorSpace != .ycck else { return nil }
+        return try? ColourTransforms.transform(for: profile, channels: header.decodedChannels).get()
     }
 
     static func thumbnailLimits(_ bytes: Int) -> DecodeLimits {
@@ -104,7 +114,7 @@ public struct ImagePipeline: Sendable {
         var timings = StageTimings()
 
         if wantsDegraded, let thumbnail = decoder.thumbnail,
-           let preview = thumbnailPreview(thumbnail, header: header, plan: plan, options: options, cancel: cancel) {
+           let preview = thumbnailPreview(thumbnail, header: header, plan: plan, options: options, colour: job.colour, cancel: cancel) {
             try cancel?.check()
             try emit(result(.degraded, preview.image, .exifThumbnail, preview.timings))
             if delivery == .degraded { return }
@@ -116,7 +126,7 @@ public struct ImagePipeline: Sendable {
             var early: PixelBuffer? = try decoder.outputPass(width: size.width, height: size.height,
                                                              channels: size.channels, fast: true)
             var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
-            let image = try finish(early!, .degraded, plan: plan, header: header, options: options,
+            let image = try finish(early!, .degraded, plan: plan, header: header, options: options, colour: job.colour,
                                    quality: degradedQuality, cancel: cancel, timings: &previewTimings, clock: &clock)
             // Not alive during the final pass, which allocates a buffer of the same size.
             BufferReaper.release(&early)
@@ -131,14 +141,14 @@ public struct ImagePipeline: Sendable {
             if wantsDegraded {
                 var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
                 timings.decodeMilliseconds = previewTimings.decodeMilliseconds
-                let image = try finish(decoded!, .degraded, plan: plan, header: header, options: options,
+                let image = try finish(decoded!, .degraded, plan: plan, header: header, options: options, colour: job.colour,
                                        quality: degradedQuality, cancel: cancel, timings: &previewTimings, clock: &clock)
                 try emit(result(.degraded, image, .decodedBuffer, previewTimings))
                 if delivery == .degraded { return }
             }
         }
         timings.decodeMilliseconds += clock.lap()
-        let image = try finish(decoded!, .final, plan: plan, header: header, options: options,
+        let image = try finish(decoded!, .final, plan: plan, header: header, options: options, colour: job.colour,
                                quality: options.quality, cancel: cancel, timings: &timings, clock: &clock)
         try emit(result(.final, image, nil, timings))
     }
@@ -160,6 +170,7 @@ public struct ImagePipeline: Sendable {
     /// The final stage uses Lanczos-3 at the planned size; the degraded one a cheap filter at
     /// `degradedScale` of it.
     private func finish(_ decoded: PixelBuffer, _ stage: Stage, plan: ResizePlan, header: JPEGHeader, options: ResizeOptions,
+                        colour: ColourTransform?,
                         quality: Int, cancel: CancellationFlag?,
                         timings: inout StageTimings, clock: inout Stopwatch) throws(ImagingError) -> EncodedImage {
         let region = Self.scale(plan.region, fromWidth: header.width, fromHeight: header.height,
@@ -183,6 +194,12 @@ public struct ImagePipeline: Sendable {
             }
             BufferReaper.release(&resized)
         }
+        // To sRGB from the embedded profile: on the small output, once per output pixel.
+        if let colour {
+            var converted: PixelBuffer? = try colour.apply(upright!, allocator: allocator, cancel: cancel)
+            swap(&upright, &converted)
+            BufferReaper.release(&converted)
+        }
         timings.resizeMilliseconds += clock.lap()
         try cancel?.check()
         let image = try Encoder.encode(upright!, format: options.format, quality: quality, progressive: options.progressive,
@@ -194,6 +211,7 @@ public struct ImagePipeline: Sendable {
     /// A degraded result from the EXIF thumbnail, or nil when the thumbnail is unusable
     /// (undecodable, or its aspect ratio differs from the image's, as with letterboxed ones).
     private func thumbnailPreview(_ bytes: [UInt8], header: JPEGHeader, plan: ResizePlan, options: ResizeOptions,
+                                  colour: ColourTransform?,
                                   cancel: CancellationFlag?) -> (image: EncodedImage, timings: StageTimings)? {
         var clock = Stopwatch()
         return try? withBytes(bytes) { raw throws(ImagingError) -> (image: EncodedImage, timings: StageTimings)? in
@@ -214,7 +232,12 @@ public struct ImagePipeline: Sendable {
             let height = max(1, Int((Double(plan.storedOutputHeight) * factor).rounded()))
             let resized = try Resampler.resample(pixels, region: region, width: width, height: height,
                                                  filter: .lanczos3, cancel: cancel, allocator: allocator)
-            let upright = try header.orientation.apply(to: resized, allocator: allocator)
+            var upright = try header.orientation.apply(to: resized, allocator: allocator)
+            // The thumbnail shares the image's colour space (an EXIF thumbnail has no profile
+            // of its own).
+            if let colour, colour.channels == upright.channels {
+                upright = try colour.apply(upright, allocator: allocator, cancel: cancel)
+            }
             timings.resizeMilliseconds = clock.lap()
             let image = try Encoder.encode(upright, format: options.format, quality: degradedQuality,
                                            progressive: false, chroma444: options.chroma444, allocator: allocator)
@@ -278,6 +301,8 @@ public final class PreparedResize {
     let options: ResizeOptions
     let delivery: Delivery
     let cancel: CancellationFlag?
+    /// Converts the output to sRGB from the embedded profile; nil when there is none to apply.
+    var colour: ColourTransform?
     private var hasRun = false
 
     init(pipeline: ImagePipeline, decoder: JPEGDecoder, plan: ResizePlan, options: ResizeOptions, delivery: Delivery,

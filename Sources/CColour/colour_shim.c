@@ -1,0 +1,105 @@
+// See include/colour_shim.h.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <lcms2.h>
+
+#include "colour_shim.h"
+
+struct ec_transform {
+    cmsContext context;
+    cmsHTRANSFORM transform;
+};
+
+// lcms reports problems through a log handler (stderr by default): the caller gets a status.
+static void ec_quiet(cmsContext context, cmsUInt32Number code, const char *text) {
+    (void)context;
+    (void)code;
+    (void)text;
+}
+
+static void ec_say(char *message, size_t length, const char *text) {
+    if (message != NULL && length > 0) snprintf(message, length, "%s", text);
+}
+
+// Grey with sRGB's tone curve (the D50 white of ICC's connection space).
+static cmsHPROFILE ec_srgb_gray(cmsContext context) {
+    cmsFloat64Number parameters[5] = {2.4, 1.0 / 1.055, 0.055 / 1.055, 1.0 / 12.92, 0.04045};
+    cmsToneCurve *curve = cmsBuildParametricToneCurve(context, 4, parameters);
+    if (curve == NULL) return NULL;
+    cmsHPROFILE profile = cmsCreateGrayProfileTHR(context, cmsD50_xyY(), curve);
+    cmsFreeToneCurve(curve);
+    return profile;
+}
+
+ec_transform *ec_transform_create(const uint8_t *icc, size_t length, int pixels, ec_status *status,
+                                  char *message, size_t message_length) {
+    *status = EC_ERR_NO_TRANSFORM;
+    cmsContext context = cmsCreateContext(NULL, NULL);
+    if (context == NULL) {
+        ec_say(message, message_length, "no memory for a colour context");
+        return NULL;
+    }
+    cmsSetLogErrorHandlerTHR(context, ec_quiet);
+    cmsHPROFILE source = cmsOpenProfileFromMemTHR(context, icc, (cmsUInt32Number)length);
+    if (source == NULL) {
+        *status = EC_ERR_BAD_PROFILE;
+        ec_say(message, message_length, "the embedded ICC profile cannot be read");
+        cmsDeleteContext(context);
+        return NULL;
+    }
+    cmsColorSpaceSignature space = cmsGetColorSpace(source);
+    int gray = pixels == EC_PIXELS_GRAY;
+    if ((gray && space != cmsSigGrayData) || (!gray && space != cmsSigRgbData)) {
+        *status = EC_ERR_MISMATCH;
+        ec_say(message, message_length, gray ? "the embedded ICC profile is not a grey one"
+                                              : "the embedded ICC profile is not an RGB one");
+        cmsCloseProfile(source);
+        cmsDeleteContext(context);
+        return NULL;
+    }
+    cmsHPROFILE target = gray ? ec_srgb_gray(context) : cmsCreate_sRGBProfileTHR(context);
+    cmsHTRANSFORM transform = NULL;
+    if (target != NULL) {
+        cmsUInt32Number format = gray ? TYPE_GRAY_8 : TYPE_RGB_8;
+        transform = cmsCreateTransformTHR(context, source, format, target, format, INTENT_PERCEPTUAL,
+                                          cmsFLAGS_NOCACHE);
+        cmsCloseProfile(target);
+    }
+    cmsCloseProfile(source);
+    if (transform == NULL) {
+        ec_say(message, message_length, "no colour transform can be built from the embedded ICC profile");
+        cmsDeleteContext(context);
+        return NULL;
+    }
+    ec_transform *result = malloc(sizeof *result);
+    if (result == NULL) {
+        cmsDeleteTransform(transform);
+        cmsDeleteContext(context);
+        ec_say(message, message_length, "no memory for a colour transform");
+        return NULL;
+    }
+    result->context = context;
+    result->transform = transform;
+    *status = EC_OK;
+    return result;
+}
+
+void ec_transform_apply(const ec_transform *transform, const uint8_t *src, uint8_t *dst, size_t count) {
+    while (count > 0) {
+        cmsUInt32Number chunk = count > 1u << 30 ? 1u << 30 : (cmsUInt32Number)count;
+        cmsDoTransform(transform->transform, src, dst, chunk);
+        count -= chunk;
+        // Whole pixels of at most 3 bytes: the offsets below stay exact.
+        size_t bytes = (size_t)chunk * (size_t)T_CHANNELS(cmsGetTransformInputFormat(transform->transform));
+        src += bytes;
+        dst += bytes;
+    }
+}
+
+void ec_transform_destroy(ec_transform *transform) {
+    if (transform == NULL) return;
+    cmsDeleteTransform(transform->transform);
+    cmsDeleteContext(transform->context);
+    free(transform);
+}

@@ -1,0 +1,35 @@
+// A small wrapper around Little CMS 2 for what Enlarger needs: a transform from an image's
+// embedded ICC profile to sRGB, applied to rows of 8-bit pixels. Errors come back as codes
+// with a message (lcms itself is kept quiet: its log handler is replaced per context).
+// A transform holds no per-call state (no pixel cache), so one may be shared by threads.
+#ifndef ENLARGER_COLOUR_SHIM_H
+#define ENLARGER_COLOUR_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    EC_OK = 0,
+    EC_ERR_BAD_PROFILE,   // not a readable ICC profile
+    EC_ERR_MISMATCH,      // the profile's colour space is not the pixels' (e.g. a CMYK profile on RGB)
+    EC_ERR_NO_TRANSFORM,  // lcms could not build the transform (a profile it cannot use)
+} ec_status;
+
+typedef enum {
+    EC_PIXELS_GRAY = 1,  // one 8-bit channel; the result is grey with sRGB's tone curve
+    EC_PIXELS_RGB = 3,   // three interleaved 8-bit channels; the result is sRGB
+} ec_pixels;
+
+typedef struct ec_transform ec_transform;
+
+/// A transform from `icc` (the profile's bytes, copied as needed) to sRGB for `pixels`, with
+/// the perceptual rendering intent. On failure returns NULL with `*status` set and a message.
+ec_transform *ec_transform_create(const uint8_t *icc, size_t length, int pixels, ec_status *status,
+                                  char *message, size_t message_length);
+
+/// Converts `count` pixels from `src` to `dst` (which may be the same buffer).
+void ec_transform_apply(const ec_transform *transform, const uint8_t *src, uint8_t *dst, size_t count);
+
+void ec_transform_destroy(ec_transform *transform);
+
+#endif

@@ -1,0 +1,121 @@
+import Foundation
+import ImageModel
+@testable import Imaging
+import TestSupport
+import XCTest
+
+/// Embedded ICC profiles: the output is converted to sRGB (the ΔE2000 figures against an
+/// exact reference are `Benchmarks/colour`); here, what can be checked exactly.
+final class ColourTests: XCTestCase {
+    /// The output at `width` as PNM pixels, converted (the default) or not.
+    private static func pixels(_ file: String, width: Int, converted: Bool) throws -> PixelBuffer {
+        let bytes = try Corpus.good(file)
+        return try bytes.withUnsafeBytes { raw throws(ImagingError) in
+            let prepared = try ImagePipeline().prepare(raw, options: ResizeOptions(width: width, format: .pnm))
+            if !converted { prepared.colour = nil }
+            var final: StageResult?
+            try prepared.run { final = $0 }
+            return try Encoder.decodePNM(final!.image.bytes)
+        }
+    }
+
+    private static func differences(_ a: PixelBuffer, _ b: PixelBuffer) -> (mean: Double, max: Int) {
+        let x = a.pixels, y = b.pixels
+        var sum = 0, largest = 0
+        for index in x.indices {
+            let d = abs(Int(x[index]) - Int(y[index]))
+            sum += d
+            largest = max(largest, d)
+        }
+        return (Double(sum) / Double(x.count), largest)
+    }
+
+    /// A test profile whose primaries are the sRGB ones in another order (BRG): converting is
+    /// exactly a permutation of the channels, which the unconverted output must show.
+    func testAProfileWithPermutedPrimariesPermutesTheChannels() throws {
+        let converted = try Self.pixels("jxltestdata_sideways_bench.jpg", width: 243, converted: true)
+        let raw = try Self.pixels("jxltestdata_sideways_bench.jpg", width: 243, converted: false)
+        let a = converted.pixels, b = raw.pixels
+        var fits: [[Int]] = []
+        for permutation in [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]] {
+            var largest = 0
+            for pixel in 0..<(a.count / 3) {
+                for channel in 0..<3 {
+                    largest = max(largest, abs(Int(a[pixel * 3 + channel]) - Int(b[pixel * 3 + permutation[channel]])))
+                }
+            }
+            if largest <= 1 { fits.append(permutation) }
+        }
+        XCTAssertEqual(fits.count, 1, "exactly one channel order explains the conversion: \(fits)")
+        XCTAssertNotEqual(fits.first, [0, 1, 2], "the conversion did nothing")
+    }
+
+    /// An sRGB-tagged photo barely changes; wide-gamut ones change a lot.
+    func testSRGBStaysAndWideGamutMoves() throws {
+        let srgb = Self.differences(try Self.pixels("bimg_vertical.jpg", width: 300, converted: true),
+                               try Self.pixels("bimg_vertical.jpg", width: 300, converted: false))
+        XCTAssertLessThan(srgb.mean, 0.5)
+        XCTAssertLessThanOrEqual(srgb.max, 3)
+        let prophoto = Self.differences(try Self.pixels("bimg_test_icc_prophoto.jpg", width: 300, converted: true),
+                                   try Self.pixels("bimg_test_icc_prophoto.jpg", width: 300, converted: false))
+        XCTAssertGreaterThan(prophoto.mean, 5)
+    }
+
+    /// A grey profile keeps the image one channel and converts its tone curve.
+    func testGreyStaysGrey() throws {
+        let converted = try Self.pixels("thumbor_grayscale-icc.jpg", width: 50, converted: true)
+        let raw = try Self.pixels("thumbor_grayscale-icc.jpg", width: 50, converted: false)
+        XCTAssertEqual(converted.channels, 1)
+        XCTAssertGreaterThan(Self.differences(converted, raw).mean, 1, "Dot Gain 20% is not sRGB's curve")
+    }
+
+    /// A damaged or mismatched profile is ignored: the pixels are taken as sRGB, nothing fails.
+    func testUnusableProfilesAreIgnored() throws {
+        let bytes = try Corpus.good("bimg_test_icc_prophoto.jpg")
+        let header = try bytes.withUnsafeBytes { raw throws(ImagingError) in try ImagePipeline().header(of: raw) }
+        var profile = try XCTUnwrap(header.iccProfile)
+        XCTAssertNotNil(try? ColourTransforms.transform(for: profile, channels: 3).get())
+        XCTAssertNil(try? ColourTransforms.transform(for: profile, channels: 1).get(), "an RGB profile on grey pixels")
+        profile.replaceSubrange(0..<128, with: [UInt8](repeating: 0xEE, count: 128))
+        XCTAssertNil(try? ColourTransforms.transform(for: profile, channels: 3).get())
+        XCTAssertNil(try? ColourTransforms.transform(for: [1, 2, 3], channels: 3).get())
+        // In a file: the APP2 chunk's profile bytes overwritten with garbage.
+        var damaged = bytes
+        let marker = try XCTUnwrap(Self.find(Array("ICC_PROFILE".utf8), in: damaged))
+        for index in (marker + 14)..<(marker + 14 + 128) { damaged[index] = 0xEE }
+        let result = try ImagePipeline().resize(damaged, options: ResizeOptions(width: 300, format: .pnm))
+        let plain = try Self.pixels("bimg_test_icc_prophoto.jpg", width: 300, converted: false)
+        XCTAssertEqual(try Encoder.decodePNM(result.image.bytes), plain)
+    }
+
+    /// One transform per profile, shared by every image and thread that needs it.
+    func testTransformsAreSharedAcrossThreads() throws {
+        let header = try Corpus.good("bimg_test_exif_full.jpg").withUnsafeBytes { raw throws(ImagingError) in
+            try ImagePipeline().header(of: raw)
+        }
+        let profile = try XCTUnwrap(header.iccProfile)
+        let first = try ColourTransforms.transform(for: profile, channels: 3).get()
+        XCTAssertTrue(first === (try ColourTransforms.transform(for: profile, channels: 3).get()))
+        let expected = try Self.pixels("bimg_test_exif_full.jpg", width: 200, converted: true)
+        let mismatches = LockedCount()
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            if (try? Self.pixels("bimg_test_exif_full.jpg", width: 200, converted: true)) != expected { mismatches.add() }
+        }
+        XCTAssertEqual(mismatches.value, 0)
+    }
+
+    private static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
+        guard haystack.count >= needle.count else { return nil }
+        for start in 0...(haystack.count - needle.count) where haystack[start..<start + needle.count].elementsEqual(needle) {
+            return start
+        }
+        return nil
+    }
+}
+
+private final class LockedCount: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func add() { lock.withLock { count += 1 } }
+    var value: Int { lock.withLock { count } }
+}
