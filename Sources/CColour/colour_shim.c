@@ -9,6 +9,8 @@
 struct ec_transform {
     cmsContext context;
     cmsHTRANSFORM transform;
+    size_t in_bytes;   // per pixel
+    size_t out_bytes;
 };
 
 // lcms reports problems through a log handler (stderr by default): the caller gets a status.
@@ -49,11 +51,13 @@ ec_transform *ec_transform_create(const uint8_t *icc, size_t length, int pixels,
         return NULL;
     }
     cmsColorSpaceSignature space = cmsGetColorSpace(source);
-    int gray = pixels == EC_PIXELS_GRAY;
-    if ((gray && space != cmsSigGrayData) || (!gray && space != cmsSigRgbData)) {
+    int gray = pixels == EC_PIXELS_GRAY, cmyk = pixels == EC_PIXELS_CMYK;
+    cmsColorSpaceSignature expected = gray ? cmsSigGrayData : cmyk ? cmsSigCmykData : cmsSigRgbData;
+    if (space != expected) {
         *status = EC_ERR_MISMATCH;
         ec_say(message, message_length, gray ? "the embedded ICC profile is not a grey one"
-                                              : "the embedded ICC profile is not an RGB one");
+                                        : cmyk ? "the embedded ICC profile is not a CMYK one"
+                                               : "the embedded ICC profile is not an RGB one");
         cmsCloseProfile(source);
         cmsDeleteContext(context);
         return NULL;
@@ -61,8 +65,9 @@ ec_transform *ec_transform_create(const uint8_t *icc, size_t length, int pixels,
     cmsHPROFILE target = gray ? ec_srgb_gray(context) : cmsCreate_sRGBProfileTHR(context);
     cmsHTRANSFORM transform = NULL;
     if (target != NULL) {
-        cmsUInt32Number format = gray ? TYPE_GRAY_8 : TYPE_RGB_8;
-        transform = cmsCreateTransformTHR(context, source, format, target, format, INTENT_PERCEPTUAL,
+        cmsUInt32Number input = gray ? TYPE_GRAY_8 : cmyk ? TYPE_CMYK_8 : TYPE_RGB_8;
+        cmsUInt32Number output = gray ? TYPE_GRAY_8 : TYPE_RGB_8;
+        transform = cmsCreateTransformTHR(context, source, input, target, output, INTENT_PERCEPTUAL,
                                           cmsFLAGS_NOCACHE);
         cmsCloseProfile(target);
     }
@@ -81,6 +86,8 @@ ec_transform *ec_transform_create(const uint8_t *icc, size_t length, int pixels,
     }
     result->context = context;
     result->transform = transform;
+    result->in_bytes = gray ? 1 : cmyk ? 4 : 3;
+    result->out_bytes = gray ? 1 : 3;
     *status = EC_OK;
     return result;
 }
@@ -90,10 +97,8 @@ void ec_transform_apply(const ec_transform *transform, const uint8_t *src, uint8
         cmsUInt32Number chunk = count > 1u << 30 ? 1u << 30 : (cmsUInt32Number)count;
         cmsDoTransform(transform->transform, src, dst, chunk);
         count -= chunk;
-        // Whole pixels of at most 3 bytes: the offsets below stay exact.
-        size_t bytes = (size_t)chunk * (size_t)T_CHANNELS(cmsGetTransformInputFormat(transform->transform));
-        src += bytes;
-        dst += bytes;
+        src += (size_t)chunk * transform->in_bytes;
+        dst += (size_t)chunk * transform->out_bytes;
     }
 }
 

@@ -115,6 +115,7 @@ struct ej_decoder {
     const int32_t *cancel;
     int max_scans;
     int convert_cmyk;   // output is CMYK from libjpeg, converted to RGB per row here
+    int keep_cmyk;      // instead, CMYK rows are delivered as they are (ink values, not inverted)
     int cmyk_inverted;  // Adobe CMYK stores 255 - ink
     uint8_t *scratch;   // one CMYK row
     uint8_t *icc;       // the embedded ICC profile (jpeg_read_icc_profile's malloc), or NULL
@@ -278,7 +279,7 @@ static ej_status ej_prepare(ej_decoder *dec, int scale_num) {
         cinfo->out_color_space = JCS_CMYK;  // libjpeg turns YCCK into CMYK; RGB is ours to do
         dec->convert_cmyk = 1;
         dec->cmyk_inverted = cinfo->saw_Adobe_marker ? 1 : 0;
-        dec->out_channels = 3;
+        dec->out_channels = dec->keep_cmyk ? 4 : 3;
         break;
     default:
         cinfo->out_color_space = JCS_RGB;
@@ -286,6 +287,17 @@ static ej_status ej_prepare(ej_decoder *dec, int scale_num) {
         break;
     }
     return EJ_OK;
+}
+
+void ej_set_keep_cmyk(ej_decoder *dec, int keep) { dec->keep_cmyk = keep; }
+
+// A CMYK row as ink amounts (0 = no ink), whichever way the file stores it.
+static void ej_cmyk_copy(const uint8_t *cmyk, uint8_t *out, size_t width, int inverted) {
+    if (!inverted) {
+        memcpy(out, cmyk, width * 4);
+        return;
+    }
+    for (size_t i = 0; i < width * 4; i++) out[i] = (uint8_t)(255 - cmyk[i]);
 }
 
 static ej_status ej_started(ej_decoder *dec, int *out_width, int *out_height, int *out_channels) {
@@ -353,7 +365,11 @@ ej_status ej_read_rows(ej_decoder *dec, uint8_t *dst, size_t stride, int max_row
             JSAMPROW scratch = dec->scratch;
             JDIMENSION got = jpeg_read_scanlines(cinfo, &scratch, 1);
             if (got == 0) break;
-            ej_cmyk_to_rgb(dec->scratch, row, cinfo->output_width, dec->cmyk_inverted);
+            if (dec->keep_cmyk) {
+                ej_cmyk_copy(dec->scratch, row, cinfo->output_width, dec->cmyk_inverted);
+            } else {
+                ej_cmyk_to_rgb(dec->scratch, row, cinfo->output_width, dec->cmyk_inverted);
+            }
             done += 1;
         } else {
             JSAMPROW rows[8];

@@ -9,22 +9,24 @@ final class ColourTransform: @unchecked Sendable {
     // @unchecked: the lcms transform is built with cmsFLAGS_NOCACHE and never changes after
     // creation, which makes concurrent cmsDoTransform calls safe.
     private let handle: OpaquePointer
-    let channels: Int
+    /// Channels of the pixels it converts (1 grey, 3 RGB, 4 CMYK) and of its results (1 or 3).
+    let inputChannels: Int
+    let outputChannels: Int
 
-    private init(handle: OpaquePointer, channels: Int) {
+    private init(handle: OpaquePointer, inputChannels: Int) {
         self.handle = handle
-        self.channels = channels
+        self.inputChannels = inputChannels
+        outputChannels = inputChannels == 1 ? 1 : 3
     }
 
     deinit { ec_transform_destroy(handle) }
 
-    /// The transform for `profile` and pixels of `channels` (1 or 3), or why there is none
-    /// (an unreadable profile, or one for another colour space: the image is then taken as
-    /// sRGB, as without a profile).
+    /// The transform for `profile` and pixels of `channels` (1 grey, 3 RGB, 4 CMYK), or why
+    /// there is none (an unreadable profile, or one for another colour space).
     static func make(profile: [UInt8], channels: Int) -> Result<ColourTransform, ImagingError> {
         var status = EC_OK
         var message = [CChar](repeating: 0, count: 160)
-        let pixels = channels == 1 ? EC_PIXELS_GRAY : EC_PIXELS_RGB
+        let pixels = channels == 1 ? EC_PIXELS_GRAY : channels == 4 ? EC_PIXELS_CMYK : EC_PIXELS_RGB
         let handle = profile.withUnsafeBufferPointer { bytes in
             ec_transform_create(bytes.baseAddress, bytes.count, Int32(pixels.rawValue), &status, &message, message.count)
         }
@@ -32,14 +34,15 @@ final class ColourTransform: @unchecked Sendable {
             let text = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             return .failure(ImagingError(.unsupported, text))
         }
-        return .success(ColourTransform(handle: handle, channels: channels))
+        return .success(ColourTransform(handle: handle, inputChannels: channels))
     }
 
     /// `image` converted to sRGB, in a new buffer from `allocator`; checks `cancel` between
     /// bands of rows.
     func apply(_ image: PixelBuffer, allocator: BufferAllocator, cancel: CancellationFlag?) throws(ImagingError) -> PixelBuffer {
-        precondition(image.channels == channels, "a \(channels)-channel transform applied to \(image.channels) channels")
-        return try PixelBuffer.make(width: image.width, height: image.height, channels: channels, allocator: allocator,
+        precondition(image.channels == inputChannels, "a \(inputChannels)-channel transform applied to \(image.channels) channels")
+        let outputStride = image.width * outputChannels
+        return try PixelBuffer.make(width: image.width, height: image.height, channels: outputChannels, allocator: allocator,
                                     what: "the colour-converted image") { output throws(ImagingError) in
             try image.withUnsafeBufferPointer { (input) throws(ImagingError) in
                 let band = max(1, (1 << 16) / max(1, image.stride))  // about 64 KiB of samples per call
@@ -47,8 +50,8 @@ final class ColourTransform: @unchecked Sendable {
                 while row < image.height {
                     try cancel?.check()
                     let rows = min(band, image.height - row)
-                    let offset = row * image.stride
-                    ec_transform_apply(handle, input.baseAddress! + offset, output.baseAddress! + offset, rows * image.width)
+                    ec_transform_apply(handle, input.baseAddress! + row * image.stride,
+                                       output.baseAddress! + row * outputStride, rows * image.width)
                     row += rows
                 }
             }

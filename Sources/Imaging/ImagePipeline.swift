@@ -63,7 +63,16 @@ public struct ImagePipeline: Sendable {
     /// stay valid until the prepared resize has run (or been dropped).
     public func prepare(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery = .final,
                         cancel: CancellationFlag? = nil) throws(ImagingError) -> PreparedResize {
+        try prepare(input, options: options, delivery: delivery, cancel: cancel, colour: true)
+    }
+
+    /// `colour: false` leaves the embedded profile unapplied (for comparisons in tests).
+    func prepare(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery = .final,
+                 cancel: CancellationFlag? = nil, colour managed: Bool) throws(ImagingError) -> PreparedResize {
         let decoder = try JPEGDecoder(data: input, limits: limits, cancel: cancel, failOn: options.failOn)
+        let colour = managed ? Self.colourTransform(for: decoder.header) : nil
+        // CMYK with a usable profile is decoded as CMYK and converted after resizing.
+        if colour?.inputChannels == 4 { decoder.keepCMYK() }
         let header = decoder.header
         let plan = try ResizePlan.make(sourceWidth: header.width, sourceHeight: header.height,
                                        orientation: header.orientation, options: options, headroom: headroom)
@@ -82,16 +91,18 @@ public struct ImagePipeline: Sendable {
                                       delivery: delivery, inputBytes: input.count)
         let prepared = PreparedResize(pipeline: self, decoder: decoder, plan: plan, options: options, delivery: delivery,
                                       cancel: cancel, estimate: estimate)
-        prepared.colour = Self.colourTransform(for: header)
+        prepared.colour = colour
         return prepared
     }
 
     /// The conversion of the decoded pixels to sRGB that the embedded profile calls for, if
-    /// any. CMYK files are converted to RGB by the decoder without their profile (as before);
-    /// a profile that cannot be used is ignored, and the pixels taken as sRGB.
+    /// any: grey, RGB, or (for CMYK and YCCK files) CMYK ink amounts. A profile that cannot be
+    /// used is ignored: RGB and grey pixels are then taken as sRGB, and CMYK is converted to
+    /// RGB by the decoder's plain formula, as for a CMYK file without a profile.
     static func colourTransform(for header: JPEGHeader) -> ColourTransform? {
-        guard let profile = header.iccProfile, header.colorSpace != .cmyk, header.colorSpace != .ycck else { return nil }
-        return try? ColourTransforms.transform(for: profile, channels: header.decodedChannels).get()
+        guard let profile = header.iccProfile else { return nil }
+        let channels = header.colorSpace == .gray ? 1 : header.colorSpace == .cmyk || header.colorSpace == .ycck ? 4 : 3
+        return try? ColourTransforms.transform(for: profile, channels: channels).get()
     }
 
     static func thumbnailLimits(_ bytes: Int) -> DecodeLimits {
@@ -235,7 +246,7 @@ public struct ImagePipeline: Sendable {
             var upright = try header.orientation.apply(to: resized, allocator: allocator)
             // The thumbnail shares the image's colour space (an EXIF thumbnail has no profile
             // of its own).
-            if let colour, colour.channels == upright.channels {
+            if let colour, colour.inputChannels == upright.channels {
                 upright = try colour.apply(upright, allocator: allocator, cancel: cancel)
             }
             timings.resizeMilliseconds = clock.lap()

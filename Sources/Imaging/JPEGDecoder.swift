@@ -26,12 +26,16 @@ public struct JPEGHeader: Sendable, Equatable {
     public var iccProfile: [UInt8]?
     /// Bits per sample.
     public var precision = 8
+    /// A CMYK or YCCK file decodes to 4-channel CMYK (for a colour-managed conversion)
+    /// rather than to RGB.
+    public var decodesToCMYK = false
 
     public var orientation: Orientation { exif.orientation }
     /// Displayed size, after orientation.
     public var orientedSize: (width: Int, height: Int) { orientation.orientedSize(width: width, height: height) }
-    /// 1 for grayscale files (kept gray end to end), 3 for everything else (decoded as RGB).
-    public var decodedChannels: Int { colorSpace == .gray ? 1 : 3 }
+    /// 1 for grayscale files (kept gray end to end), 4 for CMYK ones kept as CMYK for their
+    /// profile, 3 for everything else (decoded as RGB).
+    public var decodedChannels: Int { colorSpace == .gray ? 1 : decodesToCMYK ? 4 : 3 }
 }
 
 /// One libjpeg decompression over bytes the caller keeps alive. Not thread-safe; single use.
@@ -102,6 +106,13 @@ final class JPEGDecoder {
     /// The embedded EXIF thumbnail (a small JPEG), copied at header time: libjpeg frees its
     /// saved markers when decompression finishes.
     private(set) var thumbnail: [UInt8]?
+
+    /// For a CMYK or YCCK file: decode to CMYK ink amounts instead of RGB. Before decoding.
+    func keepCMYK() {
+        guard header.colorSpace == .cmyk || header.colorSpace == .ycck else { return }
+        ej_set_keep_cmyk(handle, 1)
+        header.decodesToCMYK = true
+    }
 
     /// Decodes the whole image at `scaleNumerator`/8.
     func decode(scaleNumerator: Int) throws(ImagingError) -> PixelBuffer {

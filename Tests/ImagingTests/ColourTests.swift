@@ -11,8 +11,18 @@ final class ColourTests: XCTestCase {
     private static func pixels(_ file: String, width: Int, converted: Bool) throws -> PixelBuffer {
         let bytes = try Corpus.good(file)
         return try bytes.withUnsafeBytes { raw throws(ImagingError) in
-            let prepared = try ImagePipeline().prepare(raw, options: ResizeOptions(width: width, format: .pnm))
-            if !converted { prepared.colour = nil }
+            // Unconverted: as before colour management (CMYK through the plain formula).
+            let pipeline = ImagePipeline()
+            let prepared = try pipeline.prepare(raw, options: ResizeOptions(width: width, format: .pnm))
+            if !converted {
+                guard prepared.colour?.inputChannels != 4 else {
+                    let plain = try pipeline.prepare(raw, options: ResizeOptions(width: width, format: .pnm), colour: false)
+                    var final: StageResult?
+                    try plain.run { final = $0 }
+                    return try Encoder.decodePNM(final!.image.bytes)
+                }
+                prepared.colour = nil
+            }
             var final: StageResult?
             try prepared.run { final = $0 }
             return try Encoder.decodePNM(final!.image.bytes)
@@ -59,6 +69,30 @@ final class ColourTests: XCTestCase {
         let prophoto = Self.differences(try Self.pixels("bimg_test_icc_prophoto.jpg", width: 300, converted: true),
                                    try Self.pixels("bimg_test_icc_prophoto.jpg", width: 300, converted: false))
         XCTAssertGreaterThan(prophoto.mean, 5)
+    }
+
+    /// CMYK with its profile is decoded as CMYK, resized, then converted through the profile;
+    /// the plain formula it replaces is far off for a press profile (SWOP's black is not 0 ink).
+    func testCMYKGoesThroughItsProfile() throws {
+        for file in ["sharp_Channel_digital_image_CMYK_color.jpg", "thumbor_cmyk-icc.jpg"] {
+            let bytes = try Corpus.good(file)
+            let prepared = try bytes.withUnsafeBytes { raw throws(ImagingError) in
+                try ImagePipeline().prepare(raw, options: ResizeOptions(width: 200, format: .pnm))
+            }
+            XCTAssertEqual(prepared.colour?.inputChannels, 4, file)
+            XCTAssertEqual(prepared.header.decodedChannels, 4, file)
+            let managed = try Self.pixels(file, width: 200, converted: true)
+            let plain = try Self.pixels(file, width: 200, converted: false)
+            XCTAssertEqual(managed.channels, 3, file)
+            XCTAssertEqual(plain.channels, 3, file)
+            XCTAssertGreaterThan(Self.differences(managed, plain).mean, 5, file)
+        }
+        // Without a profile: the plain formula, 3 channels from the decoder.
+        let bare = try Corpus.good("jpegdecoder_jpg-cmyk-1.jpg").withUnsafeBytes { raw throws(ImagingError) in
+            try ImagePipeline().prepare(raw, options: ResizeOptions(width: 16))
+        }
+        XCTAssertNil(bare.colour)
+        XCTAssertEqual(bare.header.decodedChannels, 3)
     }
 
     /// A grey profile keeps the image one channel and converts its tone curve.

@@ -18,6 +18,7 @@ typedef enum {
 typedef enum {
     EC_PIXELS_GRAY = 1,  // one 8-bit channel; the result is grey with sRGB's tone curve
     EC_PIXELS_RGB = 3,   // three interleaved 8-bit channels; the result is sRGB
+    EC_PIXELS_CMYK = 4,  // four: ink amounts (0 = none); the result is three-channel sRGB
 } ec_pixels;
 
 typedef struct ec_transform ec_transform;
@@ -27,7 +28,8 @@ typedef struct ec_transform ec_transform;
 ec_transform *ec_transform_create(const uint8_t *icc, size_t length, int pixels, ec_status *status,
                                   char *message, size_t message_length);
 
-/// Converts `count` pixels from `src` to `dst` (which may be the same buffer).
+/// Converts `count` pixels from `src` to `dst` (the same buffer only when the pixel sizes
+/// are equal).
 void ec_transform_apply(const ec_transform *transform, const uint8_t *src, uint8_t *dst, size_t count);
 
 void ec_transform_destroy(ec_transform *transform);

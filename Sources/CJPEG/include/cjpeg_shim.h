@@ -85,6 +85,11 @@ void ej_decoder_destroy(ej_decoder *dec);
 /// Parses the markers up to the first scan. `data` must outlive the decoder.
 ej_status ej_read_header(ej_decoder *dec, const uint8_t *data, size_t length, ej_info *info);
 
+/// For a CMYK or YCCK file: deliver 4-channel CMYK rows (ink amounts, 0 = none, Adobe's
+/// inverted storage undone) instead of converting them to RGB, for a colour-managed
+/// conversion by the caller. Call before starting.
+void ej_set_keep_cmyk(ej_decoder *dec, int keep);
+
 /// Starts decompression at a DCT scale of `scale_num`/8 (1…8) and reports the output size.
 /// Output is 1 channel for grayscale files and 3 (RGB) for everything else: CMYK and YCCK
 /// are converted to RGB here.
