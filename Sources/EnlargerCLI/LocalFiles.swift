@@ -88,6 +88,23 @@ enum InputSource {
         input == standardInput ? "stdin" : ((input as NSString).lastPathComponent as NSString).deletingPathExtension
     }
 
+    /// Prints why `input` failed: a JSON object on standard output with `--json`, else a line
+    /// on standard error.
+    static func report(_ error: any Error, for input: String, json: Bool) {
+        let failure = error as? ImagingError ?? ImagingError(.unreadable, "\(error)")
+        if json {
+            var object = JSONLine()
+            object.add("input", input)
+            var detail = JSONLine()
+            detail.add("code", failure.code.rawValue)
+            detail.add("message", failure.message)
+            object.add("error", object: detail)
+            print(object.text)
+        } else {
+            FileHandle.standardError.write(Data("\(input): error \(failure.code.rawValue): \(failure.message)\n".utf8))
+        }
+    }
+
     /// Why `bytes` will not decode as a JPEG, naming the format when it is a known one; `nil`
     /// for anything that starts like a JPEG (the decoder judges the rest).
     static func notJPEG(_ bytes: [UInt8], input: String) -> ImagingError? {

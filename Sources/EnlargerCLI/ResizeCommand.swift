@@ -56,18 +56,7 @@ struct ResizeCommand: ParsableCommand {
                 print(line)
             } catch {
                 failures += 1
-                let failure = error as? ImagingError ?? ImagingError(.unreadable, "\(error)")
-                if json {
-                    var object = JSONLine()
-                    object.add("input", input)
-                    var detail = JSONLine()
-                    detail.add("code", failure.code.rawValue)
-                    detail.add("message", failure.message)
-                    object.add("error", object: detail)
-                    print(object.text)
-                } else {
-                    FileHandle.standardError.write(Data("\(input): error \(failure.code.rawValue): \(failure.message)\n".utf8))
-                }
+                InputSource.report(error, for: input, json: json)
             }
         }
         if failures > 0 { throw ExitCode(1) }
