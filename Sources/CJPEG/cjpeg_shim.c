@@ -493,6 +493,7 @@ static void ej_dest_term(j_compress_ptr cinfo) {
 
 ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, int quality,
                     int progressive, int chroma_444, const int32_t *cancel_flag, size_t max_memory,
+                    const uint8_t *icc, size_t icc_length,
                     uint8_t **out, unsigned long *out_length, char *message, size_t message_capacity) {
     *out = NULL;
     *out_length = 0;
@@ -539,6 +540,8 @@ ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, 
     }
     if (progressive) jpeg_simple_progression(&enc->cinfo);
     jpeg_start_compress(&enc->cinfo, TRUE);
+    if (icc != NULL && icc_length > 0 && icc_length <= 0xFFFFFFFFu)
+        jpeg_write_icc_profile(&enc->cinfo, icc, (unsigned int)icc_length);
     size_t stride = (size_t)width * (size_t)channels;
     while (enc->cinfo.next_scanline < enc->cinfo.image_height) {
         if (cancel_flag != NULL && ej_atomic_load(cancel_flag) != 0)

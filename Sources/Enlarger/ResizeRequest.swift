@@ -56,6 +56,7 @@ public struct ResizeRequest: Sendable {
         case .jpeg: .jpeg
         case .pnm: .pnm
         }
+        submit.spec.keepProfile = options.keepProfile
         submit.spec.failOn = switch options.failOn {
         case .none: .none
         case .truncated: .truncated

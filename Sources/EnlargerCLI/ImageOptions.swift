@@ -47,13 +47,17 @@ struct ImageOptions: ParsableArguments {
         valueName: "level"))
     var failOn: FailOn = .error
 
+    @Flag(help: "Keep an RGB or grey source's ICC profile (embedded in JPEG output) instead of converting to sRGB.")
+    var keepProfile = false
+
     func validate() throws {
         do { try resizeOptions.validate() } catch { throw ValidationError(error.message) }
     }
 
     var resizeOptions: ResizeOptions {
         ResizeOptions(width: width, height: height, fit: fit, enlarge: enlarge, quality: quality,
-                      progressive: progressive, chroma444: chroma == .c444, format: format, failOn: failOn)
+                      progressive: progressive, chroma444: chroma == .c444, format: format, failOn: failOn,
+                      keepProfile: keepProfile)
     }
 }
 

@@ -39,7 +39,8 @@ extension ResizeOptions {
             width: spec.width == 0 ? nil : Int(spec.width),
             height: spec.height == 0 ? nil : Int(spec.height),
             fit: fit, enlarge: spec.enlarge, quality: Int(spec.effectiveQuality),
-            progressive: spec.progressive, chroma444: chroma444, format: format, failOn: failOn)
+            progressive: spec.progressive, chroma444: chroma444, format: format, failOn: failOn,
+            keepProfile: spec.keepProfile)
     }
 }
 

@@ -59,10 +59,14 @@ public struct ResizeOptions: Sendable, Equatable {
     public var format: OutputFormat = .jpeg
     /// Which damage in the input fails the decode.
     public var failOn: FailOn = .error
+    /// Keep an RGB or grey source's embedded ICC profile: no conversion to sRGB, and the
+    /// profile embedded in JPEG output (PNM carries none). A CMYK source is converted to sRGB
+    /// whatever this says: its profile cannot describe the RGB output.
+    public var keepProfile = false
 
     public init(width: Int? = nil, height: Int? = nil, fit: Fit = .inside, enlarge: Bool = false,
                 quality: Int = 80, progressive: Bool = false, chroma444: Bool = false, format: OutputFormat = .jpeg,
-                failOn: FailOn = .error) {
+                failOn: FailOn = .error, keepProfile: Bool = false) {
         self.width = width
         self.height = height
         self.fit = fit
@@ -72,6 +76,7 @@ public struct ResizeOptions: Sendable, Equatable {
         self.chroma444 = chroma444
         self.format = format
         self.failOn = failOn
+        self.keepProfile = keepProfile
     }
 
     /// Throws `.invalidArgument` with a message naming the offending value.

@@ -8,13 +8,13 @@ public enum Encoder {
     /// large buffers come from `allocator`: running out of memory throws `.tooLarge`.
     public static func encode(_ image: PixelBuffer, format: OutputFormat, quality: Int = 80,
                               progressive: Bool = false, chroma444: Bool = false,
-                              cancel: CancellationFlag? = nil,
+                              iccProfile: [UInt8]? = nil, cancel: CancellationFlag? = nil,
                               allocator: BufferAllocator = BufferAllocator()) throws(ImagingError) -> EncodedImage {
         let memory: Allocation
         switch format {
         case .jpeg:
             memory = try jpegOutput(image, quality: quality, progressive: progressive, chroma444: chroma444,
-                                    cancel: cancel, allocator: allocator)
+                                    iccProfile: iccProfile, cancel: cancel, allocator: allocator)
         case .pnm:
             memory = try pnmOutput(image, cancel: cancel, allocator: allocator)
         }
@@ -29,7 +29,8 @@ public enum Encoder {
     }
 
     static func jpegOutput(_ image: PixelBuffer, quality: Int, progressive: Bool, chroma444: Bool,
-                           cancel: CancellationFlag?, allocator: BufferAllocator) throws(ImagingError) -> Allocation {
+                           iccProfile: [UInt8]? = nil, cancel: CancellationFlag?,
+                           allocator: BufferAllocator) throws(ImagingError) -> Allocation {
         guard image.channels == 1 || image.channels == 3 else {
             throw ImagingError(.encodeFailed, "JPEG output needs 1 or 3 channels, not \(image.channels)")
         }
@@ -37,10 +38,13 @@ public enum Encoder {
         var length: UInt = 0
         var message = [CChar](repeating: 0, count: 256)
         let maxMemory = allocator.maxBytes == .max ? 0 : allocator.maxBytes
+        let profile = iccProfile ?? []
         let status = image.withUnsafeBufferPointer { pixels in
-            ej_encode(pixels.baseAddress, Int32(image.width), Int32(image.height), Int32(image.channels),
-                      Int32(quality), progressive ? 1 : 0, chroma444 ? 1 : 0, cancel?.storage, maxMemory,
-                      &output, &length, &message, message.count)
+            profile.withUnsafeBufferPointer { icc in
+                ej_encode(pixels.baseAddress, Int32(image.width), Int32(image.height), Int32(image.channels),
+                          Int32(quality), progressive ? 1 : 0, chroma444 ? 1 : 0, cancel?.storage, maxMemory,
+                          icc.baseAddress, icc.count, &output, &length, &message, message.count)
+            }
         }
         if status == EJ_ERR_CANCELLED { throw ImagingError(.cancelled, "cancelled") }
         let text = message.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }

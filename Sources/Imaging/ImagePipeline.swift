@@ -70,7 +70,9 @@ public struct ImagePipeline: Sendable {
     func prepare(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery = .final,
                  cancel: CancellationFlag? = nil, colour managed: Bool) throws(ImagingError) -> PreparedResize {
         let decoder = try JPEGDecoder(data: input, limits: limits, cancel: cancel, failOn: options.failOn)
-        let colour = managed ? Self.colourTransform(for: decoder.header) : nil
+        var colour = managed ? Self.colourTransform(for: decoder.header) : nil
+        // Keeping the profile leaves RGB and grey pixels as they are (CMYK must still become RGB).
+        if options.keepProfile, colour?.inputChannels != 4 { colour = nil }
         // CMYK with a usable profile is decoded as CMYK and converted after resizing.
         if colour?.inputChannels == 4 { decoder.keepCMYK() }
         let header = decoder.header
@@ -103,6 +105,12 @@ public struct ImagePipeline: Sendable {
         guard let profile = header.iccProfile else { return nil }
         let channels = header.colorSpace == .gray ? 1 : header.colorSpace == .cmyk || header.colorSpace == .ycck ? 4 : 3
         return try? ColourTransforms.transform(for: profile, channels: channels).get()
+    }
+
+    /// The source profile to embed in the output: with `keepProfile`, for RGB and grey sources.
+    static func keptProfile(_ header: JPEGHeader, _ options: ResizeOptions) -> [UInt8]? {
+        guard options.keepProfile, header.colorSpace != .cmyk, header.colorSpace != .ycck else { return nil }
+        return header.iccProfile
     }
 
     static func thumbnailLimits(_ bytes: Int) -> DecodeLimits {
@@ -214,7 +222,8 @@ public struct ImagePipeline: Sendable {
         timings.resizeMilliseconds += clock.lap()
         try cancel?.check()
         let image = try Encoder.encode(upright!, format: options.format, quality: quality, progressive: options.progressive,
-                                       chroma444: options.chroma444, cancel: cancel, allocator: allocator)
+                                       chroma444: options.chroma444, iccProfile: Self.keptProfile(header, options),
+                                       cancel: cancel, allocator: allocator)
         timings.encodeMilliseconds += clock.lap()
         return image
     }
@@ -251,7 +260,10 @@ public struct ImagePipeline: Sendable {
             }
             timings.resizeMilliseconds = clock.lap()
             let image = try Encoder.encode(upright, format: options.format, quality: degradedQuality,
-                                           progressive: false, chroma444: options.chroma444, allocator: allocator)
+                                           progressive: false, chroma444: options.chroma444,
+                                           iccProfile: upright.channels == header.decodedChannels
+                                               ? Self.keptProfile(header, options) : nil,
+                                           allocator: allocator)
             timings.encodeMilliseconds = clock.lap()
             return (image, timings)
         }

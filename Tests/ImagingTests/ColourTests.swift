@@ -95,6 +95,31 @@ final class ColourTests: XCTestCase {
         XCTAssertEqual(bare.header.decodedChannels, 3)
     }
 
+    /// `keepProfile`: RGB pixels stay as they were and the JPEG carries the source's profile;
+    /// by default the output is sRGB with no profile. CMYK is converted either way.
+    func testKeepingTheSourceProfile() throws {
+        let bytes = try Corpus.good("bimg_test_icc_prophoto.jpg")
+        let source = try bytes.withUnsafeBytes { raw throws(ImagingError) in try ImagePipeline().header(of: raw) }
+        var results: [StageResult] = []
+        try ImagePipeline().run(bytes, options: ResizeOptions(width: 300, keepProfile: true), delivery: .progressive) {
+            results.append($0)
+        }
+        XCTAssertEqual(results.count, 2)
+        for result in results {
+            let header = try result.image.bytes.withUnsafeBytes { raw throws(ImagingError) in try ImagePipeline().header(of: raw) }
+            XCTAssertEqual(header.iccProfile, source.iccProfile, "\(result.stage) carries the source profile")
+        }
+        let kept = try ImagePipeline().resize(bytes, options: ResizeOptions(width: 300, format: .pnm, keepProfile: true))
+        XCTAssertEqual(try Encoder.decodePNM(kept.image.bytes), try Self.pixels("bimg_test_icc_prophoto.jpg", width: 300, converted: false))
+        let converted = try ImagePipeline().resize(bytes, options: ResizeOptions(width: 300))
+        let header = try converted.image.bytes.withUnsafeBytes { raw throws(ImagingError) in try ImagePipeline().header(of: raw) }
+        XCTAssertNil(header.iccProfile, "sRGB output carries no profile")
+        let cmyk = try Corpus.good("thumbor_cmyk-icc.jpg")
+        let managed = try ImagePipeline().resize(cmyk, options: ResizeOptions(width: 200, format: .pnm))
+        let keptCMYK = try ImagePipeline().resize(cmyk, options: ResizeOptions(width: 200, format: .pnm, keepProfile: true))
+        XCTAssertEqual(keptCMYK.image.bytes, managed.image.bytes, "CMYK is converted whatever keepProfile says")
+    }
+
     /// A grey profile keeps the image one channel and converts its tone curve.
     func testGreyStaysGrey() throws {
         let converted = try Self.pixels("thumbor_grayscale-icc.jpg", width: 50, converted: true)

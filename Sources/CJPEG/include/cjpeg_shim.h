@@ -119,9 +119,11 @@ const char *ej_message(const ej_decoder *dec);
 /// On success `*out` holds `*out_length` bytes from malloc, to be released with `ej_free`
 /// (or `free`). `cancel_flag` (may be NULL) is polled every 16 rows. `max_memory` (0 = no
 /// bound) bounds the output buffer and libjpeg's whole-image buffers (progressive output):
-/// beyond it encoding fails with EJ_ERR_NO_MEMORY, as it does when malloc fails.
+/// beyond it encoding fails with EJ_ERR_NO_MEMORY, as it does when malloc fails. `icc` (may
+/// be NULL) is an ICC profile to embed, `icc_length` bytes.
 ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, int quality,
                     int progressive, int chroma_444, const int32_t *cancel_flag, size_t max_memory,
+                    const uint8_t *icc, size_t icc_length,
                     uint8_t **out, unsigned long *out_length, char *message, size_t message_capacity);
 void ej_free(void *pointer);
 

@@ -587,6 +587,11 @@ public nonisolated struct Enlarger_V1_ResizeSpec: Sendable {
   /// the limits are checked from the header whatever this says.
   public var failOn: Enlarger_V1_FailOn = .default
 
+  /// Keep an RGB or grey source's embedded ICC profile: no conversion to sRGB, and the profile
+  /// embedded in JPEG output (PNM carries none). By default (false) the pixels are converted
+  /// to sRGB and no profile is embedded. A CMYK source is converted to sRGB either way.
+  public var keepProfile: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -733,7 +738,7 @@ nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ResizeSpec"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}width\0\u{1}height\0\u{1}fit\0\u{1}enlarge\0\u{1}quality\0\u{1}progressive\0\u{1}chroma\0\u{1}format\0\u{3}fail_on\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}width\0\u{1}height\0\u{1}fit\0\u{1}enlarge\0\u{1}quality\0\u{1}progressive\0\u{1}chroma\0\u{1}format\0\u{3}fail_on\0\u{3}keep_profile\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -750,6 +755,7 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
       case 7: try { try decoder.decodeSingularEnumField(value: &self.chroma) }()
       case 8: try { try decoder.decodeSingularEnumField(value: &self.format) }()
       case 9: try { try decoder.decodeSingularEnumField(value: &self.failOn) }()
+      case 10: try { try decoder.decodeSingularBoolField(value: &self.keepProfile) }()
       default: break
       }
     }
@@ -783,6 +789,9 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
     if self.failOn != .default {
       try visitor.visitSingularEnumField(value: self.failOn, fieldNumber: 9)
     }
+    if self.keepProfile != false {
+      try visitor.visitSingularBoolField(value: self.keepProfile, fieldNumber: 10)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -796,6 +805,7 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
     if lhs.chroma != rhs.chroma {return false}
     if lhs.format != rhs.format {return false}
     if lhs.failOn != rhs.failOn {return false}
+    if lhs.keepProfile != rhs.keepProfile {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

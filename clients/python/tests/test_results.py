@@ -110,6 +110,16 @@ class ResultsTest(unittest.TestCase):
             self.client.info(corpus("pillow_junk_jpeg_header.jpg", bad=True), fail_on="warning")
         self.assertEqual(raised.exception.event.code, enlarger.ErrorCode.CORRUPT)
 
+    def test_keep_profile_embeds_the_source_profile(self):
+        photo = corpus("bimg_test_icc_prophoto.jpg")
+        kept = self.client.submit(photo, width=200, keep_profile=True, degraded=False).result(timeout=30)
+        self.assertIn(b"ICC_PROFILE\x00", kept.data)
+        self.assertIn(b"ProPhoto", kept.data)
+        converted = self.client.submit(photo, width=200, degraded=False).result(timeout=30)
+        self.assertNotIn(b"ICC_PROFILE\x00", converted.data)
+        with self.assertRaises(enlarger.InvalidArgumentError):
+            self.client.submit(photo, width=200, keep_profile="yes")
+
     def test_fail_on_chooses_which_damage_fails(self):
         junk = corpus("pillow_junk_jpeg_header.jpg", bad=True)
         final = self.client.submit(junk, width=64, degraded=False).result(timeout=30)

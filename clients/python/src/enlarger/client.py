@@ -132,7 +132,7 @@ class Client:
                height: int | None = None, fit: Fit | str = Fit.INSIDE, enlarge: bool = False,
                quality: int | None = None, progressive: bool = False, chroma: Chroma | str = Chroma.YUV420,
                format: ImageFormat | str = ImageFormat.JPEG, fail_on: FailOn | str = FailOn.ERROR,
-               degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
+               keep_profile: bool = False, degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
                timeout: float | None = None) -> Request:
         """Submits one JPEG and returns its `Request`, an iterator of events.
 
@@ -143,6 +143,8 @@ class Client:
           or "444"): JPEG output settings. `format`: jpeg or pnm.
         - `fail_on`: which damage in the input fails the request: none, truncated, error
           (default: damaged data fails, stray bytes that lose no pixels do not) or warning.
+        - `keep_profile`: keep an RGB or grey source's ICC profile (embedded in JPEG output)
+          instead of converting the pixels to sRGB (the default).
         - `degraded`: True for a quick degraded result before the final one (when the worker
           has one cheaper than the final), False for the final only. `delivery`, when given,
           wins: `Delivery.DEGRADED` asks for one degraded result, which is terminal.
@@ -163,7 +165,7 @@ class Client:
         data = image if isinstance(image, bytes) else bytes(image)
         submit = self._build_submit(width=width, height=height, fit=fit, enlarge=enlarge, quality=quality,
                                     progressive=progressive, chroma=chroma, format=format, fail_on=fail_on,
-                                    degraded=degraded,
+                                    keep_profile=keep_profile, degraded=degraded,
                                     delivery=delivery, request_id=request_id, timeout=timeout)
         limit = self.max_input_bytes
         if len(data) > limit:
@@ -249,7 +251,7 @@ class Client:
 
     @staticmethod
     def _build_submit(*, width, height, fit, enlarge, quality, progressive, chroma, format, fail_on=FailOn.ERROR,
-                      degraded, delivery, request_id, timeout) -> client_pb2.Submit:
+                      keep_profile=False, degraded, delivery, request_id, timeout) -> client_pb2.Submit:
         submit = client_pb2.Submit()
         submit.request_id = wire.check_request_id(str(uuid.uuid4()) if request_id is None else request_id)
         spec = submit.spec
@@ -271,6 +273,7 @@ class Client:
         spec.chroma = _member(Chroma, chroma, "chroma").wire
         spec.format = _member(ImageFormat, format, "format").wire
         spec.fail_on = _member(FailOn, fail_on, "fail_on").wire
+        spec.keep_profile = _flag(keep_profile, "keep_profile")
         if delivery is None:
             delivery = Delivery.PROGRESSIVE if _flag(degraded, "degraded") else Delivery.FINAL
         submit.delivery = _member(Delivery, delivery, "delivery").wire

@@ -84,13 +84,14 @@ class ImageInfo(_message.Message):
     def __init__(self, format: _Optional[str] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., orientation: _Optional[int] = ..., channels: _Optional[int] = ..., has_alpha: bool = ..., bit_depth: _Optional[int] = ..., color_space: _Optional[str] = ..., profile_description: _Optional[str] = ..., profile_bytes: _Optional[int] = ..., progressive: bool = ..., has_embedded_thumbnail: bool = ..., byte_size: _Optional[int] = ...) -> None: ...
 
 class ResizeSpec(_message.Message):
-    __slots__ = ["chroma", "enlarge", "fail_on", "fit", "format", "height", "progressive", "quality", "width"]
+    __slots__ = ["chroma", "enlarge", "fail_on", "fit", "format", "height", "keep_profile", "progressive", "quality", "width"]
     CHROMA_FIELD_NUMBER: _ClassVar[int]
     ENLARGE_FIELD_NUMBER: _ClassVar[int]
     FAIL_ON_FIELD_NUMBER: _ClassVar[int]
     FIT_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    KEEP_PROFILE_FIELD_NUMBER: _ClassVar[int]
     PROGRESSIVE_FIELD_NUMBER: _ClassVar[int]
     QUALITY_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FIELD_NUMBER: _ClassVar[int]
@@ -100,10 +101,11 @@ class ResizeSpec(_message.Message):
     fit: Fit
     format: ImageFormat
     height: int
+    keep_profile: bool
     progressive: bool
     quality: int
     width: int
-    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., fit: _Optional[_Union[Fit, str]] = ..., enlarge: bool = ..., quality: _Optional[int] = ..., progressive: bool = ..., chroma: _Optional[_Union[Chroma, str]] = ..., format: _Optional[_Union[ImageFormat, str]] = ..., fail_on: _Optional[_Union[FailOn, str]] = ...) -> None: ...
+    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., fit: _Optional[_Union[Fit, str]] = ..., enlarge: bool = ..., quality: _Optional[int] = ..., progressive: bool = ..., chroma: _Optional[_Union[Chroma, str]] = ..., format: _Optional[_Union[ImageFormat, str]] = ..., fail_on: _Optional[_Union[FailOn, str]] = ..., keep_profile: bool = ...) -> None: ...
 
 class Fit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
