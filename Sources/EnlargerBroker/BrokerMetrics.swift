@@ -10,7 +10,8 @@ import Telemetry
 /// thread.
 final class BrokerMetrics {
     let registry: MetricsRegistry
-    private var requestCounters: [String: CoreMetrics.Counter] = [:]
+    private let requests: MetricsRegistry.Family<CoreMetrics.Counter>
+    private let durations: MetricsRegistry.Family<CoreMetrics.Timer>
     private let queueWait: CoreMetrics.Timer
     private let bytesIn: CoreMetrics.Counter
     private let bytesOut: CoreMetrics.Counter
@@ -27,6 +28,12 @@ final class BrokerMetrics {
 
     init(registry: MetricsRegistry) {
         self.registry = registry
+        requests = registry.counters(
+            "enlarger_requests_total", help: "Requests ended, by outcome and error code (OK unless failed or rejected).",
+            labels: ["outcome", "code"])
+        durations = registry.timers(
+            "enlarger_request_duration_seconds",
+            help: "Time from a request's acceptance to its terminal event, by outcome.", labels: ["outcome"])
         queueWait = registry.timer(
             "enlarger_request_queue_wait_seconds",
             help: "Time from a request's acceptance to its first dispatch to a worker.")
@@ -73,13 +80,14 @@ final class BrokerMetrics {
     func record(_ report: BrokerReport) {
         switch report {
         case .requestEnded(let end):
-            requests(end.outcome).increment()
+            requests(end.outcome.name, end.outcome.code).increment()
             if let wait = end.queueWait { queueWait.record(wait) }
-            durationTimer(end.outcome).record(end.duration)
+            durations(end.outcome.name).record(end.duration)
             bytesIn.increment(by: end.bytesIn)
             bytesOut.increment(by: end.bytesOut)
         case .requestRejected(_, let code):
-            requests(.rejected(code)).increment()
+            let outcome = RequestOutcome.rejected(code)
+            requests(outcome.name, outcome.code).increment()
         default:
             break
         }
@@ -100,27 +108,5 @@ final class BrokerMetrics {
             if now > before { counter.increment(by: Int64(now - before)) }
         }
         published = status.totals
-    }
-
-    private func requests(_ outcome: RequestOutcome) -> CoreMetrics.Counter {
-        let key = outcome.name + "/" + outcome.code
-        if let counter = requestCounters[key] { return counter }
-        let counter = registry.counter(
-            "enlarger_requests_total", help: "Requests ended, by outcome and error code (OK unless failed or rejected).",
-            labels: [("outcome", outcome.name), ("code", outcome.code)])
-        requestCounters[key] = counter
-        return counter
-    }
-
-    private var durationTimers: [String: CoreMetrics.Timer] = [:]
-
-    private func durationTimer(_ outcome: RequestOutcome) -> CoreMetrics.Timer {
-        if let timer = durationTimers[outcome.name] { return timer }
-        let timer = registry.timer(
-            "enlarger_request_duration_seconds",
-            help: "Time from a request's acceptance to its terminal event, by outcome.",
-            labels: [("outcome", outcome.name)])
-        durationTimers[outcome.name] = timer
-        return timer
     }
 }

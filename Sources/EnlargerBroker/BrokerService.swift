@@ -502,13 +502,15 @@ public final class BrokerService: @unchecked Sendable {
     private func log(_ report: BrokerReport) {
         switch report {
         case .requestEnded(let end):
+            // Once per request: the fields are built only when the line is logged.
+            guard logger.logLevel <= .info else { return }
             var metadata: Logger.Metadata = [
                 "request_id": "\(end.requestID)", "job_id": .stringConvertible(end.jobID), "principal": "\(end.principal)",
                 "stage": "ended", "outcome": "\(end.outcome.name)", "code": "\(end.outcome.code)",
-                "duration_ms": .stringConvertible(Self.milliseconds(end.duration)), "attempts": .stringConvertible(end.attempts),
+                "duration_ms": .stringConvertible(LogField.milliseconds(end.duration)), "attempts": .stringConvertible(end.attempts),
                 "bytes_in": .stringConvertible(end.bytesIn), "bytes_out": .stringConvertible(end.bytesOut),
             ]
-            if let wait = end.queueWait { metadata["queue_wait_ms"] = .stringConvertible(Self.milliseconds(wait)) }
+            if let wait = end.queueWait { metadata["queue_wait_ms"] = .stringConvertible(LogField.milliseconds(wait)) }
             logger.info("request ended", metadata: metadata)
         case .requestRejected(let requestID, let code):
             logger.info("request rejected", metadata: [
@@ -560,14 +562,6 @@ public final class BrokerThread: Sendable {
         completion.done.wait()
         completion.done.signal()  // leave it open, so calling again returns at once
         try completion.result.withLock { $0 }?.get()
-    }
-}
-
-extension BrokerService {
-    /// Milliseconds with a tenth's precision, for log fields.
-    static func milliseconds(_ duration: Duration) -> Double {
-        let (seconds, attoseconds) = duration.components
-        return ((Double(seconds) * 1000 + Double(attoseconds) * 1e-15) * 10).rounded() / 10
     }
 }
 

@@ -4,6 +4,7 @@ import Foundation
 import Imaging
 import Locking
 import Logging
+import Telemetry
 import Synchronization
 import ZeroMQ
 
@@ -215,8 +216,8 @@ final class WorkerLoop {
             logger.info("job ended", metadata: [
                 "request_id": "\(end.requestID)", "job_id": .stringConvertible(end.key.jobID), "attempt": .stringConvertible(end.key.attempt),
                 "stage": "ended", "outcome": "\(end.outcome.name)", "code": "\(end.outcome.code)",
-                "duration_ms": .stringConvertible(Self.milliseconds(figures.run)), "decode_ms": .stringConvertible(Self.milliseconds(figures.decode)),
-                "resize_ms": .stringConvertible(Self.milliseconds(figures.resize)), "encode_ms": .stringConvertible(Self.milliseconds(figures.encode)),
+                "duration_ms": .stringConvertible(LogField.milliseconds(figures.run)), "decode_ms": .stringConvertible(LogField.milliseconds(figures.decode)),
+                "resize_ms": .stringConvertible(LogField.milliseconds(figures.resize)), "encode_ms": .stringConvertible(LogField.milliseconds(figures.encode)),
                 "bytes_in": .stringConvertible(figures.bytesIn), "bytes_out": .stringConvertible(figures.bytesOut),
             ])
         case .registering(let capacity, let budget):
@@ -246,14 +247,6 @@ final class WorkerLoop {
 }
 
 /// Counters the worker publishes from its I/O thread for any thread to read.
-extension WorkerLoop {
-    /// Milliseconds with a tenth's precision, for log fields.
-    static func milliseconds(_ duration: Duration) -> Double {
-        let (seconds, attoseconds) = duration.components
-        return ((Double(seconds) * 1000 + Double(attoseconds) * 1e-15) * 10).rounded() / 10
-    }
-}
-
 final class WorkerGauges: Sendable {
     private let inUse = Atomic<Int>(0)
     private let waiting = Atomic<Int>(0)

@@ -9,8 +9,8 @@ import Telemetry
 /// thread.
 final class WorkerMetrics {
     let registry: MetricsRegistry
-    private var jobCounters: [String: CoreMetrics.Counter] = [:]
-    private var runTimers: [String: CoreMetrics.Timer] = [:]
+    private let jobCounts: MetricsRegistry.Family<CoreMetrics.Counter>
+    private let runTimes: MetricsRegistry.Family<CoreMetrics.Timer>
     private let decode: CoreMetrics.Timer
     private let resize: CoreMetrics.Timer
     private let encode: CoreMetrics.Timer
@@ -27,6 +27,12 @@ final class WorkerMetrics {
 
     init(registry: MetricsRegistry) {
         self.registry = registry
+        jobCounts = registry.counters(
+            "enlarger_worker_jobs_total", help: "Jobs ended on this worker, by outcome and error code.",
+            labels: ["outcome", "code"])
+        runTimes = registry.timers(
+            "enlarger_worker_job_seconds", help: "Time from a job thread taking a job to its return, by outcome.",
+            labels: ["outcome"])
         decode = registry.timer("enlarger_worker_stage_seconds", help: Self.stageHelp, labels: [("stage", "decode")])
         resize = registry.timer("enlarger_worker_stage_seconds", help: Self.stageHelp, labels: [("stage", "resize")])
         encode = registry.timer("enlarger_worker_stage_seconds", help: Self.stageHelp, labels: [("stage", "encode")])
@@ -43,8 +49,8 @@ final class WorkerMetrics {
 
     func record(_ report: WorkerReport) {
         guard case .jobEnded(let end) = report else { return }
-        counter(end.outcome).increment()
-        runTimer(end.outcome).record(end.figures.run)
+        jobCounts(end.outcome.name, end.outcome.code).increment()
+        runTimes(end.outcome.name).record(end.figures.run)
         if end.figures.decode > .zero { decode.record(end.figures.decode) }
         if end.figures.resize > .zero { resize.record(end.figures.resize) }
         if end.figures.encode > .zero { encode.record(end.figures.encode) }
@@ -59,24 +65,5 @@ final class WorkerMetrics {
         memoryBudget.set(core.configuration.memoryBudget)
         capacity.set(core.configuration.capacity)
         registered.set(core.isRegistered ? 1 : 0)
-    }
-
-    private func counter(_ outcome: JobEnd.Outcome) -> CoreMetrics.Counter {
-        let key = outcome.name + "/" + outcome.code
-        if let counter = jobCounters[key] { return counter }
-        let counter = registry.counter(
-            "enlarger_worker_jobs_total", help: "Jobs ended on this worker, by outcome and error code.",
-            labels: [("outcome", outcome.name), ("code", outcome.code)])
-        jobCounters[key] = counter
-        return counter
-    }
-
-    private func runTimer(_ outcome: JobEnd.Outcome) -> CoreMetrics.Timer {
-        if let timer = runTimers[outcome.name] { return timer }
-        let timer = registry.timer(
-            "enlarger_worker_job_seconds", help: "Time from a job thread taking a job to its return, by outcome.",
-            labels: [("outcome", outcome.name)])
-        runTimers[outcome.name] = timer
-        return timer
     }
 }

@@ -47,35 +47,10 @@ public final class HTTPEndpoint: Sendable {
     /// Binds `address` (`HOST:PORT`, `[IPv6]:PORT`, or `*:PORT` for every interface) and
     /// listens; `start()` begins serving. Errors name the address.
     public init(address: String, handler: @escaping Handler) throws(TelemetryError) {
-        let (host, port) = try Self.split(address)
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV
-        var list: UnsafeMutablePointer<addrinfo>?
-        let status = getaddrinfo(host, port, &hints, &list)
-        guard status == 0, let first = list else {
-            throw TelemetryError("cannot resolve \(address): \(String(cString: gai_strerror(status)))")
-        }
-        defer { freeaddrinfo(list) }
-        var lastError: Int32 = 0
-        var bound: Int32 = -1
-        var candidate: UnsafeMutablePointer<addrinfo>? = first
-        while let info = candidate, bound < 0 {
-            candidate = info.pointee.ai_next
-            let fd = socket(info.pointee.ai_family, info.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), 0)
-            guard fd >= 0 else { lastError = errno; continue }
+        let bound = try Self.openSocket(for: address, passive: true, doing: "listen on") { fd, info in
             var one: Int32 = 1
             setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-            if bind(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0, listen(fd, 16) == 0 {
-                bound = fd
-            } else {
-                lastError = errno
-                close(fd)
-            }
-        }
-        guard bound >= 0 else {
-            throw TelemetryError("cannot listen on \(address): \(String(cString: strerror(lastError)))")
+            return bind(fd, info.ai_addr, info.ai_addrlen) == 0 && listen(fd, 16) == 0
         }
         var ends: [Int32] = [-1, -1]
         guard pipe(&ends) == 0 else {
@@ -141,7 +116,7 @@ public final class HTTPEndpoint: Sendable {
         var chunk = [UInt8](repeating: 0, count: 2048)
         while !Self.headersComplete(request) {
             guard request.count < Self.maxRequestBytes, ContinuousClock.now < deadline else {
-                return send(Response(status: 431, text: "request too large or too slow\n"), head: false, on: connection)
+                return reply(Response(status: 431, text: "request too large or too slow\n"), head: false, on: connection)
             }
             let count = chunk.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
             guard count > 0 else { return }
@@ -150,17 +125,17 @@ public final class HTTPEndpoint: Sendable {
         let line = String(decoding: request.prefix { $0 != UInt8(ascii: "\r") }, as: UTF8.self)
         let parts = line.split(separator: " ")
         guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else {
-            return send(Response(status: 400, text: "bad request\n"), head: false, on: connection)
+            return reply(Response(status: 400, text: "bad request\n"), head: false, on: connection)
         }
         let method = parts[0]
         guard method == "GET" || method == "HEAD" else {
-            return send(Response(status: 405, text: "only GET and HEAD\n"), head: false, on: connection)
+            return reply(Response(status: 405, text: "only GET and HEAD\n"), head: false, on: connection)
         }
         let path = String(parts[1].prefix { $0 != "?" })
-        send(handler(path), head: method == "HEAD", on: connection)
+        reply(handler(path), head: method == "HEAD", on: connection)
     }
 
-    private func send(_ response: Response, head: Bool, on connection: Int32) {
+    private func reply(_ response: Response, head: Bool, on connection: Int32) {
         let header = "HTTP/1.1 \(response.status) \(Self.reason(response.status))\r\n"
             + "Content-Type: \(response.contentType)\r\n"
             + "Content-Length: \(response.body.count)\r\n"
@@ -170,7 +145,7 @@ public final class HTTPEndpoint: Sendable {
         if !head { bytes += response.body }
         var offset = 0
         while offset < bytes.count {
-            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            let sent = bytes[offset...].withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             guard sent > 0 else { return }
             offset += sent
         }
@@ -194,6 +169,36 @@ public final class HTTPEndpoint: Sendable {
         case 503: "Service Unavailable"
         default: "Status"
         }
+    }
+
+    /// A stream socket for `address`: each address it resolves to is tried in turn with `use`
+    /// (bind or connect) until one succeeds. A failure names the address, what was being
+    /// done and the last error.
+    static func openSocket(for address: String, passive: Bool, doing what: String,
+                       _ use: (Int32, addrinfo) -> Bool) throws(TelemetryError) -> Int32 {
+        let (host, port) = try split(address)
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = (passive ? AI_PASSIVE : 0) | AI_NUMERICSERV
+        var list: UnsafeMutablePointer<addrinfo>?
+        // A client of `*:PORT` means this host.
+        let status = getaddrinfo(passive ? host : host ?? "127.0.0.1", port, &hints, &list)
+        guard status == 0 else {
+            throw TelemetryError("cannot resolve \(address): \(String(cString: gai_strerror(status)))")
+        }
+        defer { freeaddrinfo(list) }
+        var lastError = ECONNREFUSED
+        var candidate = list
+        while let info = candidate {
+            candidate = info.pointee.ai_next
+            let fd = socket(info.pointee.ai_family, info.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else { lastError = errno; continue }
+            if use(fd, info.pointee) { return fd }
+            lastError = errno
+            close(fd)
+        }
+        throw TelemetryError("cannot \(what) \(address): \(String(cString: strerror(lastError)))")
     }
 
     /// `HOST:PORT` → (host or nil for every interface, port); throws a message naming the

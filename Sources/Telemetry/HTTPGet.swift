@@ -17,37 +17,12 @@ public enum HTTPGet {
     /// - Throws: `TelemetryError` naming `address` when it cannot connect, times out, or the
     ///   response is not HTTP.
     public static func fetch(_ address: String, path: String, timeout: Duration = .seconds(2)) throws(TelemetryError) -> Response {
-        let (host, port) = try HTTPEndpoint.split(address)
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_flags = AI_NUMERICSERV
-        var list: UnsafeMutablePointer<addrinfo>?
-        let status = getaddrinfo(host ?? "127.0.0.1", port, &hints, &list)
-        guard status == 0, let first = list else {
-            throw TelemetryError("cannot resolve \(address): \(String(cString: gai_strerror(status)))")
-        }
-        defer { freeaddrinfo(list) }
         let (seconds, attoseconds) = timeout.components
         var limit = timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
-        var lastError: Int32 = ECONNREFUSED
-        var connection: Int32 = -1
-        var candidate: UnsafeMutablePointer<addrinfo>? = first
-        while let info = candidate, connection < 0 {
-            candidate = info.pointee.ai_next
-            let fd = socket(info.pointee.ai_family, info.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), 0)
-            guard fd >= 0 else { lastError = errno; continue }
+        let connection = try HTTPEndpoint.openSocket(for: address, passive: false, doing: "connect to") { fd, info in
             setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
             setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-            if connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 {
-                connection = fd
-            } else {
-                lastError = errno
-                close(fd)
-            }
-        }
-        guard connection >= 0 else {
-            throw TelemetryError("cannot connect to \(address): \(String(cString: strerror(lastError)))")
+            return connect(fd, info.ai_addr, info.ai_addrlen) == 0
         }
         defer { close(connection) }
         let request = Array("GET \(path) HTTP/1.1\r\nHost: \(address)\r\nConnection: close\r\n\r\n".utf8)

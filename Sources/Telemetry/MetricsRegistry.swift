@@ -34,6 +34,38 @@ public final class MetricsRegistry: Sendable {
         return CoreMetrics.Timer(label: name, dimensions: labels, handler: handler)
     }
 
+    /// Counters of one name, one per set of label values, each made on first use.
+    public func counters(_ name: String, help: String, labels: [String]) -> Family<CoreMetrics.Counter> {
+        Family(labels: labels) { self.counter(name, help: help, labels: $0) }
+    }
+
+    /// Latency histograms of one name, one per set of label values, each made on first use.
+    public func timers(_ name: String, help: String, labels: [String]) -> Family<CoreMetrics.Timer> {
+        Family(labels: labels) { self.timer(name, help: help, labels: $0) }
+    }
+
+    /// Metrics of one name told apart by label values (`family("failed", "TRUNCATED")`).
+    /// Used from one thread (a service's loop); the metrics it hands out are thread-safe.
+    public final class Family<Metric> {
+        private let labels: [String]
+        private let make: ([(String, String)]) -> Metric
+        private var made: [[String]: Metric] = [:]
+
+        init(labels: [String], make: @escaping ([(String, String)]) -> Metric) {
+            self.labels = labels
+            self.make = make
+        }
+
+        /// The metric for these label values, in the order of the family's label names.
+        public func callAsFunction(_ values: String...) -> Metric {
+            precondition(values.count == labels.count, "\(labels.count) label values expected")
+            if let metric = made[values] { return metric }
+            let metric = make(Array(zip(labels, values)))
+            made[values] = metric
+            return metric
+        }
+    }
+
     /// The exposition, `text/plain; version=0.0.4`.
     public func exposition() -> [UInt8] {
         registry.emitToBuffer()

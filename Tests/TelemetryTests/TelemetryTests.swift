@@ -149,6 +149,21 @@ final class MetricsRegistryTests: XCTestCase {
     }
 }
 
+extension MetricsRegistryTests {
+    /// A family hands out one metric per label values, made once.
+    func testFamiliesMakeOneSeriesPerLabelValues() {
+        let registry = MetricsRegistry()
+        let requests = registry.counters("enlarger_things_total", help: "Things.", labels: ["outcome", "code"])
+        requests("failed", "TRUNCATED").increment()
+        requests("failed", "TRUNCATED").increment()
+        requests("finished", "OK").increment()
+        let text = String(decoding: registry.exposition(), as: UTF8.self)
+        XCTAssert(text.contains(#"enlarger_things_total{outcome="failed",code="TRUNCATED"} 2"#), text)
+        XCTAssert(text.contains(#"enlarger_things_total{outcome="finished",code="OK"} 1"#), text)
+        XCTAssertEqual(text.components(separatedBy: "# HELP enlarger_things_total").count, 2, "one HELP line")
+    }
+}
+
 final class TelemetryServerTests: XCTestCase {
     func testRoutesReflectTheLoop() throws {
         let registry = MetricsRegistry()
