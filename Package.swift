@@ -42,7 +42,10 @@ let package = Package(
         .target(name: "ImageModel"),
         // C: Little CMS 2, for embedded ICC profiles → sRGB.
         .target(name: "CColour", linkerSettings: [.linkedLibrary("lcms2")]),
-        .target(name: "Imaging", dependencies: ["CJPEG", "CColour", "ImageModel", "Locking"]),
+        .target(name: "CPNG", linkerSettings: [.linkedLibrary("spng")]),
+        .target(name: "CWebP", linkerSettings: [.linkedLibrary("webp"), .linkedLibrary("webpdemux"), .linkedLibrary("webpmux")]),
+        .target(name: "CHEIF", linkerSettings: [.linkedLibrary("heif")]),
+        .target(name: "Imaging", dependencies: ["CJPEG", "CColour", "CPNG", "CWebP", "CHEIF", "ImageModel", "Locking"]),
         .target(name: "ZeroMQ", dependencies: ["CZeroMQ", "Locking"]),
         .target(
             name: "EnlargerProtocol",
@@ -103,7 +106,8 @@ let package = Package(
         .testTarget(name: "TimekeepingTests", dependencies: ["Timekeeping", "TestSupport"]),
         .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "TestSupport"]),
         .testTarget(name: "ImageModelTests", dependencies: ["ImageModel"]),
-        .testTarget(name: "ImagingTests", dependencies: ["ImageModel", "Imaging", "TestSupport"]),
+        // The test images are read from the source tree (like the corpus), not bundled.
+        .testTarget(name: "ImagingTests", dependencies: ["ImageModel", "Imaging", "TestSupport"], exclude: ["Images"]),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "TestSupport"]),
         .testTarget(name: "EnlargerProtocolTests", dependencies: ["EnlargerProtocol", "TestSupport"]),
         .testTarget(

@@ -51,7 +51,7 @@ ec_transform *ec_transform_create(const uint8_t *icc, size_t length, int pixels,
         return NULL;
     }
     cmsColorSpaceSignature space = cmsGetColorSpace(source);
-    int gray = pixels == EC_PIXELS_GRAY, cmyk = pixels == EC_PIXELS_CMYK;
+    int gray = pixels == EC_PIXELS_GRAY, cmyk = pixels == EC_PIXELS_CMYK, rgba = pixels == EC_PIXELS_RGBA;
     cmsColorSpaceSignature expected = gray ? cmsSigGrayData : cmyk ? cmsSigCmykData : cmsSigRgbData;
     if (space != expected) {
         *status = EC_ERR_MISMATCH;
@@ -65,10 +65,10 @@ ec_transform *ec_transform_create(const uint8_t *icc, size_t length, int pixels,
     cmsHPROFILE target = gray ? ec_srgb_gray(context) : cmsCreate_sRGBProfileTHR(context);
     cmsHTRANSFORM transform = NULL;
     if (target != NULL) {
-        cmsUInt32Number input = gray ? TYPE_GRAY_8 : cmyk ? TYPE_CMYK_8 : TYPE_RGB_8;
-        cmsUInt32Number output = gray ? TYPE_GRAY_8 : TYPE_RGB_8;
+        cmsUInt32Number input = gray ? TYPE_GRAY_8 : cmyk ? TYPE_CMYK_8 : rgba ? TYPE_RGBA_8 : TYPE_RGB_8;
+        cmsUInt32Number output = gray ? TYPE_GRAY_8 : rgba ? TYPE_RGBA_8 : TYPE_RGB_8;
         transform = cmsCreateTransformTHR(context, source, input, target, output, INTENT_PERCEPTUAL,
-                                          cmsFLAGS_NOCACHE);
+                                          cmsFLAGS_NOCACHE | (rgba ? cmsFLAGS_COPY_ALPHA : 0));
         cmsCloseProfile(target);
     }
     cmsCloseProfile(source);
@@ -86,8 +86,8 @@ ec_transform *ec_transform_create(const uint8_t *icc, size_t length, int pixels,
     }
     result->context = context;
     result->transform = transform;
-    result->in_bytes = gray ? 1 : cmyk ? 4 : 3;
-    result->out_bytes = gray ? 1 : 3;
+    result->in_bytes = gray ? 1 : cmyk || rgba ? 4 : 3;
+    result->out_bytes = gray ? 1 : rgba ? 4 : 3;
     *status = EC_OK;
     return result;
 }

@@ -238,11 +238,15 @@ extension RequestEvent {
         switch result.format {
         case .jpeg: format = .jpeg
         case .pnm: format = .pnm
+        case .png: format = .png
+        case .webp: format = .webp
+        case .avif: format = .avif
         case .UNRECOGNIZED(let value):
             return .failure(.failed(.malformed, "the broker sent a result in unknown format \(value)"))
         }
         let bytes = image.withUnsafeBytes { Array($0) }
-        let encoded = EncodedImage(bytes: bytes, width: Int(result.width), height: Int(result.height), format: format)
+        var encoded = EncodedImage(bytes: bytes, width: Int(result.width), height: Int(result.height), format: format)
+        encoded.notes = result.notes
         switch result.stage {
         case .degraded: return .success(.degraded(encoded))
         case .final: return .success(.final(encoded))

@@ -55,7 +55,14 @@ public struct ResizeRequest: Sendable {
         submit.spec.format = switch options.format {
         case .jpeg: .jpeg
         case .pnm: .pnm
+        case .png: .png
+        case .webp: .webp
+        case .avif: .avif
         }
+        submit.spec.accept = options.accept.map(\.contentType)
+        submit.spec.flatten = options.flatten
+        if options.background != .white { submit.spec.background = options.background.packed }
+        submit.spec.lossless = options.lossless
         submit.spec.keepProfile = options.keepProfile
         submit.spec.failOn = switch options.failOn {
         case .none: .none

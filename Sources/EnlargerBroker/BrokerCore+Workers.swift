@@ -181,6 +181,8 @@ extension BrokerCore {
             event.width = result.width
             event.height = result.height
             event.format = result.format
+            event.contentType = result.contentType
+            event.notes = result.notes
             event.terminal = terminal
             if result.stage == .info { event.info = result.info }
             requests[jobID]?.bytesOut += image.count

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import ImageModel
 import Imaging
 
@@ -28,7 +29,7 @@ struct ImageOptions: ParsableArguments {
     @Flag(help: "Allow output larger than the source (off by default: never upscale).")
     var enlarge = false
 
-    @Option(parsing: .unconditional, help: "JPEG quality 1…100.")
+    @Option(parsing: .unconditional, help: "JPEG, lossy WebP and AVIF quality 1…100.")
     var quality: Int = 80
 
     @Flag(help: "Write progressive JPEGs.")
@@ -37,8 +38,28 @@ struct ImageOptions: ParsableArguments {
     @Option(help: "JPEG chroma subsampling: 420 or 444.")
     var chroma: Chroma = .c420
 
-    @Option(help: "Output format: jpeg, or pnm (binary PGM/PPM: lossless pixels).")
-    var format: OutputFormat = .jpeg
+    @Option(help: ArgumentHelp(
+        "Output format: jpeg (the default), png, webp, avif, or pnm (binary PGM/PPM: lossless pixels). "
+            + "Transparency is flattened onto --background when the format cannot carry it.",
+        valueName: "format"))
+    var format: OutputFormat?
+
+    @Option(help: ArgumentHelp(
+        "Acceptable output types in order of preference, comma-separated (image/avif,image/webp,image/jpeg; "
+            + "or avif,webp,jpeg): the first that can carry the image is written. An image with transparency "
+            + "skips types without it (jpeg, pnm) unless --flatten is given. Instead of --format.",
+        valueName: "types"))
+    var accept: String?
+
+    @Flag(help: "With --accept: let an image with transparency go to a type without it, flattened onto --background.")
+    var flatten = false
+
+    @Option(help: ArgumentHelp("What transparency is flattened onto: #rrggbb or #rgb. (default: #ffffff)",
+                               valueName: "colour"))
+    var background: String?
+
+    @Flag(help: "WebP output: lossless instead of lossy at --quality.")
+    var lossless = false
 
     @Option(help: ArgumentHelp(
         "Which damage in the input fails it, least sensitive first: none; truncated (data that ends early); "
@@ -47,17 +68,40 @@ struct ImageOptions: ParsableArguments {
         valueName: "level"))
     var failOn: FailOn = .error
 
-    @Flag(help: "Keep an RGB or grey source's ICC profile (embedded in JPEG output) instead of converting to sRGB.")
+    @Flag(help: "Keep an RGB or grey source's ICC profile (embedded in the output; PNM has none) instead of converting to sRGB.")
     var keepProfile = false
 
     func validate() throws {
+        if format != nil && accept != nil { throw ValidationError("give --format or --accept, not both") }
+        if flatten && accept == nil { throw ValidationError("--flatten goes with --accept (--format flattens as needed)") }
+        if let background, RGBColour(hex: background) == nil {
+            throw ValidationError("--background '\(background)' is not a colour: give #rrggbb or #rgb")
+        }
+        if let accept { _ = try Self.acceptedFormats(accept) }
         do { try resizeOptions.validate() } catch { throw ValidationError(error.message) }
     }
 
+    /// `--accept`'s list: content types or format names, comma-separated.
+    static func acceptedFormats(_ list: String) throws -> [OutputFormat] {
+        try list.split(separator: ",").map { entry in
+            let name = entry.trimmingCharacters(in: .whitespaces)
+            guard let format = OutputFormat(contentType: name) ?? OutputFormat(rawValue: name.lowercased()) else {
+                throw ValidationError("--accept: '\(name)' is not a known type (image/jpeg, image/png, image/webp, "
+                                      + "image/avif, image/x-portable-anymap, or jpeg, png, webp, avif, pnm)")
+            }
+            return format
+        }
+    }
+
     var resizeOptions: ResizeOptions {
-        ResizeOptions(width: width, height: height, fit: fit, enlarge: enlarge, quality: quality,
-                      progressive: progressive, chroma444: chroma == .c444, format: format, failOn: failOn,
-                      keepProfile: keepProfile)
+        var options = ResizeOptions(width: width, height: height, fit: fit, enlarge: enlarge, quality: quality,
+                                    progressive: progressive, chroma444: chroma == .c444, format: format ?? .jpeg,
+                                    failOn: failOn, keepProfile: keepProfile)
+        options.accept = accept.flatMap { try? Self.acceptedFormats($0) } ?? []
+        options.flatten = flatten
+        options.background = background.flatMap(RGBColour.init(hex:)) ?? .white
+        options.lossless = lossless
+        return options
     }
 }
 

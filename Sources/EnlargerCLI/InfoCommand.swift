@@ -43,7 +43,7 @@ struct InfoCommand: ParsableCommand {
         for input in inputs {
             do {
                 let bytes = try InputSource.read(input, maxBytes: pipeline.limits.maxInputBytes)
-                if let problem = InputSource.notJPEG(bytes, input: input) { throw problem }
+                if let problem = InputSource.notAnImage(bytes, input: input) { throw problem }
                 let failOn = failOn
                 let info = try bytes.withUnsafeBytes { raw throws(ImagingError) in try pipeline.info(of: raw, failOn: failOn) }
                 print(json ? Self.json(info, input: input) : Self.line(info, input: input))
@@ -65,8 +65,12 @@ struct InfoCommand: ParsableCommand {
         } else if info.profileBytes > 0 {
             parts.append("unreadable profile (\(info.profileBytes) bytes)")
         }
-        parts.append(info.progressive ? "progressive" : "baseline")
-        if info.hasEmbeddedThumbnail { parts.append("EXIF thumbnail") }
+        switch info.format {
+        case "jpeg": parts.append(info.progressive ? "progressive" : "baseline")
+        case "png": if info.progressive { parts.append("interlaced") }
+        default: break
+        }
+        if info.hasEmbeddedThumbnail { parts.append(info.format == "jpeg" ? "EXIF thumbnail" : "embedded thumbnail") }
         parts.append("\(info.byteSize) bytes")
         return "\(input): " + parts.joined(separator: ", ")
     }

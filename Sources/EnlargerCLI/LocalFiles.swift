@@ -105,31 +105,15 @@ enum InputSource {
         }
     }
 
-    /// Why `bytes` will not decode as a JPEG, naming the format when it is a known one; `nil`
-    /// for anything that starts like a JPEG (the decoder judges the rest).
-    static func notJPEG(_ bytes: [UInt8], input: String) -> ImagingError? {
-        if bytes.starts(with: [0xFF, 0xD8, 0xFF]) { return nil }
-        let name = input == standardInput ? "standard input" : input
-        func ascii(_ range: Range<Int>) -> String? {
-            range.upperBound <= bytes.count ? String(decoding: bytes[range], as: UTF8.self) : nil
+    /// Why `bytes` are not an image Enlarger reads, naming what they look like; `nil` for
+    /// anything that starts like a JPEG, PNG, WebP, HEIC or AVIF (the decoder judges the rest).
+    static func notAnImage(_ bytes: [UInt8], input: String) -> ImagingError? {
+        do throws(ImagingError) {
+            _ = try InputFormat.of(bytes)
+            return nil
+        } catch {
+            let name = input == standardInput ? "standard input" : input
+            return ImagingError(error.code, "\(name): \(error.message)")
         }
-        let format: String? =
-            if bytes.starts(with: [0x89, 0x50, 0x4E, 0x47]) { "PNG" }
-            else if ascii(0..<4) == "GIF8" { "GIF" }
-            else if ascii(0..<4) == "RIFF" && ascii(8..<12) == "WEBP" { "WebP" }
-            else if bytes.starts(with: [0x49, 0x49, 0x2A, 0x00]) || bytes.starts(with: [0x4D, 0x4D, 0x00, 0x2A]) { "TIFF" }
-            else if ascii(0..<2) == "BM" { "BMP" }
-            else if ascii(0..<4) == "%PDF" { "PDF" }
-            else if ascii(4..<8) == "ftyp", let brand = ascii(8..<12) {
-                brand.hasPrefix("avi") ? "AVIF" : ["heic", "heix", "mif1", "msf1", "hevc"].contains(brand) ? "HEIF/HEIC" : nil
-            }
-            else if bytes.starts(with: [0xFF, 0x0A]) || ascii(4..<8) == "JXL " { "JPEG XL" }
-            else if bytes.starts(with: [0x00, 0x00, 0x00, 0x0C, 0x6A, 0x50]) { "JPEG 2000" }
-            else { nil }
-        if let format {
-            return ImagingError(.notJPEG, "\(name) is a \(format) image; only JPEG is supported")
-        }
-        let head = bytes.prefix(4).map { String(format: "%02x", $0) }.joined(separator: " ")
-        return ImagingError(.notJPEG, "\(name) is not a JPEG (it starts with \(head), not ff d8 ff)")
     }
 }

@@ -6,17 +6,18 @@ import Imaging
 struct ResizeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "resize",
-        abstract: "Resize JPEG files locally, in one process (no broker needed).",
+        abstract: "Resize images (JPEG, PNG, WebP, HEIC, AVIF) locally, in one process (no broker needed).",
         discussion: """
             Writes OUT/<name>.<ext> for each input (and OUT/<name>.degraded.<ext> with --degraded), \
-            printing one line per file, or one JSON object per line with --json. Every input is \
+            <ext> being the format written, printing one line per file, or one JSON object per line \
+            with --json. Inputs are recognised by their content, never by their names. Every input is \
             processed; the exit code is 1 if any failed, and a failed input leaves no output file.
 
             Example: enlarger resize photos/*.jpg --width 720 --height 588 --out thumbs
             """
     )
 
-    @Argument(help: "JPEG files to resize (- for standard input).")
+    @Argument(help: "Image files to resize (- for standard input).")
     var inputs: [String]
 
     @OptionGroup var image: ImageOptions
@@ -64,7 +65,7 @@ struct ResizeCommand: ParsableCommand {
 
     private func process(_ input: String, pipeline: ImagePipeline, options: ResizeOptions) throws -> String {
         let bytes = try InputSource.read(input, maxBytes: pipeline.limits.maxInputBytes)
-        if let problem = InputSource.notJPEG(bytes, input: input) { throw problem }
+        if let problem = InputSource.notAnImage(bytes, input: input) { throw problem }
         var preview: StageResult?
         var final: StageResult?
         try pipeline.run(bytes, options: options, delivery: degraded ? .progressive : .final) { result in
@@ -74,10 +75,10 @@ struct ResizeCommand: ParsableCommand {
         // Written only once everything succeeded, degraded first: a failed input (or a failed
         // write) leaves no file behind.
         let name = InputSource.outputName(input)
-        let path = (out as NSString).appendingPathComponent("\(name).\(options.format.fileExtension)")
+        let path = (out as NSString).appendingPathComponent("\(name).\(final.image.format.fileExtension)")
         var degradedPath: String?
         if let preview {
-            let p = (out as NSString).appendingPathComponent("\(name).degraded.\(options.format.fileExtension)")
+            let p = (out as NSString).appendingPathComponent("\(name).degraded.\(preview.image.format.fileExtension)")
             try write(preview.image.bytes, to: p)
             degradedPath = p
         }
@@ -95,6 +96,8 @@ struct ResizeCommand: ParsableCommand {
             object.add("width", final.image.width)
             object.add("height", final.image.height)
             object.add("bytes", final.image.bytes.count)
+            object.add("content_type", final.image.format.contentType)
+            if !final.notes.isEmpty { object.add("notes", final.notes.joined(separator: "; ")) }
             object.add("decode_ms", t.decodeMilliseconds)
             object.add("resize_ms", t.resizeMilliseconds)
             object.add("encode_ms", t.encodeMilliseconds)
@@ -113,6 +116,7 @@ struct ResizeCommand: ParsableCommand {
         return "\(input) -> \(path) \(final.image.width)x\(final.image.height) \(final.image.bytes.count) bytes "
             + "(decode \(ms(t.decodeMilliseconds)) ms, resize \(ms(t.resizeMilliseconds)) ms, encode \(ms(t.encodeMilliseconds)) ms)"
             + (degradedPath.map { " degraded -> \($0)" } ?? "")
+            + final.notes.map { "\n  note: \($0)" }.joined()
     }
 
     private func write(_ bytes: [UInt8], to path: String) throws {

@@ -9,7 +9,7 @@ import Locking
 struct SubmitCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "submit",
-        abstract: "Submit JPEGs to the service and write their degraded and final results.",
+        abstract: "Submit images (JPEG, PNG, WebP, HEIC, AVIF) to the service and write their degraded and final results.",
         discussion: """
             All inputs are submitted concurrently (at most --in-flight at a time). Results go to \
             OUT/<name>.<ext> and OUT/<name>.degraded.<ext>. With --json, one JSON object per \
@@ -31,7 +31,7 @@ struct SubmitCommand: AsyncParsableCommand {
             """
     )
 
-    @Argument(help: "JPEG files to submit (- for standard input).")
+    @Argument(help: "Image files to submit (- for standard input).")
     var inputs: [String]
 
     @OptionGroup var image: ImageOptions
@@ -205,11 +205,10 @@ struct SubmitCommand: AsyncParsableCommand {
         } catch {
             return fail("failed", code: error.code.rawValue, message: error.message)
         }
-        if let problem = InputSource.notJPEG(bytes, input: input) {
+        if let problem = InputSource.notAnImage(bytes, input: input) {
             return fail("failed", code: problem.code.rawValue, message: problem.message)
         }
         let name = InputSource.outputName(input)
-        let ext = options.format.fileExtension
         var timings: [String] = []
         var startedAt: ContinuousClock.Instant?
         let request = ResizeRequest(id: id, image: bytes, options: options, delivery: delivery,
@@ -226,6 +225,7 @@ struct SubmitCommand: AsyncParsableCommand {
                     report("started") { $0.add("attempt", attempt) }
                 case .degraded(let result), .final(let result):
                     let isFinal = if case .final = event { true } else { false }
+                    let ext = result.format.fileExtension
                     let path = (out as NSString).appendingPathComponent(isFinal ? "\(name).\(ext)" : "\(name).degraded.\(ext)")
                     do {
                         try OutputFile.write(result.bytes, to: path)
@@ -242,6 +242,8 @@ struct SubmitCommand: AsyncParsableCommand {
                         $0.add("width", result.width)
                         $0.add("height", result.height)
                         $0.add("bytes", result.bytes.count)
+                        $0.add("content_type", result.format.contentType)
+                        if !result.notes.isEmpty { $0.add("notes", result.notes.joined(separator: "; ")) }
                         $0.add("path", path)
                         if isFinal {
                             $0.add("queue_ms", milliseconds(queued))

@@ -28,6 +28,33 @@ extension Enlarger_V1_ResizeSpec {
         if case .UNRECOGNIZED(let value) = chroma { throw InvalidArgumentError("unknown chroma \(value)") }
         if case .UNRECOGNIZED(let value) = format { throw InvalidArgumentError("unknown format \(value)") }
         if case .UNRECOGNIZED(let value) = failOn { throw InvalidArgumentError("unknown fail_on \(value)") }
+        if !accept.isEmpty {
+            guard accept.count <= Self.maxAccepted else {
+                throw InvalidArgumentError("accept lists \(accept.count) types, at most \(Self.maxAccepted) are allowed")
+            }
+            guard accept.contains(where: { Self.contentTypes.contains(Self.bareType($0)) }) else {
+                throw InvalidArgumentError("accept names no known content type (known: "
+                                           + Self.contentTypes.sorted().joined(separator: ", ") + ")")
+            }
+        }
+        if hasBackground && background > 0xFF_FFFF {
+            throw InvalidArgumentError("background must be 0xRRGGBB, got 0x\(String(background, radix: 16))")
+        }
+    }
+
+    /// The most entries `accept` may have.
+    public static let maxAccepted = 16
+
+    /// The content types of the output formats, as `accept` names them (and their aliases).
+    public static let contentTypes: Set<String> = [
+        "image/jpeg", "image/jpg", "image/pjpeg", "image/png", "image/webp", "image/avif",
+        "image/x-portable-anymap", "image/x-portable-pixmap", "image/x-portable-graymap",
+    ]
+
+    /// A media type without parameters or surrounding blanks, in lower case.
+    static func bareType(_ type: String) -> String {
+        let bare = type.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        return String(bare.filter { $0 != " " && $0 != "\t" }).lowercased()
     }
 
     /// Only `fail_on`: all an info request's spec needs.

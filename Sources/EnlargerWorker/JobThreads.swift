@@ -28,7 +28,8 @@ struct StageFrame: @unchecked Sendable {
             throw ImagingError(.tooLarge, "no memory for the \(result.image.byteCount)-byte encoded image: \(error)")
         }
         output = StageOutput(stage: result.stage, isTerminal: result.isTerminal, width: result.image.width,
-                             height: result.image.height, format: result.image.format, image: frame)
+                             height: result.image.height, format: result.image.format, image: frame,
+                             notes: result.notes)
     }
 
     /// An info-only job's one result: the facts, and an empty image frame.

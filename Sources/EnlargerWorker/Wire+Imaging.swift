@@ -19,6 +19,9 @@ extension ResizeOptions {
         switch spec.format {
         case .jpeg: format = .jpeg
         case .pnm: format = .pnm
+        case .png: format = .png
+        case .webp: format = .webp
+        case .avif: format = .avif
         case .UNRECOGNIZED(let value): throw ImagingError(.invalidArgument, "unknown format \(value)")
         }
         let chroma444: Bool
@@ -41,6 +44,20 @@ extension ResizeOptions {
             fit: fit, enlarge: spec.enlarge, quality: Int(spec.effectiveQuality),
             progressive: spec.progressive, chroma444: chroma444, format: format, failOn: failOn,
             keepProfile: spec.keepProfile)
+        if !spec.accept.isEmpty {
+            accept = spec.accept.compactMap(OutputFormat.init(contentType:))
+            if accept.isEmpty {
+                throw ImagingError(.invalidArgument, "no known content type in accept (\(spec.accept.joined(separator: ", ")))")
+            }
+        }
+        flatten = spec.flatten
+        if spec.hasBackground {
+            guard spec.background <= 0xFF_FFFF else {
+                throw ImagingError(.invalidArgument, "background 0x\(String(spec.background, radix: 16)) is not 0xRRGGBB")
+            }
+            background = RGBColour(packed: spec.background)
+        }
+        lossless = spec.lossless
     }
 }
 
@@ -70,6 +87,9 @@ extension Enlarger_V1_ImageFormat {
         switch format {
         case .jpeg: self = .jpeg
         case .pnm: self = .pnm
+        case .png: self = .png
+        case .webp: self = .webp
+        case .avif: self = .avif
         }
     }
 }

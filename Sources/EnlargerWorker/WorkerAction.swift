@@ -129,6 +129,8 @@ struct StageOutput<Payload> {
     var height: Int
     var format: OutputFormat
     var image: Payload
+    /// See `StageResult.notes`.
+    var notes: [String] = []
     /// For an info-only job: the header's facts (the image is then empty), sent as STAGE_INFO.
     var info: ImageInfo?
 }

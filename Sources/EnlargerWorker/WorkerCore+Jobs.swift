@@ -52,6 +52,8 @@ extension WorkerCore {
             result.width = UInt32(output.width)
             result.height = UInt32(output.height)
             result.format = Enlarger_V1_ImageFormat(output.format)
+            result.contentType = output.format.contentType
+            result.notes = output.notes
         }
         result.terminal = output.isTerminal
         return [.send(.jobResult(result, image: output.image))]

@@ -6,6 +6,9 @@ public struct EncodedImage: Sendable, Equatable {
     public var width: Int
     public var height: Int
     public var format: OutputFormat
+    /// What to know about how it was made (a colour profile ignored, transparency flattened);
+    /// not part of equality.
+    public var notes: [String] = []
     private let storage: Storage
 
     // @unchecked: the borrowed bytes are read-only from the moment the image is made, and

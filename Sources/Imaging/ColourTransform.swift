@@ -9,24 +9,29 @@ final class ColourTransform: @unchecked Sendable {
     // @unchecked: the lcms transform is built with cmsFLAGS_NOCACHE and never changes after
     // creation, which makes concurrent cmsDoTransform calls safe.
     private let handle: OpaquePointer
-    /// Channels of the pixels it converts (1 grey, 3 RGB, 4 CMYK) and of its results (1 or 3).
+    /// Channels of the pixels it converts (1 grey, 3 RGB, 4 CMYK or RGBA) and of its results
+    /// (1, 3, or 4 for RGBA).
     let inputChannels: Int
     let outputChannels: Int
+    /// Converts RGBA, copying the alpha, rather than CMYK.
+    let alpha: Bool
 
-    private init(handle: OpaquePointer, inputChannels: Int) {
+    private init(handle: OpaquePointer, inputChannels: Int, alpha: Bool) {
         self.handle = handle
         self.inputChannels = inputChannels
-        outputChannels = inputChannels == 1 ? 1 : 3
+        self.alpha = alpha
+        outputChannels = inputChannels == 1 ? 1 : alpha ? 4 : 3
     }
 
     deinit { ec_transform_destroy(handle) }
 
-    /// The transform for `profile` and pixels of `channels` (1 grey, 3 RGB, 4 CMYK), or why
-    /// there is none (an unreadable profile, or one for another colour space).
-    static func make(profile: [UInt8], channels: Int) -> Result<ColourTransform, ImagingError> {
+    /// The transform for `profile` and pixels of `channels` (1 grey, 3 RGB, 4 CMYK, or RGBA
+    /// with `alpha`), or why there is none (an unreadable profile, or one for another colour
+    /// space).
+    static func make(profile: [UInt8], channels: Int, alpha: Bool = false) -> Result<ColourTransform, ImagingError> {
         var status = EC_OK
         var message = [CChar](repeating: 0, count: 160)
-        let pixels = channels == 1 ? EC_PIXELS_GRAY : channels == 4 ? EC_PIXELS_CMYK : EC_PIXELS_RGB
+        let pixels = channels == 1 ? EC_PIXELS_GRAY : channels == 4 ? (alpha ? EC_PIXELS_RGBA : EC_PIXELS_CMYK) : EC_PIXELS_RGB
         let handle = profile.withUnsafeBufferPointer { bytes in
             ec_transform_create(bytes.baseAddress, bytes.count, Int32(pixels.rawValue), &status, &message, message.count)
         }
@@ -34,7 +39,7 @@ final class ColourTransform: @unchecked Sendable {
             let text = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             return .failure(ImagingError(.unsupported, text))
         }
-        return .success(ColourTransform(handle: handle, inputChannels: channels))
+        return .success(ColourTransform(handle: handle, inputChannels: channels, alpha: alpha && channels == 4))
     }
 
     /// `image` converted to sRGB, in a new buffer from `allocator`; checks `cancel` between
@@ -64,6 +69,7 @@ final class ColourTransform: @unchecked Sendable {
 enum ColourTransforms {
     private struct Key: Hashable {
         var channels: Int
+        var alpha: Bool
         var profile: [UInt8]
     }
 
@@ -71,10 +77,10 @@ enum ColourTransforms {
     private static let cache = Lock<[Key: Result<ColourTransform, ImagingError>]>([:])
 
     /// The transform for `profile` and `channels`, or why there is none.
-    static func transform(for profile: [UInt8], channels: Int) -> Result<ColourTransform, ImagingError> {
-        let key = Key(channels: channels, profile: profile)
+    static func transform(for profile: [UInt8], channels: Int, alpha: Bool = false) -> Result<ColourTransform, ImagingError> {
+        let key = Key(channels: channels, alpha: alpha, profile: profile)
         if let known = cache.withLock({ $0[key] }) { return known }
-        let made = ColourTransform.make(profile: profile, channels: channels)
+        let made = ColourTransform.make(profile: profile, channels: channels, alpha: alpha)
         cache.withLock { cache in
             if cache.count >= capacity { cache.removeAll() }
             cache[key] = made

@@ -3,6 +3,8 @@ import ImageModel
 public enum DegradedSource: String, Sendable {
     /// The JPEG thumbnail embedded in the EXIF block (no decode of the main image needed).
     case exifThumbnail
+    /// A HEIF thumbnail item (no decode of the main image needed).
+    case heifThumbnail
     /// An output pass over the first scans of a progressive JPEG.
     case progressiveScans
     /// The buffer decoded for the final, with a cheap filter before the Lanczos pass.
@@ -26,6 +28,9 @@ public struct StageResult: Sendable {
     /// The source image's displayed size.
     public var sourceWidth: Int
     public var sourceHeight: Int
+    /// What the user should know about how the result was made: an embedded profile that was
+    /// ignored, transparency flattened onto a background.
+    public var notes: [String] = []
 }
 
 /// decode → resize → encode for one JPEG, yielding a degraded result before the final when
@@ -69,8 +74,13 @@ public struct ImagePipeline: Sendable {
     /// `colour: false` leaves the embedded profile unapplied (for comparisons in tests).
     func prepare(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery = .final,
                  cancel: CancellationFlag? = nil, colour managed: Bool) throws(ImagingError) -> PreparedResize {
+        let format = try InputFormat.detect(input, limits: limits)
+        if format != .jpeg {
+            return try prepareRaster(format, input, options: options, delivery: delivery, cancel: cancel, colour: managed)
+        }
         let decoder = try JPEGDecoder(data: input, limits: limits, cancel: cancel, failOn: options.failOn)
-        var colour = managed ? Self.colourTransform(for: decoder.header) : nil
+        var notes: [String] = []
+        var colour = managed ? Self.colourTransform(for: decoder.header, notes: &notes) : nil
         // Keeping the profile leaves RGB and grey pixels as they are (CMYK must still become RGB).
         if options.keepProfile, colour?.inputChannels != 4 { colour = nil }
         // CMYK with a usable profile is decoded as CMYK and converted after resizing.
@@ -91,9 +101,10 @@ public struct ImagePipeline: Sendable {
         } : nil
         let estimate = MemoryEstimate(header: header, thumbnail: thumbnail, plan: plan, options: options,
                                       delivery: delivery, inputBytes: input.count)
-        let prepared = PreparedResize(pipeline: self, decoder: decoder, plan: plan, options: options, delivery: delivery,
-                                      cancel: cancel, estimate: estimate)
+        let prepared = PreparedResize(pipeline: self, source: .jpeg(decoder), plan: plan, options: options,
+                                      delivery: delivery, cancel: cancel, estimate: estimate)
         prepared.colour = colour
+        prepared.notes = notes
         return prepared
     }
 
@@ -101,10 +112,20 @@ public struct ImagePipeline: Sendable {
     /// any: grey, RGB, or (for CMYK and YCCK files) CMYK ink amounts. A profile that cannot be
     /// used is ignored: RGB and grey pixels are then taken as sRGB, and CMYK is converted to
     /// RGB by the decoder's plain formula, as for a CMYK file without a profile.
-    static func colourTransform(for header: JPEGHeader) -> ColourTransform? {
+    static func colourTransform(for header: JPEGHeader, notes: inout [String]) -> ColourTransform? {
         guard let profile = header.iccProfile else { return nil }
         let channels = header.colorSpace == .gray ? 1 : header.colorSpace == .cmyk || header.colorSpace == .ycck ? 4 : 3
-        return try? ColourTransforms.transform(for: profile, channels: channels).get()
+        return transform(profile, channels: channels, alpha: false, notes: &notes)
+    }
+
+    /// The cached transform, or nil with a note saying why the profile is ignored.
+    static func transform(_ profile: [UInt8], channels: Int, alpha: Bool, notes: inout [String]) -> ColourTransform? {
+        switch ColourTransforms.transform(for: profile, channels: channels, alpha: alpha) {
+        case .success(let transform): return transform
+        case .failure(let error):
+            notes.append("the embedded ICC profile is ignored (\(error.message)): the pixels are taken as sRGB")
+            return nil
+        }
     }
 
     /// The source profile to embed in the output: with `keepProfile`, for RGB and grey sources.
@@ -119,15 +140,16 @@ public struct ImagePipeline: Sendable {
 
     var allocator: BufferAllocator { BufferAllocator(maxBytes: limits.maxBufferBytes) }
 
-    fileprivate func run(_ job: PreparedResize, decoded: inout PixelBuffer?,
+    fileprivate func run(_ job: PreparedResize, decoder: JPEGDecoder, decoded: inout PixelBuffer?,
                          emit: (StageResult) throws(ImagingError) -> Void) throws(ImagingError) {
         var clock = Stopwatch()
-        let decoder = job.decoder, plan = job.plan, options = job.options, delivery = job.delivery, cancel = job.cancel
+        let plan = job.plan, options = job.options, delivery = job.delivery, cancel = job.cancel
         let header = decoder.header
         let oriented = header.orientedSize
         func result(_ stage: Stage, _ image: EncodedImage, _ source: DegradedSource?, _ timings: StageTimings) -> StageResult {
             StageResult(stage: stage, isTerminal: stage == .final || delivery == .degraded, image: image,
-                        degradedSource: source, timings: timings, sourceWidth: oriented.width, sourceHeight: oriented.height)
+                        degradedSource: source, timings: timings, sourceWidth: oriented.width, sourceHeight: oriented.height,
+                        notes: job.notes)
         }
         let wantsDegraded = delivery != .final
         var timings = StageTimings()
@@ -221,8 +243,9 @@ public struct ImagePipeline: Sendable {
         }
         timings.resizeMilliseconds += clock.lap()
         try cancel?.check()
-        let image = try Encoder.encode(upright!, format: options.format, quality: quality, progressive: options.progressive,
-                                       chroma444: options.chroma444, iccProfile: Self.keptProfile(header, options),
+        let image = try Encoder.encode(upright!, format: options.outputFormat(hasAlpha: false).format, quality: quality,
+                                       progressive: options.progressive, chroma444: options.chroma444,
+                                       lossless: options.lossless, iccProfile: Self.keptProfile(header, options),
                                        cancel: cancel, allocator: allocator)
         timings.encodeMilliseconds += clock.lap()
         return image
@@ -259,8 +282,9 @@ public struct ImagePipeline: Sendable {
                 upright = try colour.apply(upright, allocator: allocator, cancel: cancel)
             }
             timings.resizeMilliseconds = clock.lap()
-            let image = try Encoder.encode(upright, format: options.format, quality: degradedQuality,
-                                           progressive: false, chroma444: options.chroma444,
+            let image = try Encoder.encode(upright, format: options.outputFormat(hasAlpha: false).format,
+                                           quality: degradedQuality, progressive: false, chroma444: options.chroma444,
+                                           lossless: options.lossless,
                                            iccProfile: upright.channels == header.decodedChannels
                                                ? Self.keptProfile(header, options) : nil,
                                            allocator: allocator)
@@ -292,6 +316,17 @@ extension ImagePipeline {
     /// What the header says, without decoding a pixel: size, orientation, colour, profile,
     /// thumbnail. Checks the limits like a resize would.
     public func info(of input: UnsafeRawBufferPointer, failOn: FailOn = .error) throws(ImagingError) -> ImageInfo {
+        let format = try InputFormat.detect(input, limits: limits)
+        if format != .jpeg {
+            let header = try RasterDecoders.make(format, data: input, limits: limits, cancel: nil, failOn: failOn).header
+            let (width, height) = header.orientedSize
+            return ImageInfo(
+                format: format.rawValue, width: width, height: height, orientation: header.orientation.rawValue,
+                channels: header.channels, hasAlpha: header.hasAlpha, bitDepth: header.bitDepth,
+                colorSpace: header.colorSpace, profileDescription: header.iccProfile.map(ICCProfile.init)?.description,
+                profileBytes: header.iccProfile?.count ?? 0, progressive: header.interlaced,
+                hasEmbeddedThumbnail: header.hasThumbnail, byteSize: input.count)
+        }
         let header = try header(of: input, failOn: failOn)
         let (width, height) = header.orientedSize
         let profile = header.iccProfile.map(ICCProfile.init)
@@ -320,18 +355,29 @@ public final class PreparedResize {
     /// An upper bound of the memory `run` will need at its peak, the input included.
     public let memoryEstimate: MemoryEstimate
     let pipeline: ImagePipeline
-    let decoder: JPEGDecoder
+    let source: Source
     let options: ResizeOptions
     let delivery: Delivery
     let cancel: CancellationFlag?
     /// Converts the output to sRGB from the embedded profile; nil when there is none to apply.
     var colour: ColourTransform?
+    /// For a non-JPEG source: the reduction applied while decoding.
+    var shrink = 1
+    /// Said in every result (see `StageResult.notes`).
+    var notes: [String] = []
+    /// Whether the embedded profile is applied (tests compare with it off).
+    var colourManaged = true
     private var hasRun = false
 
-    init(pipeline: ImagePipeline, decoder: JPEGDecoder, plan: ResizePlan, options: ResizeOptions, delivery: Delivery,
+    enum Source {
+        case jpeg(JPEGDecoder)
+        case raster(any RasterDecoder)
+    }
+
+    init(pipeline: ImagePipeline, source: Source, plan: ResizePlan, options: ResizeOptions, delivery: Delivery,
          cancel: CancellationFlag?, estimate: MemoryEstimate) {
         self.pipeline = pipeline
-        self.decoder = decoder
+        self.source = source
         self.plan = plan
         self.options = options
         self.delivery = delivery
@@ -339,7 +385,17 @@ public final class PreparedResize {
         memoryEstimate = estimate
     }
 
-    public var header: JPEGHeader { decoder.header }
+    /// The JPEG header, for a JPEG source.
+    public var header: JPEGHeader? {
+        if case .jpeg(let decoder) = source { return decoder.header }
+        return nil
+    }
+
+    /// The header of a PNG, WebP or HEIF source.
+    public var rasterHeader: RasterHeader? {
+        if case .raster(let decoder) = source { return decoder.header }
+        return nil
+    }
 
     /// Decodes, resizes and encodes, calling `emit` on this thread once per result, degraded
     /// first; the last call has `isTerminal == true`. Call it once.
@@ -349,7 +405,10 @@ public final class PreparedResize {
         // Owned here so that the big buffer is freed off this thread, whatever the outcome.
         var decoded: PixelBuffer?
         defer { BufferReaper.release(&decoded) }
-        try pipeline.run(self, decoded: &decoded, emit: emit)
+        switch source {
+        case .jpeg(let decoder): try pipeline.run(self, decoder: decoder, decoded: &decoded, emit: emit)
+        case .raster(let decoder): try pipeline.runRaster(self, decoder: decoder, decoded: &decoded, emit: emit)
+        }
     }
 }
 

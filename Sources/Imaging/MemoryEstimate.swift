@@ -159,26 +159,107 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
                     channels: channels, filter: filter)
             }
             let oriented = orientation == .up ? 0 : output
-            let encoded: Int
-            var encoder = MemoryEstimate.encoderOverhead
-            switch options.format {
-            case .jpeg:
-                encoded = MemoryEstimate.jpegBound(width: width, height: height, channels: channels,
-                                                   chroma444: options.chroma444)
-                // Input rows for downsampling and one MCU row of every component.
-                encoder += roundUp(width, 16) * channels * 16 * 4
-                if progressiveOutput {
-                    encoder += MemoryEstimate.jpegCoefficients(width: width, height: height, channels: channels,
-                                                               chroma444: options.chroma444)
-                }
-            case .pnm:
-                encoded = output + 32
+            // Whichever accepted format the image goes to: the costliest is counted.
+            var encoded = 0, encoder = 0
+            for format in options.accept.isEmpty ? [options.format] : options.accept {
+                let cost = MemoryEstimate.encoding(format, width: width, height: height, channels: channels,
+                                                   options: options, progressiveOutput: progressiveOutput)
+                if cost.encoded + cost.working > encoded + encoder { (encoded, encoder) = (cost.encoded, cost.working) }
             }
+            // RGBA is made straight, converted and flattened in new buffers before encoding.
+            if channels == 4 { encoder += 2 * output }
             encodedOutput = encoded
             // The encoded bytes and the caller's copy of them into a frame.
             peak = resize + oriented + encoder + 2 * encoded
             lingering = encoded + (resize > 0 || oriented > 0 ? output : 0)
         }
+    }
+
+    /// The encoded output's bound and the encoder's working memory for one image.
+    static func encoding(_ format: OutputFormat, width: Int, height: Int, channels: Int, options: ResizeOptions,
+                         progressiveOutput: Bool) -> (encoded: Int, working: Int) {
+        let pixels = width * height, raw = pixels * channels
+        switch format {
+        case .jpeg:
+            let colour = min(channels, 3)
+            var working = encoderOverhead + roundUp(width, 16) * colour * 16 * 4
+            if progressiveOutput {
+                working += jpegCoefficients(width: width, height: height, channels: colour, chroma444: options.chroma444)
+            }
+            return (jpegBound(width: width, height: height, channels: colour, chroma444: options.chroma444), working)
+        case .pnm:
+            return (raw + 32, encoderOverhead)
+        case .png:
+            // Deflate's worst case (stored blocks) over the filtered rows; zlib's state and
+            // libspng's row buffers.
+            let filtered = raw + height
+            return (filtered + filtered / 1000 + 4096, encoderOverhead + 4 * width * channels + (1 << 19))
+        case .webp:
+            // libwebp's picture (ARGB or YUVA planes) and its encoder's per-picture state, and
+            // the copy of the output made for the caller.
+            return (raw + 4096, encoderOverhead + pixels * 12 + raw + 4096)
+        case .avif:
+            // libaom's frame buffers, look-ahead and tables, measured at well under this.
+            return (raw + 4096, (48 << 20) + pixels * 24)
+        }
+    }
+
+    /// The peak of a run over a PNG, WebP or HEIF source: the decoder's working memory, the
+    /// decoded (reduced) buffer, and the stages as for JPEG; a HEIF thumbnail's stage too.
+    public init(raster header: RasterHeader, plan: ResizePlan, shrink: Int, options: ResizeOptions, delivery: Delivery,
+                inputBytes: Int) {
+        let channels = header.channels
+        let decodedWidth = RasterDecoders.shrunk(header.width, shrink)
+        let decodedHeight = RasterDecoders.shrunk(header.height, shrink)
+        let decoded = decodedWidth * decodedHeight * channels
+        let pixels = header.width * header.height
+        let decoder: Int
+        switch header.format {
+        case .png:
+            // Two rows in libspng, the row and box sums here, zlib's window.
+            decoder = Self.decoderOverhead + header.width * channels * 8
+        case .webp:
+            // A lossless image is decoded whole as ARGB first; a lossy one by rows.
+            decoder = Self.decoderOverhead + (header.colorSpace == "argb" || header.animated ? pixels * 8 : header.width * 96)
+        case .heic, .avif, .jpeg:
+            // libheif's decoded planes (up to 16 bits), its RGB conversion and the codec's frames.
+            decoder = (8 << 20) + pixels * (channels + 9)
+        }
+        let region = ImagePipeline.scale(plan.region, fromWidth: header.width, fromHeight: header.height,
+                                         toWidth: decodedWidth, toHeight: decodedHeight)
+        let source = Source(width: decodedWidth, height: decodedHeight, channels: channels, region: region)
+        func stage(_ fraction: Double, _ filter: ResampleFilter) -> Stage {
+            let width = max(1, Int((Double(plan.storedOutputWidth) * fraction).rounded()))
+            let height = max(1, Int((Double(plan.storedOutputHeight) * fraction).rounded()))
+            return Stage(source: source, width: width, height: height, filter: filter, orientation: header.orientation,
+                         options: options, progressiveOutput: options.progressive)
+        }
+        let final = stage(1, .lanczos3)
+        let degraded = stage(ImagePipeline.degradedScale, .triangle)
+        // An opaque RGBA image loses its alpha in a copy of the decoded buffer.
+        let opaqueCopy = channels == 4 ? decodedWidth * decodedHeight * 3 : 0
+        var phases = [decoder + decoded + opaqueCopy]
+        switch delivery {
+        case .final: phases.append(decoded + opaqueCopy + final.peak)
+        case .degraded: phases.append(decoded + opaqueCopy + degraded.peak)
+        case .progressive:
+            phases.append(decoded + opaqueCopy + degraded.peak)
+            phases.append(decoded + opaqueCopy + degraded.lingering + final.peak)
+        }
+        if delivery != .final, header.hasThumbnail {
+            let (tw, th) = (header.thumbnailWidth, header.thumbnailHeight)
+            let thumbSource = Source(width: tw, height: th, channels: channels, region: ImagePipeline.scale(
+                plan.region, fromWidth: header.width, fromHeight: header.height, toWidth: tw, toHeight: th))
+            let thumb = Stage(source: thumbSource, width: plan.storedOutputWidth, height: plan.storedOutputHeight,
+                              filter: .lanczos3, orientation: header.orientation, options: options,
+                              progressiveOutput: false, resamplesAlways: true)
+            phases.append((8 << 20) + tw * th * (2 * channels + 9) + thumb.peak)
+            phases.append(thumb.lingering + decoder + decoded + opaqueCopy)
+        }
+        let peak = inputBytes + phases.max()!
+        bytes = peak + peak / 16 + Self.slack
+        coefficientBytes = 0
+        decodedBytes = decoded
     }
 
     /// The most bytes libjpeg-turbo's compressor can produce for an image (its `tjBufSize`):

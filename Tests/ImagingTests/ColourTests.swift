@@ -80,7 +80,7 @@ final class ColourTests: XCTestCase {
                 try ImagePipeline().prepare(raw, options: ResizeOptions(width: 200, format: .pnm))
             }
             XCTAssertEqual(prepared.colour?.inputChannels, 4, file)
-            XCTAssertEqual(prepared.header.decodedChannels, 4, file)
+            XCTAssertEqual(prepared.header?.decodedChannels, 4, file)
             let managed = try Self.pixels(file, width: 200, converted: true)
             let plain = try Self.pixels(file, width: 200, converted: false)
             XCTAssertEqual(managed.channels, 3, file)
@@ -92,7 +92,7 @@ final class ColourTests: XCTestCase {
             try ImagePipeline().prepare(raw, options: ResizeOptions(width: 16))
         }
         XCTAssertNil(bare.colour)
-        XCTAssertEqual(bare.header.decodedChannels, 3)
+        XCTAssertEqual(bare.header?.decodedChannels, 3)
     }
 
     /// `keepProfile`: RGB pixels stay as they were and the JPEG carries the source's profile;

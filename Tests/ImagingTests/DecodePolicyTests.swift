@@ -9,7 +9,8 @@ final class DecodePolicyTests: XCTestCase {
     /// What each level does with each bad file of the corpus. Each level fails on what the
     /// less sensitive ones fail on, and more; the limits refuse the bombs at every level.
     func testEachLevelOverTheBadCorpus() throws {
-        let entries = Corpus.manifest("bad")
+        // A PNG named .jpg is read by its content (CorpusTests): no JPEG policy applies.
+        let entries = Corpus.manifest("bad").filter { CorpusTests.otherFormats[$0.file] == nil }
         XCTAssertGreaterThan(entries.count, 20, "the bad corpus is missing")
         var accepted: [String: [FailOn]] = [:]
         var codes: [String: [FailOn: ImagingError.Code]] = [:]

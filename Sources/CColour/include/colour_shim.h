@@ -19,6 +19,7 @@ typedef enum {
     EC_PIXELS_GRAY = 1,  // one 8-bit channel; the result is grey with sRGB's tone curve
     EC_PIXELS_RGB = 3,   // three interleaved 8-bit channels; the result is sRGB
     EC_PIXELS_CMYK = 4,  // four: ink amounts (0 = none); the result is three-channel sRGB
+    EC_PIXELS_RGBA = 5,  // RGB and a straight alpha; the result is sRGB, the alpha copied
 } ec_pixels;
 
 typedef struct ec_transform ec_transform;

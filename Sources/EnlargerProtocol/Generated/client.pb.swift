@@ -172,33 +172,42 @@ public nonisolated struct Enlarger_V1_ClientToBroker: Sendable {
 /// Rejected{OVERLOADED | INVALID_ARGUMENT | TOO_LARGE | MALFORMED | BROKER_SHUTDOWN} or
 /// Failed{DUPLICATE_ID}. A Submit whose request id is empty, longer than 64 bytes or not
 /// UTF-8 is answered with Error{MALFORMED}.
-public nonisolated struct Enlarger_V1_Submit: Sendable {
+public nonisolated struct Enlarger_V1_Submit: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var requestID: String = String()
+  public var requestID: String {
+    get {_storage._requestID}
+    set {_uniqueStorage()._requestID = newValue}
+  }
 
   public var spec: Enlarger_V1_ResizeSpec {
-    get {_spec ?? Enlarger_V1_ResizeSpec()}
-    set {_spec = newValue}
+    get {_storage._spec ?? Enlarger_V1_ResizeSpec()}
+    set {_uniqueStorage()._spec = newValue}
   }
   /// Returns true if `spec` has been explicitly set.
-  public var hasSpec: Bool {self._spec != nil}
+  public var hasSpec: Bool {_storage._spec != nil}
   /// Clears the value of `spec`. Subsequent reads from it will return its default value.
-  public mutating func clearSpec() {self._spec = nil}
+  public mutating func clearSpec() {_uniqueStorage()._spec = nil}
 
-  public var delivery: Enlarger_V1_Delivery = .progressive
+  public var delivery: Enlarger_V1_Delivery {
+    get {_storage._delivery}
+    set {_uniqueStorage()._delivery = newValue}
+  }
 
   /// How long the request may live after acceptance, in milliseconds; 0 means the broker's
   /// default. Capped at the broker's maximum. See DEADLINES.
-  public var deadlineMs: UInt32 = 0
+  public var deadlineMs: UInt32 {
+    get {_storage._deadlineMs}
+    set {_uniqueStorage()._deadlineMs = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
-  fileprivate var _spec: Enlarger_V1_ResizeSpec? = nil
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 /// Cancels a live request, whichever connection submitted it. Answered with CancelAck to the
@@ -410,9 +419,9 @@ public nonisolated struct Enlarger_V1_Started: Sendable {
   public init() {}
 }
 
-/// One rendition of the output. Carries one payload frame: the encoded image (JPEG or PNM as
-/// `format` says) of `width` x `height` pixels. Terminal exactly when `terminal` is true;
-/// see Delivery for which stages a request gets.
+/// One rendition of the output. Carries one payload frame: the encoded image (in the format
+/// `format` and `content_type` name) of `width` x `height` pixels. Terminal exactly when
+/// `terminal` is true; see Delivery for which stages a request gets.
 public nonisolated struct Enlarger_V1_Result: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -457,6 +466,20 @@ public nonisolated struct Enlarger_V1_Result: @unchecked Sendable {
   public var hasInfo: Bool {_storage._info != nil}
   /// Clears the value of `info`. Subsequent reads from it will return its default value.
   public mutating func clearInfo() {_uniqueStorage()._info = nil}
+
+  /// The chosen format's content type ("image/webp", ...); empty for STAGE_INFO.
+  public var contentType: String {
+    get {_storage._contentType}
+    set {_uniqueStorage()._contentType = newValue}
+  }
+
+  /// What the producer should know about how the result was made, in English: an embedded
+  /// colour profile that could not be used (the pixels were then taken as sRGB), transparency
+  /// flattened onto the background.
+  public var notes: [String] {
+    get {_storage._notes}
+    set {_uniqueStorage()._notes = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -953,46 +976,88 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
   public static let protoMessageName: String = _protobuf_package + ".Submit"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{3}deadline_ms\0")
 
+  fileprivate class _StorageClass {
+    var _requestID: String = String()
+    var _spec: Enlarger_V1_ResizeSpec? = nil
+    var _delivery: Enlarger_V1_Delivery = .progressive
+    var _deadlineMs: UInt32 = 0
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _requestID = source._requestID
+      _spec = source._spec
+      _delivery = source._delivery
+      _deadlineMs = source._deadlineMs
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularStringField(value: &self.requestID) }()
-      case 2: try { try decoder.decodeSingularMessageField(value: &self._spec) }()
-      case 3: try { try decoder.decodeSingularEnumField(value: &self.delivery) }()
-      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.deadlineMs) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._requestID) }()
+        case 2: try { try decoder.decodeSingularMessageField(value: &_storage._spec) }()
+        case 3: try { try decoder.decodeSingularEnumField(value: &_storage._delivery) }()
+        case 4: try { try decoder.decodeSingularUInt32Field(value: &_storage._deadlineMs) }()
+        default: break
+        }
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    // The use of inline closures is to circumvent an issue where the compiler
-    // allocates stack space for every if/case branch local when no optimizations
-    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-    // https://github.com/apple/swift-protobuf/issues/1182
-    if !self.requestID.isEmpty {
-      try visitor.visitSingularStringField(value: self.requestID, fieldNumber: 1)
-    }
-    try { if let v = self._spec {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
-    } }()
-    if self.delivery != .progressive {
-      try visitor.visitSingularEnumField(value: self.delivery, fieldNumber: 3)
-    }
-    if self.deadlineMs != 0 {
-      try visitor.visitSingularUInt32Field(value: self.deadlineMs, fieldNumber: 4)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._requestID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._requestID, fieldNumber: 1)
+      }
+      try { if let v = _storage._spec {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+      } }()
+      if _storage._delivery != .progressive {
+        try visitor.visitSingularEnumField(value: _storage._delivery, fieldNumber: 3)
+      }
+      if _storage._deadlineMs != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._deadlineMs, fieldNumber: 4)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Enlarger_V1_Submit, rhs: Enlarger_V1_Submit) -> Bool {
-    if lhs.requestID != rhs.requestID {return false}
-    if lhs._spec != rhs._spec {return false}
-    if lhs.delivery != rhs.delivery {return false}
-    if lhs.deadlineMs != rhs.deadlineMs {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._requestID != rhs_storage._requestID {return false}
+        if _storage._spec != rhs_storage._spec {return false}
+        if _storage._delivery != rhs_storage._delivery {return false}
+        if _storage._deadlineMs != rhs_storage._deadlineMs {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1403,7 +1468,7 @@ nonisolated extension Enlarger_V1_Started: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Result"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0")
 
   fileprivate class _StorageClass {
     var _requestID: String = String()
@@ -1413,6 +1478,8 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
     var _format: Enlarger_V1_ImageFormat = .jpeg
     var _terminal: Bool = false
     var _info: Enlarger_V1_ImageInfo? = nil
+    var _contentType: String = String()
+    var _notes: [String] = []
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1430,6 +1497,8 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
       _format = source._format
       _terminal = source._terminal
       _info = source._info
+      _contentType = source._contentType
+      _notes = source._notes
     }
   }
 
@@ -1455,6 +1524,8 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
         case 5: try { try decoder.decodeSingularEnumField(value: &_storage._format) }()
         case 6: try { try decoder.decodeSingularBoolField(value: &_storage._terminal) }()
         case 7: try { try decoder.decodeSingularMessageField(value: &_storage._info) }()
+        case 8: try { try decoder.decodeSingularStringField(value: &_storage._contentType) }()
+        case 9: try { try decoder.decodeRepeatedStringField(value: &_storage._notes) }()
         default: break
         }
       }
@@ -1488,6 +1559,12 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
       try { if let v = _storage._info {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
       } }()
+      if !_storage._contentType.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._contentType, fieldNumber: 8)
+      }
+      if !_storage._notes.isEmpty {
+        try visitor.visitRepeatedStringField(value: _storage._notes, fieldNumber: 9)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1504,6 +1581,8 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._format != rhs_storage._format {return false}
         if _storage._terminal != rhs_storage._terminal {return false}
         if _storage._info != rhs_storage._info {return false}
+        if _storage._contentType != rhs_storage._contentType {return false}
+        if _storage._notes != rhs_storage._notes {return false}
         return true
       }
       if !storagesAreEqual {return false}

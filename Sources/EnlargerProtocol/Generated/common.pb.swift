@@ -141,15 +141,28 @@ public nonisolated enum Enlarger_V1_Chroma: SwiftProtobuf.Enum, Swift.CaseIterab
 
 }
 
-/// Encoding of an output image.
+/// Encoding of an output image. Each has a content type, which names it in
+/// ResizeSpec.accept and Result.content_type.
 public nonisolated enum Enlarger_V1_ImageFormat: SwiftProtobuf.Enum, Swift.CaseIterable {
   public typealias RawValue = Int
 
-  /// Baseline or progressive JPEG (see ResizeSpec.progressive). Default.
+  /// Baseline or progressive JPEG (see ResizeSpec.progressive). Default. "image/jpeg".
   case jpeg // = 0
 
   /// Binary PNM with maxval 255: P5 (PGM) for greyscale, P6 (PPM) for colour.
+  /// "image/x-portable-anymap".
   case pnm // = 1
+
+  /// 8-bit PNG: grey, RGB or RGBA. "image/png".
+  case png // = 2
+
+  /// WebP, lossy at ResizeSpec.quality or lossless (ResizeSpec.lossless), with alpha when the
+  /// image has transparency. "image/webp".
+  case webp // = 3
+
+  /// AVIF (AV1 in HEIF) at ResizeSpec.quality and a fast encoder speed, with alpha when the
+  /// image has transparency. "image/avif".
+  case avif // = 4
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -160,6 +173,9 @@ public nonisolated enum Enlarger_V1_ImageFormat: SwiftProtobuf.Enum, Swift.CaseI
     switch rawValue {
     case 0: self = .jpeg
     case 1: self = .pnm
+    case 2: self = .png
+    case 3: self = .webp
+    case 4: self = .avif
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -168,6 +184,9 @@ public nonisolated enum Enlarger_V1_ImageFormat: SwiftProtobuf.Enum, Swift.CaseI
     switch self {
     case .jpeg: return 0
     case .pnm: return 1
+    case .png: return 2
+    case .webp: return 3
+    case .avif: return 4
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -176,6 +195,9 @@ public nonisolated enum Enlarger_V1_ImageFormat: SwiftProtobuf.Enum, Swift.CaseI
   public static let allCases: [Enlarger_V1_ImageFormat] = [
     .jpeg,
     .pnm,
+    .png,
+    .webp,
+    .avif,
   ]
 
 }
@@ -377,13 +399,14 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
   /// Rejected, Failed: the ResizeSpec (or Delivery) is out of range or cannot be honoured.
   case invalidArgument // = 5
 
-  /// Failed: the payload is not a JPEG (wrong magic bytes).
+  /// Failed: the payload is not in a format the worker reads (JPEG, PNG, WebP, HEIC, AVIF),
+  /// told by its first bytes. (The name is from when JPEG was the only one.)
   case notJpeg // = 6
 
   /// Failed: the payload has zero bytes.
   case empty // = 7
 
-  /// Failed: the JPEG data ends before the image does.
+  /// Failed: the image data ends before the image does.
   case truncated // = 8
 
   /// Failed: damaged markers, tables or entropy-coded data.
@@ -514,7 +537,7 @@ public nonisolated struct Enlarger_V1_ImageInfo: Sendable {
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  /// The container format, detected from the content: "jpeg".
+  /// The container format, detected from the content: "jpeg", "png", "webp", "heic" or "avif".
   public var format: String = String()
 
   /// Displayed size, after EXIF orientation.
@@ -532,7 +555,8 @@ public nonisolated struct Enlarger_V1_ImageInfo: Sendable {
 
   public var bitDepth: UInt32 = 0
 
-  /// How the file stores colour: "gray", "ycbcr", "rgb", "cmyk" or "ycck".
+  /// How the file stores colour: "gray", "ycbcr", "rgb", "cmyk" or "ycck" (JPEG); "gray",
+  /// "rgb" or "palette" (PNG); "ycbcr" or "argb" (WebP lossy or lossless); "ycbcr" (HEIF).
   public var colorSpace: String = String()
 
   /// The embedded colour profile's description; empty when there is none or it is unreadable.
@@ -541,9 +565,11 @@ public nonisolated struct Enlarger_V1_ImageInfo: Sendable {
   /// The embedded profile's size in bytes, 0 when there is none.
   public var profileBytes: UInt32 = 0
 
+  /// A progressive JPEG, or an interlaced PNG.
   public var progressive: Bool = false
 
-  /// An embedded (EXIF) thumbnail is there for a quick degraded result.
+  /// An embedded thumbnail (EXIF in JPEG, a thumbnail item in HEIF) is there for a quick
+  /// degraded result.
   public var hasEmbeddedThumbnail_p: Bool = false
 
   /// The input's size in bytes.
@@ -554,8 +580,9 @@ public nonisolated struct Enlarger_V1_ImageInfo: Sendable {
   public init() {}
 }
 
-/// What to produce from the submitted JPEG. The source's EXIF orientation is applied
-/// first, so width and height refer to the upright image.
+/// What to produce from the submitted image: JPEG, PNG, WebP, HEIC or AVIF, recognised from
+/// its content. The source's orientation (EXIF, or HEIF's own rotation) is applied first, so
+/// width and height refer to the upright image.
 public nonisolated struct Enlarger_V1_ResizeSpec: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -573,7 +600,8 @@ public nonisolated struct Enlarger_V1_ResizeSpec: Sendable {
   /// output side can be smaller than the box. When true, small images are enlarged.
   public var enlarge: Bool = false
 
-  /// JPEG quality 1 to 100; 0 means the default, 80. Ignored for other formats.
+  /// JPEG, lossy WebP and AVIF quality 1 to 100; 0 means the default, 80. Ignored for other
+  /// formats.
   public var quality: UInt32 = 0
 
   /// Encode a progressive JPEG instead of a baseline one. Ignored for other formats.
@@ -581,6 +609,8 @@ public nonisolated struct Enlarger_V1_ResizeSpec: Sendable {
 
   public var chroma: Enlarger_V1_Chroma = .yuv420
 
+  /// The output format when `accept` is empty. Transparency, if any, is then flattened onto
+  /// `background` when the format cannot carry it (JPEG, PNM).
   public var format: Enlarger_V1_ImageFormat = .jpeg
 
   /// Which damage in the input fails the request (see FailOn); fatal errors always do, and
@@ -588,13 +618,40 @@ public nonisolated struct Enlarger_V1_ResizeSpec: Sendable {
   public var failOn: Enlarger_V1_FailOn = .default
 
   /// Keep an RGB or grey source's embedded ICC profile: no conversion to sRGB, and the profile
-  /// embedded in JPEG output (PNM carries none). By default (false) the pixels are converted
+  /// embedded in the output (PNM carries none). By default (false) the pixels are converted
   /// to sRGB and no profile is embedded. A CMYK source is converted to sRGB either way.
   public var keepProfile: Bool = false
+
+  /// The content types the producer accepts, most preferred first (see ImageFormat for the
+  /// names; unknown ones are skipped, and a list of only unknown ones is INVALID_ARGUMENT).
+  /// The worker produces the first that can carry the image: an image with real transparency
+  /// (some pixel not fully opaque) skips types without alpha unless `flatten` is set, and
+  /// fails with INVALID_ARGUMENT when none is left. Result.content_type says which was chosen.
+  /// When set, `format` is ignored.
+  public var accept: [String] = []
+
+  /// With `accept`: a type without alpha may take an image with transparency, flattened onto
+  /// `background`.
+  public var flatten: Bool = false
+
+  /// What transparency is flattened onto, as 0xRRGGBB in sRGB; white when unset.
+  public var background: UInt32 {
+    get {_background ?? 0}
+    set {_background = newValue}
+  }
+  /// Returns true if `background` has been explicitly set.
+  public var hasBackground: Bool {self._background != nil}
+  /// Clears the value of `background`. Subsequent reads from it will return its default value.
+  public mutating func clearBackground() {self._background = nil}
+
+  /// WebP output: lossless (then `quality` is ignored).
+  public var lossless: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _background: UInt32? = nil
 }
 
 /// Sent by the broker to a client or worker whose message it could not use (malformed, or
@@ -627,7 +684,7 @@ nonisolated extension Enlarger_V1_Chroma: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension Enlarger_V1_ImageFormat: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0IMAGE_FORMAT_JPEG\0\u{1}IMAGE_FORMAT_PNM\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0IMAGE_FORMAT_JPEG\0\u{1}IMAGE_FORMAT_PNM\0\u{1}IMAGE_FORMAT_PNG\0\u{1}IMAGE_FORMAT_WEBP\0\u{1}IMAGE_FORMAT_AVIF\0")
 }
 
 nonisolated extension Enlarger_V1_Delivery: SwiftProtobuf._ProtoNameProviding {
@@ -738,7 +795,7 @@ nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ResizeSpec"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}width\0\u{1}height\0\u{1}fit\0\u{1}enlarge\0\u{1}quality\0\u{1}progressive\0\u{1}chroma\0\u{1}format\0\u{3}fail_on\0\u{3}keep_profile\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}width\0\u{1}height\0\u{1}fit\0\u{1}enlarge\0\u{1}quality\0\u{1}progressive\0\u{1}chroma\0\u{1}format\0\u{3}fail_on\0\u{3}keep_profile\0\u{1}accept\0\u{1}flatten\0\u{1}background\0\u{1}lossless\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -756,12 +813,20 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
       case 8: try { try decoder.decodeSingularEnumField(value: &self.format) }()
       case 9: try { try decoder.decodeSingularEnumField(value: &self.failOn) }()
       case 10: try { try decoder.decodeSingularBoolField(value: &self.keepProfile) }()
+      case 11: try { try decoder.decodeRepeatedStringField(value: &self.accept) }()
+      case 12: try { try decoder.decodeSingularBoolField(value: &self.flatten) }()
+      case 13: try { try decoder.decodeSingularUInt32Field(value: &self._background) }()
+      case 14: try { try decoder.decodeSingularBoolField(value: &self.lossless) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if self.width != 0 {
       try visitor.visitSingularUInt32Field(value: self.width, fieldNumber: 1)
     }
@@ -792,6 +857,18 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
     if self.keepProfile != false {
       try visitor.visitSingularBoolField(value: self.keepProfile, fieldNumber: 10)
     }
+    if !self.accept.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.accept, fieldNumber: 11)
+    }
+    if self.flatten != false {
+      try visitor.visitSingularBoolField(value: self.flatten, fieldNumber: 12)
+    }
+    try { if let v = self._background {
+      try visitor.visitSingularUInt32Field(value: v, fieldNumber: 13)
+    } }()
+    if self.lossless != false {
+      try visitor.visitSingularBoolField(value: self.lossless, fieldNumber: 14)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -806,6 +883,10 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
     if lhs.format != rhs.format {return false}
     if lhs.failOn != rhs.failOn {return false}
     if lhs.keepProfile != rhs.keepProfile {return false}
+    if lhs.accept != rhs.accept {return false}
+    if lhs.flatten != rhs.flatten {return false}
+    if lhs._background != rhs._background {return false}
+    if lhs.lossless != rhs.lossless {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -264,6 +264,17 @@ public nonisolated struct Enlarger_V1_JobResult: @unchecked Sendable {
   /// Clears the value of `info`. Subsequent reads from it will return its default value.
   public mutating func clearInfo() {_uniqueStorage()._info = nil}
 
+  /// As in Result.
+  public var contentType: String {
+    get {_storage._contentType}
+    set {_uniqueStorage()._contentType = newValue}
+  }
+
+  public var notes: [String] {
+    get {_storage._notes}
+    set {_uniqueStorage()._notes = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -384,33 +395,45 @@ public nonisolated struct Enlarger_V1_BrokerToWorker: Sendable {
 
 /// Work to do. Carries one payload frame: the source JPEG. `request_id` is the client's id,
 /// for logs only. `spec` has been validated by the broker.
-public nonisolated struct Enlarger_V1_Job: Sendable {
+public nonisolated struct Enlarger_V1_Job: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var jobID: UInt64 = 0
+  public var jobID: UInt64 {
+    get {_storage._jobID}
+    set {_uniqueStorage()._jobID = newValue}
+  }
 
-  public var attempt: UInt32 = 0
+  public var attempt: UInt32 {
+    get {_storage._attempt}
+    set {_uniqueStorage()._attempt = newValue}
+  }
 
-  public var requestID: String = String()
+  public var requestID: String {
+    get {_storage._requestID}
+    set {_uniqueStorage()._requestID = newValue}
+  }
 
   public var spec: Enlarger_V1_ResizeSpec {
-    get {_spec ?? Enlarger_V1_ResizeSpec()}
-    set {_spec = newValue}
+    get {_storage._spec ?? Enlarger_V1_ResizeSpec()}
+    set {_uniqueStorage()._spec = newValue}
   }
   /// Returns true if `spec` has been explicitly set.
-  public var hasSpec: Bool {self._spec != nil}
+  public var hasSpec: Bool {_storage._spec != nil}
   /// Clears the value of `spec`. Subsequent reads from it will return its default value.
-  public mutating func clearSpec() {self._spec = nil}
+  public mutating func clearSpec() {_uniqueStorage()._spec = nil}
 
-  public var delivery: Enlarger_V1_Delivery = .progressive
+  public var delivery: Enlarger_V1_Delivery {
+    get {_storage._delivery}
+    set {_uniqueStorage()._delivery = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
-  fileprivate var _spec: Enlarger_V1_ResizeSpec? = nil
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 /// Stop the attempt and acknowledge with JobCancelled (see CANCEL).
@@ -680,7 +703,7 @@ nonisolated extension Enlarger_V1_JobStarted: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".JobResult"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0")
 
   fileprivate class _StorageClass {
     var _jobID: UInt64 = 0
@@ -691,6 +714,8 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
     var _format: Enlarger_V1_ImageFormat = .jpeg
     var _terminal: Bool = false
     var _info: Enlarger_V1_ImageInfo? = nil
+    var _contentType: String = String()
+    var _notes: [String] = []
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -709,6 +734,8 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
       _format = source._format
       _terminal = source._terminal
       _info = source._info
+      _contentType = source._contentType
+      _notes = source._notes
     }
   }
 
@@ -735,6 +762,8 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
         case 6: try { try decoder.decodeSingularEnumField(value: &_storage._format) }()
         case 7: try { try decoder.decodeSingularBoolField(value: &_storage._terminal) }()
         case 8: try { try decoder.decodeSingularMessageField(value: &_storage._info) }()
+        case 9: try { try decoder.decodeSingularStringField(value: &_storage._contentType) }()
+        case 10: try { try decoder.decodeRepeatedStringField(value: &_storage._notes) }()
         default: break
         }
       }
@@ -771,6 +800,12 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
       try { if let v = _storage._info {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
       } }()
+      if !_storage._contentType.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._contentType, fieldNumber: 9)
+      }
+      if !_storage._notes.isEmpty {
+        try visitor.visitRepeatedStringField(value: _storage._notes, fieldNumber: 10)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -788,6 +823,8 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
         if _storage._format != rhs_storage._format {return false}
         if _storage._terminal != rhs_storage._terminal {return false}
         if _storage._info != rhs_storage._info {return false}
+        if _storage._contentType != rhs_storage._contentType {return false}
+        if _storage._notes != rhs_storage._notes {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -1018,51 +1055,95 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
   public static let protoMessageName: String = _protobuf_package + ".Job"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0")
 
+  fileprivate class _StorageClass {
+    var _jobID: UInt64 = 0
+    var _attempt: UInt32 = 0
+    var _requestID: String = String()
+    var _spec: Enlarger_V1_ResizeSpec? = nil
+    var _delivery: Enlarger_V1_Delivery = .progressive
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _jobID = source._jobID
+      _attempt = source._attempt
+      _requestID = source._requestID
+      _spec = source._spec
+      _delivery = source._delivery
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.jobID) }()
-      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.attempt) }()
-      case 3: try { try decoder.decodeSingularStringField(value: &self.requestID) }()
-      case 4: try { try decoder.decodeSingularMessageField(value: &self._spec) }()
-      case 5: try { try decoder.decodeSingularEnumField(value: &self.delivery) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularUInt64Field(value: &_storage._jobID) }()
+        case 2: try { try decoder.decodeSingularUInt32Field(value: &_storage._attempt) }()
+        case 3: try { try decoder.decodeSingularStringField(value: &_storage._requestID) }()
+        case 4: try { try decoder.decodeSingularMessageField(value: &_storage._spec) }()
+        case 5: try { try decoder.decodeSingularEnumField(value: &_storage._delivery) }()
+        default: break
+        }
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    // The use of inline closures is to circumvent an issue where the compiler
-    // allocates stack space for every if/case branch local when no optimizations
-    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-    // https://github.com/apple/swift-protobuf/issues/1182
-    if self.jobID != 0 {
-      try visitor.visitSingularUInt64Field(value: self.jobID, fieldNumber: 1)
-    }
-    if self.attempt != 0 {
-      try visitor.visitSingularUInt32Field(value: self.attempt, fieldNumber: 2)
-    }
-    if !self.requestID.isEmpty {
-      try visitor.visitSingularStringField(value: self.requestID, fieldNumber: 3)
-    }
-    try { if let v = self._spec {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
-    } }()
-    if self.delivery != .progressive {
-      try visitor.visitSingularEnumField(value: self.delivery, fieldNumber: 5)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if _storage._jobID != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._jobID, fieldNumber: 1)
+      }
+      if _storage._attempt != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._attempt, fieldNumber: 2)
+      }
+      if !_storage._requestID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._requestID, fieldNumber: 3)
+      }
+      try { if let v = _storage._spec {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+      } }()
+      if _storage._delivery != .progressive {
+        try visitor.visitSingularEnumField(value: _storage._delivery, fieldNumber: 5)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Enlarger_V1_Job, rhs: Enlarger_V1_Job) -> Bool {
-    if lhs.jobID != rhs.jobID {return false}
-    if lhs.attempt != rhs.attempt {return false}
-    if lhs.requestID != rhs.requestID {return false}
-    if lhs._spec != rhs._spec {return false}
-    if lhs.delivery != rhs.delivery {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._jobID != rhs_storage._jobID {return false}
+        if _storage._attempt != rhs_storage._attempt {return false}
+        if _storage._requestID != rhs_storage._requestID {return false}
+        if _storage._spec != rhs_storage._spec {return false}
+        if _storage._delivery != rhs_storage._delivery {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

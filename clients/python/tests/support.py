@@ -53,6 +53,12 @@ def corpus(name: str, bad: bool = False) -> bytes:
     return path.read_bytes()
 
 
+@functools.lru_cache(maxsize=None)
+def sample_image(name: str) -> bytes:
+    """One of the repository's PNG, WebP, HEIC and AVIF test images."""
+    return (REPO_ROOT / "Tests" / "ImagingTests" / "Images" / name).read_bytes()
+
+
 #: Good JPEGs of a few sizes; the first has an EXIF thumbnail, so it gets a degraded result.
 WITH_DEGRADED = "exifsamples_30-type_error.jpg"  # 3872x2403
 SMALL_IMAGES = ["sharp_Landscape_1.jpg", "libvips_cd1.1.jpg", "exifsamples_kodak-dc240.jpg",

@@ -63,6 +63,19 @@ class ArgumentsTest(unittest.TestCase):
         self.client.cancel(request.id)
         self.assertEqual(list(request), [enlarger.Cancelled(request.id, by_this_client=True)])
 
+    def test_output_negotiation_arguments(self):
+        for accept in ([], "image/png", ["image/gif"], ["tiff"], [3]):
+            with self.subTest(accept=accept):
+                self.refused(width=10, accept=accept)
+        for background in ("#12345", "red", -1, 0x1000000, 1.5):
+            with self.subTest(background=background):
+                self.refused(width=10, background=background)
+        self.assertIn("accept", self.refused(width=10, flatten=True))
+        request = self.client.submit(b"\xff\xd8", width=10, accept=["image/avif", enlarger.ImageFormat.WEBP, "jpeg",
+                                                                    "image/jpg; q=0.5"],
+                                     flatten=True, background="#0a0", lossless=True)
+        self.client.cancel(request.id)
+
     def test_accepts_every_spelling_of_the_options(self):
         for fit in ("inside", "COVER", enlarger.Fit.FILL):
             for image_format in ("jpeg", enlarger.ImageFormat.PNM):

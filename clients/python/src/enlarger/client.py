@@ -7,6 +7,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 
@@ -132,18 +133,28 @@ class Client:
                height: int | None = None, fit: Fit | str = Fit.INSIDE, enlarge: bool = False,
                quality: int | None = None, progressive: bool = False, chroma: Chroma | str = Chroma.YUV420,
                format: ImageFormat | str = ImageFormat.JPEG, fail_on: FailOn | str = FailOn.ERROR,
-               keep_profile: bool = False, degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
+               keep_profile: bool = False, accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
+               background: str | int | None = None, lossless: bool = False,
+               degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
                timeout: float | None = None) -> Request:
-        """Submits one JPEG and returns its `Request`, an iterator of events.
+        """Submits one image (JPEG, PNG, WebP, HEIC or AVIF, recognised by the worker from its
+        content) and returns its `Request`, an iterator of events.
 
         - `width`, `height`: the output box, 1 to 16384 px; at least one. With only one, the
           other side follows the aspect ratio.
         - `fit`: inside (default), cover or fill. `enlarge`: allow scaling up.
-        - `quality` 1 to 100 (None: the worker's default, 80); `progressive`, `chroma` ("420"
-          or "444"): JPEG output settings. `format`: jpeg or pnm.
+        - `quality` 1 to 100 (None: the worker's default, 80) for JPEG, lossy WebP and AVIF;
+          `progressive`, `chroma` ("420" or "444"): JPEG output settings. `lossless`: WebP
+          output without loss.
+        - `format`: jpeg (default), png, webp, avif or pnm; transparency is flattened onto
+          `background` when the format cannot carry it. Or `accept`: formats (or content
+          types such as "image/avif") in order of preference; the worker writes the first
+          that can carry the image, skipping those without alpha for an image with
+          transparency unless `flatten` is True. Each result's `format` says which it chose.
+        - `background`: what transparency is flattened onto, "#rrggbb" or 0xRRGGBB (white).
         - `fail_on`: which damage in the input fails the request: none, truncated, error
           (default: damaged data fails, stray bytes that lose no pixels do not) or warning.
-        - `keep_profile`: keep an RGB or grey source's ICC profile (embedded in JPEG output)
+        - `keep_profile`: keep an RGB or grey source's ICC profile (embedded in the output)
           instead of converting the pixels to sRGB (the default).
         - `degraded`: True for a quick degraded result before the final one (when the worker
           has one cheaper than the final), False for the final only. `delivery`, when given,
@@ -165,7 +176,8 @@ class Client:
         data = image if isinstance(image, bytes) else bytes(image)
         submit = self._build_submit(width=width, height=height, fit=fit, enlarge=enlarge, quality=quality,
                                     progressive=progressive, chroma=chroma, format=format, fail_on=fail_on,
-                                    keep_profile=keep_profile, degraded=degraded,
+                                    keep_profile=keep_profile, accept=accept, flatten=flatten,
+                                    background=background, lossless=lossless, degraded=degraded,
                                     delivery=delivery, request_id=request_id, timeout=timeout)
         limit = self.max_input_bytes
         if len(data) > limit:
@@ -251,7 +263,8 @@ class Client:
 
     @staticmethod
     def _build_submit(*, width, height, fit, enlarge, quality, progressive, chroma, format, fail_on=FailOn.ERROR,
-                      keep_profile=False, degraded, delivery, request_id, timeout) -> client_pb2.Submit:
+                      keep_profile=False, accept=None, flatten=False, background=None, lossless=False,
+                      degraded, delivery, request_id, timeout) -> client_pb2.Submit:
         submit = client_pb2.Submit()
         submit.request_id = wire.check_request_id(str(uuid.uuid4()) if request_id is None else request_id)
         spec = submit.spec
@@ -274,6 +287,31 @@ class Client:
         spec.format = _member(ImageFormat, format, "format").wire
         spec.fail_on = _member(FailOn, fail_on, "fail_on").wire
         spec.keep_profile = _flag(keep_profile, "keep_profile")
+        if accept is not None:
+            if isinstance(accept, (str, bytes)) or not accept:
+                raise InvalidArgumentError(f"accept must be a non-empty list of formats, got {accept!r}")
+            for entry in accept:
+                member = entry if isinstance(entry, ImageFormat) else (
+                    ImageFormat.from_content_type(entry) if isinstance(entry, str) and "/" in entry
+                    else _member(ImageFormat, entry, "accept"))
+                if member is None:
+                    raise InvalidArgumentError(f"accept: unknown content type {entry!r}")
+                spec.accept.append(member.content_type)
+        elif _flag(flatten, "flatten"):
+            raise InvalidArgumentError("flatten goes with accept (a single format flattens as needed)")
+        spec.flatten = _flag(flatten, "flatten")
+        if background is not None:
+            if isinstance(background, str):
+                digits = background[1:] if background.startswith("#") else background
+                if len(digits) == 3:
+                    digits = "".join(c * 2 for c in digits)
+                if len(digits) != 6 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                    raise InvalidArgumentError(f"background must be '#rrggbb' or 0xRRGGBB, got {background!r}")
+                background = int(digits, 16)
+            if not _is_int(background) or not 0 <= background <= 0xFFFFFF:
+                raise InvalidArgumentError(f"background must be '#rrggbb' or 0xRRGGBB, got {background!r}")
+            spec.background = background
+        spec.lossless = _flag(lossless, "lossless")
         if delivery is None:
             delivery = Delivery.PROGRESSIVE if _flag(degraded, "degraded") else Delivery.FINAL
         submit.delivery = _member(Delivery, delivery, "delivery").wire

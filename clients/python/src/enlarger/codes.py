@@ -120,14 +120,44 @@ class ImageFormat(str, enum.Enum):
     JPEG = "jpeg"
     #: Binary PGM (greyscale) or PPM (colour), maxval 255.
     PNM = "pnm"
+    #: 8-bit grey, RGB or RGBA.
+    PNG = "png"
+    #: Lossy at the quality asked for, or lossless; with alpha when the image has transparency.
+    WEBP = "webp"
+    #: AV1 in HEIF at a fast encoder speed; with alpha when the image has transparency.
+    AVIF = "avif"
 
     @property
     def wire(self) -> int:
-        return common_pb2.IMAGE_FORMAT_PNM if self is ImageFormat.PNM else common_pb2.IMAGE_FORMAT_JPEG
+        return _FORMAT_WIRE[self]
+
+    @property
+    def content_type(self) -> str:
+        """The media type naming the format in `accept` and in results."""
+        return _CONTENT_TYPES[self]
 
     @classmethod
     def from_wire(cls, value: int) -> ImageFormat | None:
-        return {common_pb2.IMAGE_FORMAT_JPEG: cls.JPEG, common_pb2.IMAGE_FORMAT_PNM: cls.PNM}.get(value)
+        return {wire: member for member, wire in _FORMAT_WIRE.items()}.get(value)
+
+    @classmethod
+    def from_content_type(cls, content_type: str) -> ImageFormat | None:
+        bare = content_type.split(";", 1)[0].strip().lower()
+        for member, name in _CONTENT_TYPES.items():
+            if name == bare:
+                return member
+        return {"image/jpg": cls.JPEG, "image/pjpeg": cls.JPEG}.get(bare)
+
+
+_FORMAT_WIRE = {
+    ImageFormat.JPEG: common_pb2.IMAGE_FORMAT_JPEG, ImageFormat.PNM: common_pb2.IMAGE_FORMAT_PNM,
+    ImageFormat.PNG: common_pb2.IMAGE_FORMAT_PNG, ImageFormat.WEBP: common_pb2.IMAGE_FORMAT_WEBP,
+    ImageFormat.AVIF: common_pb2.IMAGE_FORMAT_AVIF,
+}
+_CONTENT_TYPES = {
+    ImageFormat.JPEG: "image/jpeg", ImageFormat.PNM: "image/x-portable-anymap", ImageFormat.PNG: "image/png",
+    ImageFormat.WEBP: "image/webp", ImageFormat.AVIF: "image/avif",
+}
 
 
 class Delivery(str, enum.Enum):

@@ -683,9 +683,10 @@ class ClientCore:
             if route.degraded_delivered:
                 return
             route.degraded_delivered = True
-            event = Degraded(request_id, image, result.width, result.height, image_format, terminal=result.terminal)
+            event = Degraded(request_id, image, result.width, result.height, image_format, tuple(result.notes),
+                             terminal=result.terminal)
         else:
-            event = Final(request_id, image, result.width, result.height, image_format)
+            event = Final(request_id, image, result.width, result.height, image_format, tuple(result.notes))
         actions.append(Deliver(route.token, event, result.terminal))
         if result.terminal:
             self._finish_route(request_id)

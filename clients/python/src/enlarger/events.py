@@ -62,6 +62,8 @@ class Result(Event):
     width: int = 0
     height: int = 0
     format: ImageFormat = ImageFormat.JPEG
+    #: What to know about how it was made: a colour profile ignored, transparency flattened.
+    notes: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(request_id={self.request_id!r}, {self.width}x{self.height} "

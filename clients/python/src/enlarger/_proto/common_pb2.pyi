@@ -1,7 +1,8 @@
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Optional as _Optional, Union as _Union
 
 CHROMA_YUV420: Chroma
 CHROMA_YUV444: Chroma
@@ -38,8 +39,11 @@ FAIL_ON_WARNING: FailOn
 FIT_COVER: Fit
 FIT_FILL: Fit
 FIT_INSIDE: Fit
+IMAGE_FORMAT_AVIF: ImageFormat
 IMAGE_FORMAT_JPEG: ImageFormat
+IMAGE_FORMAT_PNG: ImageFormat
 IMAGE_FORMAT_PNM: ImageFormat
+IMAGE_FORMAT_WEBP: ImageFormat
 STAGE_DEGRADED: Stage
 STAGE_FINAL: Stage
 STAGE_INFO: Stage
@@ -84,28 +88,36 @@ class ImageInfo(_message.Message):
     def __init__(self, format: _Optional[str] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., orientation: _Optional[int] = ..., channels: _Optional[int] = ..., has_alpha: bool = ..., bit_depth: _Optional[int] = ..., color_space: _Optional[str] = ..., profile_description: _Optional[str] = ..., profile_bytes: _Optional[int] = ..., progressive: bool = ..., has_embedded_thumbnail: bool = ..., byte_size: _Optional[int] = ...) -> None: ...
 
 class ResizeSpec(_message.Message):
-    __slots__ = ["chroma", "enlarge", "fail_on", "fit", "format", "height", "keep_profile", "progressive", "quality", "width"]
+    __slots__ = ["accept", "background", "chroma", "enlarge", "fail_on", "fit", "flatten", "format", "height", "keep_profile", "lossless", "progressive", "quality", "width"]
+    ACCEPT_FIELD_NUMBER: _ClassVar[int]
+    BACKGROUND_FIELD_NUMBER: _ClassVar[int]
     CHROMA_FIELD_NUMBER: _ClassVar[int]
     ENLARGE_FIELD_NUMBER: _ClassVar[int]
     FAIL_ON_FIELD_NUMBER: _ClassVar[int]
     FIT_FIELD_NUMBER: _ClassVar[int]
+    FLATTEN_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
     KEEP_PROFILE_FIELD_NUMBER: _ClassVar[int]
+    LOSSLESS_FIELD_NUMBER: _ClassVar[int]
     PROGRESSIVE_FIELD_NUMBER: _ClassVar[int]
     QUALITY_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FIELD_NUMBER: _ClassVar[int]
+    accept: _containers.RepeatedScalarFieldContainer[str]
+    background: int
     chroma: Chroma
     enlarge: bool
     fail_on: FailOn
     fit: Fit
+    flatten: bool
     format: ImageFormat
     height: int
     keep_profile: bool
+    lossless: bool
     progressive: bool
     quality: int
     width: int
-    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., fit: _Optional[_Union[Fit, str]] = ..., enlarge: bool = ..., quality: _Optional[int] = ..., progressive: bool = ..., chroma: _Optional[_Union[Chroma, str]] = ..., format: _Optional[_Union[ImageFormat, str]] = ..., fail_on: _Optional[_Union[FailOn, str]] = ..., keep_profile: bool = ...) -> None: ...
+    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., fit: _Optional[_Union[Fit, str]] = ..., enlarge: bool = ..., quality: _Optional[int] = ..., progressive: bool = ..., chroma: _Optional[_Union[Chroma, str]] = ..., format: _Optional[_Union[ImageFormat, str]] = ..., fail_on: _Optional[_Union[FailOn, str]] = ..., keep_profile: bool = ..., accept: _Optional[_Iterable[str]] = ..., flatten: bool = ..., background: _Optional[int] = ..., lossless: bool = ...) -> None: ...
 
 class Fit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -1,7 +1,8 @@
 from . import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from typing import ClassVar as _ClassVar, Mapping as _Mapping, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -70,24 +71,28 @@ class JobFailed(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class JobResult(_message.Message):
-    __slots__ = ["attempt", "format", "height", "info", "job_id", "stage", "terminal", "width"]
+    __slots__ = ["attempt", "content_type", "format", "height", "info", "job_id", "notes", "stage", "terminal", "width"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     TERMINAL_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FIELD_NUMBER: _ClassVar[int]
     attempt: int
+    content_type: str
     format: _common_pb2.ImageFormat
     height: int
     info: _common_pb2.ImageInfo
     job_id: int
+    notes: _containers.RepeatedScalarFieldContainer[str]
     stage: _common_pb2.Stage
     terminal: bool
     width: int
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ..., content_type: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobStarted(_message.Message):
     __slots__ = ["attempt", "job_id"]

@@ -1,0 +1,176 @@
+#include "cpng_shim.h"
+
+#include <spng.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ep_decoder {
+    spng_ctx *ctx;
+    int fail_on;
+    int started;
+    char message[200];
+};
+
+static void ep_say(char *message, size_t length, const char *text) {
+    if (message != NULL && length > 0) snprintf(message, length, "%s", text);
+}
+
+// libspng's codes, sorted into the pipeline's.
+static ep_status ep_classify(int error) {
+    switch (error) {
+    case SPNG_OK: return EP_OK;
+    case SPNG_EOI: return EP_DONE;
+    case SPNG_ESIGNATURE: return EP_ERR_NOT_PNG;
+    case SPNG_IO_EOF: case SPNG_EOF: return EP_ERR_TRUNCATED;
+    case SPNG_EMEM: return EP_ERR_NO_MEMORY;
+    case SPNG_EUSER_WIDTH: case SPNG_EUSER_HEIGHT: case SPNG_EOVERFLOW: case SPNG_ECHUNK_LIMITS:
+        return EP_ERR_TOO_LARGE;
+    case SPNG_EBIT_DEPTH: case SPNG_ECOLOR_TYPE: case SPNG_ECOMPRESSION_METHOD: case SPNG_EFILTER_METHOD:
+    case SPNG_EINTERLACE_METHOD: case SPNG_ECHUNK_UNKNOWN_CRITICAL:
+        return EP_ERR_UNSUPPORTED;
+    default: return EP_ERR_CORRUPT;
+    }
+}
+
+static ep_status ep_fail(ep_decoder *decoder, int error) {
+    ep_status status = ep_classify(error);
+    if (status != EP_OK && status != EP_DONE) {
+        snprintf(decoder->message, sizeof decoder->message, "%s", spng_strerror(error));
+    }
+    return status;
+}
+
+ep_decoder *ep_decoder_create(const uint8_t *data, size_t length, size_t max_chunk, int fail_on) {
+    ep_decoder *decoder = calloc(1, sizeof *decoder);
+    if (decoder == NULL) return NULL;
+    decoder->ctx = spng_ctx_new(0);
+    if (decoder->ctx == NULL) {
+        free(decoder);
+        return NULL;
+    }
+    decoder->fail_on = fail_on;
+    // A chunk can be no larger than the input; decompressed ones (iCCP, zTXt) are bounded
+    // by the same figure, and so is all that libspng keeps of them.
+    spng_set_chunk_limits(decoder->ctx, max_chunk, max_chunk);
+    if (fail_on <= 1) {
+        spng_set_crc_action(decoder->ctx, SPNG_CRC_USE, SPNG_CRC_USE);
+    }
+    spng_set_png_buffer(decoder->ctx, data, length);
+    return decoder;
+}
+
+ep_status ep_read_header(ep_decoder *decoder, ep_info *info) {
+    memset(info, 0, sizeof *info);
+    struct spng_ihdr ihdr;
+    int error = spng_get_ihdr(decoder->ctx, &ihdr);
+    if (error) return ep_fail(decoder, error);
+    info->width = ihdr.width;
+    info->height = ihdr.height;
+    info->bit_depth = ihdr.bit_depth;
+    info->color_type = ihdr.color_type;
+    info->interlaced = ihdr.interlace_method != 0;
+    struct spng_trns trns;
+    info->has_trns = spng_get_trns(decoder->ctx, &trns) == SPNG_OK;
+    struct spng_iccp iccp;
+    error = spng_get_iccp(decoder->ctx, &iccp);
+    if (error == SPNG_OK && iccp.profile_len > 0) {
+        info->icc = (const uint8_t *)iccp.profile;
+        info->icc_length = iccp.profile_len;
+    } else if (error != SPNG_OK && error != SPNG_ECHUNKAVAIL && decoder->fail_on >= 3) {
+        return ep_fail(decoder, error);
+    }
+    struct spng_exif exif;
+    if (spng_get_exif(decoder->ctx, &exif) == SPNG_OK && exif.length > 0) {
+        info->exif = (const uint8_t *)exif.data;
+        info->exif_length = exif.length;
+    }
+    return EP_OK;
+}
+
+ep_status ep_start(ep_decoder *decoder, int channels) {
+    int format = channels == 1 ? SPNG_FMT_G8 : channels == 3 ? SPNG_FMT_RGB8 : SPNG_FMT_RGBA8;
+    int flags = SPNG_DECODE_PROGRESSIVE | (channels == 4 ? SPNG_DECODE_TRNS : 0);
+    int error = spng_decode_image(decoder->ctx, NULL, 0, format, flags);
+    if (error) return ep_fail(decoder, error);
+    decoder->started = 1;
+    return EP_OK;
+}
+
+ep_status ep_next_row(ep_decoder *decoder, uint32_t *row_index) {
+    struct spng_row_info info;
+    int error = spng_get_row_info(decoder->ctx, &info);
+    if (error) return ep_fail(decoder, error);
+    *row_index = info.row_num;
+    return EP_OK;
+}
+
+ep_status ep_read_row(ep_decoder *decoder, uint8_t *row, size_t length) {
+    int error = spng_decode_row(decoder->ctx, row, length);
+    // SPNG_EOI comes with the last row, which has been written.
+    if (error == SPNG_EOI) return EP_OK;
+    return ep_fail(decoder, error);
+}
+
+const char *ep_message(const ep_decoder *decoder) { return decoder->message; }
+
+void ep_decoder_destroy(ep_decoder *decoder) {
+    if (decoder == NULL) return;
+    spng_ctx_free(decoder->ctx);
+    free(decoder);
+}
+
+ep_status ep_encode(const uint8_t *pixels, uint32_t width, uint32_t height, int channels, int level,
+                    const uint8_t *icc, size_t icc_length, const int32_t *cancel_flag,
+                    uint8_t **output, size_t *output_length, char *message, size_t message_length) {
+    *output = NULL;
+    *output_length = 0;
+    spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+    if (ctx == NULL) {
+        ep_say(message, message_length, "no memory for a PNG encoder");
+        return EP_ERR_NO_MEMORY;
+    }
+    struct spng_ihdr ihdr = {
+        .width = width, .height = height, .bit_depth = 8,
+        .color_type = channels == 1 ? SPNG_COLOR_TYPE_GRAYSCALE
+                    : channels == 3 ? SPNG_COLOR_TYPE_TRUECOLOR : SPNG_COLOR_TYPE_TRUECOLOR_ALPHA,
+    };
+    int error = spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+    if (!error) error = spng_set_option(ctx, SPNG_IMG_COMPRESSION_LEVEL, level);
+    if (!error) error = spng_set_ihdr(ctx, &ihdr);
+    if (!error && icc != NULL && icc_length > 0) {
+        struct spng_iccp iccp;
+        memset(&iccp, 0, sizeof iccp);
+        snprintf(iccp.profile_name, sizeof iccp.profile_name, "ICC profile");
+        iccp.profile_len = icc_length;
+        iccp.profile = (char *)icc;
+        error = spng_set_iccp(ctx, &iccp);
+    }
+    if (!error) error = spng_encode_image(ctx, NULL, 0, SPNG_FMT_PNG, SPNG_ENCODE_PROGRESSIVE | SPNG_ENCODE_FINALIZE);
+    size_t stride = (size_t)width * (size_t)channels;
+    for (uint32_t y = 0; !error && y < height; y++) {
+        if (cancel_flag != NULL && (y & 15) == 0 && __atomic_load_n(cancel_flag, __ATOMIC_ACQUIRE) != 0) {
+            spng_ctx_free(ctx);
+            ep_say(message, message_length, "cancelled");
+            return EP_ERR_CANCELLED;
+        }
+        error = spng_encode_row(ctx, pixels + (size_t)y * stride, stride);
+        if (error == SPNG_EOI) error = SPNG_OK;
+    }
+    if (error) {
+        ep_say(message, message_length, spng_strerror(error));
+        spng_ctx_free(ctx);
+        return error == SPNG_EMEM ? EP_ERR_NO_MEMORY : EP_ERR_CORRUPT;
+    }
+    size_t length = 0;
+    uint8_t *buffer = spng_get_png_buffer(ctx, &length, &error);
+    spng_ctx_free(ctx);
+    if (buffer == NULL || error) {
+        free(buffer);
+        ep_say(message, message_length, error ? spng_strerror(error) : "no PNG output");
+        return EP_ERR_NO_MEMORY;
+    }
+    *output = buffer;
+    *output_length = length;
+    return EP_OK;
+}

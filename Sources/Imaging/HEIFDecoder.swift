@@ -1,0 +1,75 @@
+import CHEIF
+import ImageModel
+
+/// One libheif decode (HEIC or AVIF) over bytes the caller keeps alive. The image comes
+/// upright (libheif applies the file's rotation and mirroring); its first embedded thumbnail,
+/// when there is one, makes the degraded result. libheif decodes an image whole, and cannot
+/// be interrupted inside that decode: cancellation is checked before and after it.
+final class HEIFDecoder: RasterDecoder {
+    private let handle: OpaquePointer
+    private let cancel: CancellationFlag?
+    private let allocator: BufferAllocator
+    let header: RasterHeader
+
+    init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?) throws(ImagingError) {
+        var status = EH_OK
+        var message = [CChar](repeating: 0, count: 200)
+        // libheif refuses a side above this from the header, before any pixel memory.
+        let maxSide = Int32(clamping: min(limits.maxPixels, 1 << 18))
+        guard let handle = eh_decoder_create(data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count, maxSide,
+                                             &status, &message, message.count) else {
+            throw Self.error(status, String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+        }
+        self.handle = handle
+        self.cancel = cancel
+        allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
+        var info = eh_info()
+        eh_read_info(handle, &info)
+        var header = RasterHeader(
+            format: info.avif != 0 ? .avif : .heic, width: Int(info.width), height: Int(info.height),
+            channels: info.has_alpha != 0 ? 4 : 3, hasAlpha: info.has_alpha != 0, bitDepth: Int(info.bit_depth),
+            colorSpace: "ycbcr")
+        if let icc = info.icc, info.icc_length > 0 { header.iccProfile = Array(UnsafeBufferPointer(start: icc, count: info.icc_length)) }
+        header.thumbnailWidth = Int(info.thumbnail_width)
+        header.thumbnailHeight = Int(info.thumbnail_height)
+        self.header = header
+    }
+
+    deinit { eh_decoder_destroy(handle) }
+
+    var maxShrink: Int { 1 }
+
+    func decode(shrink: Int) throws(ImagingError) -> DecodedRaster {
+        try decode(thumbnail: false, width: header.width, height: header.height)
+    }
+
+    func decodeThumbnail() throws(ImagingError) -> DecodedRaster? {
+        guard header.hasThumbnail else { return nil }
+        return try decode(thumbnail: true, width: header.thumbnailWidth, height: header.thumbnailHeight)
+    }
+
+    private func decode(thumbnail: Bool, width: Int, height: Int) throws(ImagingError) -> DecodedRaster {
+        let channels = header.channels
+        var translucent = false
+        let pixels = try PixelBuffer.make(width: width, height: height, channels: channels, allocator: allocator,
+                                          what: thumbnail ? "the decoded thumbnail" : "the decoded image") { (buffer) throws(ImagingError) in
+            let status = eh_decode(handle, thumbnail ? 1 : 0, Int32(channels), Int32(width), Int32(height),
+                                   buffer.baseAddress!, width * channels, cancel?.storage)
+            guard status == EH_OK else { throw Self.error(status, String(cString: eh_message(handle))) }
+            if channels == 4 { translucent = try RasterDecoders.premultiply(buffer, cancel: cancel) }
+        }
+        return DecodedRaster(pixels: pixels, translucent: translucent)
+    }
+
+    private static func error(_ status: eh_status, _ message: String) -> ImagingError {
+        let text = "HEIF: " + message
+        return switch status {
+        case EH_ERR_NOT_HEIF: ImagingError(.notJPEG, text)
+        case EH_ERR_TRUNCATED: ImagingError(.truncated, text)
+        case EH_ERR_UNSUPPORTED: ImagingError(.unsupported, text)
+        case EH_ERR_TOO_LARGE, EH_ERR_NO_MEMORY: ImagingError(.tooLarge, text)
+        case EH_ERR_CANCELLED: ImagingError(.cancelled, "cancelled")
+        default: ImagingError(.corrupt, text)
+        }
+    }
+}

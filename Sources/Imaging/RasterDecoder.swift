@@ -1,0 +1,105 @@
+import ImageModel
+
+/// What a PNG, WebP or HEIF decoder reads before decoding pixels.
+public struct RasterHeader: Sendable, Equatable {
+    public var format: InputFormat
+    /// Size as stored, before orientation.
+    public var width: Int
+    public var height: Int
+    /// From the file's EXIF (PNG, WebP); HEIF's own rotation and mirroring are applied by
+    /// the decoder, so its images come upright.
+    public var orientation: Orientation = .up
+    /// Channels of the decoded image: 1 grey, 3 RGB, 4 RGBA.
+    public var channels: Int
+    /// The file declares transparency (an alpha channel or a transparent colour).
+    public var hasAlpha: Bool
+    public var bitDepth: Int
+    /// `gray`, `rgb` or `palette` (PNG), `ycbcr` (WebP lossy, HEIF), `argb` (WebP lossless).
+    public var colorSpace: String
+    public var iccProfile: [UInt8]?
+    /// PNG: Adam7 interlacing.
+    public var interlaced = false
+    /// HEIF: the first embedded thumbnail's size.
+    public var thumbnailWidth = 0
+    public var thumbnailHeight = 0
+    /// WebP: an animation (its first frame is used).
+    public var animated = false
+
+    public var orientedSize: (width: Int, height: Int) { orientation.orientedSize(width: width, height: height) }
+    var hasThumbnail: Bool { thumbnailWidth > 0 && thumbnailHeight > 0 }
+}
+
+/// A decoded image: premultiplied when it has four channels.
+struct DecodedRaster {
+    var pixels: PixelBuffer
+    /// Some pixel is less than fully opaque.
+    var translucent: Bool
+}
+
+/// A decoder of one non-JPEG image over bytes the caller keeps alive. Single use, one thread.
+protocol RasterDecoder: AnyObject {
+    var header: RasterHeader { get }
+    /// The largest reduction `decode(shrink:)` performs while decoding (1: none).
+    var maxShrink: Int { get }
+    /// Decodes the image reduced `shrink` times on each axis (`ceil(size / shrink)` pixels),
+    /// premultiplying RGBA. Checks `cancel` as the decoder allows.
+    func decode(shrink: Int) throws(ImagingError) -> DecodedRaster
+    /// Decodes the embedded thumbnail (HEIF), or nil when there is none.
+    func decodeThumbnail() throws(ImagingError) -> DecodedRaster?
+}
+
+extension RasterDecoder {
+    func decodeThumbnail() throws(ImagingError) -> DecodedRaster? { nil }
+}
+
+enum RasterDecoders {
+    /// The decoder for `format`, its header read and its limits checked.
+    static func make(_ format: InputFormat, data: UnsafeRawBufferPointer, limits: DecodeLimits,
+                     cancel: CancellationFlag?, failOn: FailOn) throws(ImagingError) -> any RasterDecoder {
+        let decoder: any RasterDecoder = switch format {
+        case .png: try PNGDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
+        case .webp: try WebPDecoder(data: data, limits: limits, cancel: cancel)
+        case .heic, .avif: try HEIFDecoder(data: data, limits: limits, cancel: cancel)
+        case .jpeg: preconditionFailure("JPEG has its own decoder")
+        }
+        let header = decoder.header
+        try checkPixels(header.width, header.height, limits: limits)
+        return decoder
+    }
+
+    static func checkPixels(_ width: Int, _ height: Int, limits: DecodeLimits) throws(ImagingError) {
+        guard width > 0, height > 0 else {
+            throw ImagingError(.corrupt, "the header gives an empty size (\(width)×\(height))")
+        }
+        let pixels = width.multipliedReportingOverflow(by: height)
+        if pixels.overflow || pixels.partialValue > limits.maxPixels {
+            throw ImagingError(.tooLarge, "\(width)×\(height) exceeds the limit of \(limits.maxPixels) pixels")
+        }
+    }
+
+    /// `ceil(length / shrink)`.
+    static func shrunk(_ length: Int, _ shrink: Int) -> Int { (length + shrink - 1) / shrink }
+
+    /// The EXIF orientation in a PNG `eXIf` or WebP `EXIF` chunk (a TIFF structure, sometimes
+    /// behind an `Exif\0\0` header).
+    static func orientation(exif: UnsafeRawBufferPointer) -> Orientation {
+        var tiff = exif
+        if tiff.starts(with: Array("Exif".utf8) + [0, 0]) { tiff = UnsafeRawBufferPointer(rebasing: tiff[6...]) }
+        return EXIFMetadata(tiff: tiff).orientation
+    }
+
+    /// Premultiplies a freshly decoded RGBA buffer in place, in bands between cancellation
+    /// checks; returns whether it has real transparency.
+    static func premultiply(_ buffer: UnsafeMutableBufferPointer<UInt8>, cancel: CancellationFlag?) throws(ImagingError) -> Bool {
+        var translucent = false
+        let pixels = buffer.count / 4, band = 1 << 18
+        var start = 0
+        while start < pixels {
+            try cancel?.check()
+            let count = min(band, pixels - start)
+            if Alpha.premultiply(buffer.baseAddress! + 4 * start, count: count) { translucent = true }
+            start += count
+        }
+        return translucent
+    }
+}
