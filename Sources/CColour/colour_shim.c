@@ -108,3 +108,51 @@ void ec_transform_destroy(ec_transform *transform) {
     cmsDeleteContext(transform->context);
     free(transform);
 }
+
+uint8_t *ec_profile_from_primaries(const double xy[8], int transfer, const char *description, size_t *length) {
+    *length = 0;
+    // Type 4 parametric curves, Y = (aX + b)^g above d, cX below: lcms's own form.
+    double params[5];
+    int parametric = 4;
+    switch (transfer) {
+    case 1: case 6: case 14: case 15:  // BT.709, BT.601, BT.2020: the inverse of their OETF
+        params[0] = 1 / 0.45; params[1] = 1 / 1.099; params[2] = 0.099 / 1.099; params[3] = 1 / 4.5; params[4] = 0.081;
+        break;
+    case 13:  // sRGB
+        params[0] = 2.4; params[1] = 1 / 1.055; params[2] = 0.055 / 1.055; params[3] = 1 / 12.92; params[4] = 0.04045;
+        break;
+    case 4: parametric = 1; params[0] = 2.2; break;
+    case 5: parametric = 1; params[0] = 2.8; break;
+    case 8: parametric = 1; params[0] = 1.0; break;
+    default: return NULL;
+    }
+    cmsContext context = cmsCreateContext(NULL, NULL);
+    if (context == NULL) return NULL;
+    cmsSetLogErrorHandlerTHR(context, ec_quiet);
+    cmsToneCurve *curve = cmsBuildParametricToneCurve(context, parametric, params);
+    cmsCIExyY white = {xy[6], xy[7], 1.0};
+    cmsCIExyYTRIPLE primaries = {{xy[0], xy[1], 1.0}, {xy[2], xy[3], 1.0}, {xy[4], xy[5], 1.0}};
+    cmsToneCurve *curves[3] = {curve, curve, curve};
+    cmsHPROFILE profile = curve != NULL ? cmsCreateRGBProfileTHR(context, &white, &primaries, curves) : NULL;
+    uint8_t *bytes = NULL;
+    if (profile != NULL) {
+        cmsMLU *text = cmsMLUalloc(context, 1);
+        if (text != NULL && cmsMLUsetASCII(text, "en", "US", description)) {
+            cmsWriteTag(profile, cmsSigProfileDescriptionTag, text);
+        }
+        if (text != NULL) cmsMLUfree(text);
+        cmsUInt32Number size = 0;
+        if (cmsSaveProfileToMem(profile, NULL, &size) && size > 0 && (bytes = malloc(size)) != NULL) {
+            if (cmsSaveProfileToMem(profile, bytes, &size)) {
+                *length = size;
+            } else {
+                free(bytes);
+                bytes = NULL;
+            }
+        }
+        cmsCloseProfile(profile);
+    }
+    if (curve != NULL) cmsFreeToneCurve(curve);
+    cmsDeleteContext(context);
+    return bytes;
+}

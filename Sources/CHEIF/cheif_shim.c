@@ -12,6 +12,9 @@ struct eh_decoder {
     uint8_t *icc;
     size_t icc_length;
     int nclx;
+    int nclx_primaries;
+    int nclx_transfer;
+    double nclx_xy[8];
     int avif;
     char message[200];
 };
@@ -83,7 +86,17 @@ eh_decoder *eh_decoder_create(const uint8_t *data, size_t length, int max_side, 
             }
         }
     } else if (type == heif_color_profile_type_nclx) {
-        decoder->nclx = 1;
+        struct heif_color_profile_nclx *nclx = NULL;
+        if (heif_image_handle_get_nclx_color_profile(decoder->primary, &nclx).code == heif_error_Ok && nclx != NULL) {
+            decoder->nclx = 1;
+            decoder->nclx_primaries = nclx->color_primaries;
+            decoder->nclx_transfer = nclx->transfer_characteristics;
+            const float xy[8] = {nclx->color_primary_red_x, nclx->color_primary_red_y, nclx->color_primary_green_x,
+                                 nclx->color_primary_green_y, nclx->color_primary_blue_x, nclx->color_primary_blue_y,
+                                 nclx->color_primary_white_x, nclx->color_primary_white_y};
+            for (int i = 0; i < 8; i++) decoder->nclx_xy[i] = xy[i];
+            heif_nclx_color_profile_free(nclx);
+        }
     }
     heif_brand2 main = heif_read_main_brand(data, length < 64 ? (int)length : 64);
     decoder->avif = main == heif_fourcc_to_brand("avif") || main == heif_fourcc_to_brand("avis");
@@ -116,6 +129,9 @@ void eh_read_info(const eh_decoder *decoder, eh_info *info) {
     info->icc = decoder->icc;
     info->icc_length = decoder->icc_length;
     info->nclx = decoder->nclx;
+    info->nclx_primaries = decoder->nclx_primaries;
+    info->nclx_transfer = decoder->nclx_transfer;
+    for (int i = 0; i < 8; i++) info->nclx_xy[i] = decoder->nclx_xy[i];
 }
 
 eh_status eh_decode(eh_decoder *decoder, int thumbnail, int channels, int width, int height,

@@ -184,6 +184,14 @@ public struct ResizeOptions: Sendable, Equatable {
                            + "accept image/png, image/webp or image/avif, or allow flattening")
     }
 
+    /// A copy accepting `formats`, in order of preference.
+    public func accepting(_ formats: [OutputFormat], flatten: Bool = false) -> ResizeOptions {
+        var copy = self
+        copy.accept = formats
+        copy.flatten = flatten
+        return copy
+    }
+
     /// Throws `.invalidArgument` with a message naming the offending value.
     public func validate() throws(ImagingError) {
         if width == nil && height == nil {

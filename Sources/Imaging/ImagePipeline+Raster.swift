@@ -23,7 +23,7 @@ extension ImagePipeline {
         }
         let shrink = Self.rasterShrink(region: plan.region, outputWidth: plan.storedOutputWidth,
                                        outputHeight: plan.storedOutputHeight, headroom: headroom, maxShrink: decoder.maxShrink)
-        var notes: [String] = []
+        var notes = header.notes
         // The transform is built now, for the channels the output will have (known only
         // after decoding for RGBA, which may turn out opaque): see `rasterColour`.
         if managed, !options.keepProfile, let profile = header.iccProfile {

@@ -200,7 +200,7 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
             return (raw + 4096, encoderOverhead + pixels * 12 + raw + 4096)
         case .avif:
             // libaom's frame buffers, look-ahead and tables, measured at well under this.
-            return (raw + 4096, (48 << 20) + pixels * 24)
+            return (raw + 4096, (16 << 20) + pixels * 24)
         }
     }
 

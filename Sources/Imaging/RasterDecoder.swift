@@ -24,6 +24,8 @@ public struct RasterHeader: Sendable, Equatable {
     public var thumbnailHeight = 0
     /// WebP: an animation (its first frame is used).
     public var animated = false
+    /// What the decoder cannot honour, said in every result (see `StageResult.notes`).
+    public var notes: [String] = []
 
     public var orientedSize: (width: Int, height: Int) { orientation.orientedSize(width: width, height: height) }
     var hasThumbnail: Bool { thumbnailWidth > 0 && thumbnailHeight > 0 }

@@ -351,6 +351,36 @@ final class CLITests: XCTestCase {
         XCTAssert(wrong.stderr.contains("none, truncated, error, warning") || wrong.stderr.contains("fail-on"), wrong.stderr)
     }
 
+    /// Formats by content, the chosen format's extension, --accept and its companions.
+    func testOutputFormatOptions() throws {
+        let out = try temporaryDirectory()
+        // A PNG named .jpg is read as the PNG it is.
+        let misnamed = out.appendingPathComponent("logo.jpg")
+        try Data(try SampleImages.bytes("png-rgba8.png")).write(to: misnamed)
+        let negotiated = try run(["resize", misnamed.path, "--width", "48", "--accept", "image/jpeg,webp", "--json",
+                                  "--out", out.appendingPathComponent("a").path])
+        XCTAssertEqual(negotiated.status, 0, negotiated.stderr)
+        let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(negotiated.stdout.utf8)) as? [String: Any])
+        XCTAssertEqual(object["content_type"] as? String, "image/webp")
+        XCTAssert((object["output"] as? String)?.hasSuffix("/logo.webp") == true, "\(object)")
+        let flattened = try run(["resize", misnamed.path, "--width", "48", "--format", "jpeg", "--background", "#0f0",
+                                 "--out", out.appendingPathComponent("b").path])
+        XCTAssertEqual(flattened.status, 0, flattened.stderr)
+        XCTAssert(flattened.stdout.contains("note: transparency flattened onto #00ff00"), flattened.stdout)
+        let refused = try run(["resize", misnamed.path, "--width", "48", "--accept", "jpeg",
+                               "--out", out.appendingPathComponent("c").path])
+        XCTAssertEqual(refused.status, 1)
+        XCTAssert(refused.stderr.contains("invalidArgument") && refused.stderr.contains("transparency"), refused.stderr)
+        for (arguments, complaint) in [(["--accept", "image/gif"], "not a known type"),
+                                       (["--format", "png", "--accept", "png"], "not both"),
+                                       (["--flatten"], "--flatten goes with --accept"),
+                                       (["--background", "red"], "not a colour")] {
+            let bad = try run(["resize", misnamed.path, "--width", "48", "--out", out.path] + arguments)
+            XCTAssertNotEqual(bad.status, 0, "\(arguments)")
+            XCTAssert(bad.stderr.contains(complaint), "\(arguments): \(bad.stderr)")
+        }
+    }
+
     // MARK: - Operators
 
     /// `serve` with its metrics port from the environment: health checks pass, the broker's

@@ -112,6 +112,44 @@ final class EndToEndTests: XCTestCase {
         await client.close()
     }
 
+    /// PNG, WebP, HEIC and AVIF through the service: the accept list chooses the output, the
+    /// result says which type it is, and notes travel with it.
+    func testOtherFormatsThroughTheService() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(1, client: client)
+        let rgba = try SampleImages.bytes("png-rgba8.png")
+        var options = ResizeOptions(width: 48)
+        options.accept = [.jpeg, .avif, .png]
+        let avif = try await client.resize(rgba, options: options)
+        XCTAssertEqual(avif.format, .avif)
+        XCTAssertEqual(Array(avif.bytes[4..<12]), Array("ftypavif".utf8))
+        options.flatten = true
+        options.background = RGBColour(hex: "#123456")!
+        let flattened = try await client.resize(rgba, options: options)
+        XCTAssertEqual(flattened.format, .jpeg)
+        XCTAssertTrue(flattened.notes.contains { $0.contains("#123456") }, "\(flattened.notes)")
+        do {
+            _ = try await client.resize(rgba, options: ResizeOptions(width: 48, format: .jpeg).accepting([.jpeg]))
+            XCTFail("transparency went to JPEG without flattening")
+        } catch {
+            guard case .failed(.invalidArgument, _) = error else { return XCTFail("\(error)") }
+        }
+        // HEIC in: the thumbnail item first, then the final, in WebP.
+        let heic = try SampleImages.bytes("heic-thumbnail.heic")
+        let events = try await collect(client.submit(ResizeRequest(image: heic, options: ResizeOptions(width: 400, format: .webp))))
+        XCTAssertEqual(events.map(\.name), ["accepted", "started", "degraded", "final"])
+        guard case .degraded(let degraded) = events[2], case .final(let final) = events[3] else { return XCTFail() }
+        XCTAssertEqual(degraded.width, 320)
+        XCTAssertEqual(final.width, 400)
+        XCTAssertEqual(final.format, .webp)
+        let info = try await client.info(try SampleImages.bytes("avif-rgba.avif"))
+        XCTAssertEqual(info.format, "avif")
+        XCTAssertTrue(info.hasAlpha)
+        await client.close()
+    }
+
     func testDeliveryModesAndFailures() async throws {
         let cluster = try Cluster(self)
         try cluster.startThreadWorkers(1, concurrency: 2)

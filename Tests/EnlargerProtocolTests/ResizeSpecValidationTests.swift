@@ -35,6 +35,18 @@ final class ResizeSpecValidationTests: XCTestCase {
         XCTAssertNotNil(problem(spec { $0.width = 10; $0.format = .UNRECOGNIZED(9) }))
     }
 
+    func testAcceptAndBackground() {
+        XCTAssertNil(problem(spec { $0.width = 10; $0.accept = ["image/avif", "image/x-unknown", " Image/JPEG ; q=1"] }))
+        XCTAssertNil(problem(spec { $0.width = 10; $0.background = 0xFF_FFFF; $0.flatten = true; $0.lossless = true }))
+        XCTAssertEqual(problem(spec { $0.width = 10; $0.accept = ["image/gif", "text/html"] })?.contains("no known content type"),
+                       true)
+        XCTAssertNotNil(problem(spec { $0.width = 10; $0.accept = Array(repeating: "image/png", count: 17) }))
+        XCTAssertNotNil(problem(spec { $0.width = 10; $0.background = 0x100_0000 }))
+        for format in [Enlarger_V1_ImageFormat.png, .webp, .avif] {
+            XCTAssertNil(problem(spec { $0.width = 10; $0.format = format }))
+        }
+    }
+
     func testDeliveryDecidesFinality() {
         XCTAssertEqual(Enlarger_V1_Delivery.progressive.isTerminal(.degraded), false)
         XCTAssertEqual(Enlarger_V1_Delivery.progressive.isTerminal(.final), true)

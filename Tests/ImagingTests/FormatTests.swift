@@ -313,6 +313,22 @@ final class FormatTests: XCTestCase {
         XCTAssertEqual(try TestImages.decode(result.image.bytes), rgb)
     }
 
+    /// Colour given as code points (AVIF's nclx box): Display P3 primaries with the sRGB curve
+    /// is converted like the Display P3 ICC profile of the same picture in PNG.
+    func testCodePointColourIsConverted() throws {
+        let info = try withBytes(try TestImages.bytes("avif-nclx-p3.avif")) { raw throws(ImagingError) in
+            try ImagePipeline().info(of: raw)
+        }
+        XCTAssertEqual(info.profileDescription?.hasPrefix("Display P3 (nclx"), true, "\(info)")
+        let options = ResizeOptions(width: 96, format: .png)
+        let nclx = try TestImages.decode(try TestImages.final("avif-nclx-p3.avif", options).image.bytes)
+        let plain = try TestImages.decode(try TestImages.final("avif-rgb.avif", options).image.bytes)
+        let icc = try TestImages.decode(try TestImages.final("png-iccp-p3.png", options).image.bytes)
+        // The same AV1 pixels, read as P3 rather than sRGB: far apart; P3 either way: close.
+        XCTAssertLessThan(TestImages.psnr(nclx, plain), 30)
+        XCTAssertGreaterThan(TestImages.psnr(nclx, icc), TestImages.psnr(plain, icc) + 3)
+    }
+
     func testDecodePolicyForPNG() throws {
         let bytes = try TestImages.bytes("png-bad-crc.png")
         var options = ResizeOptions(width: 48, format: .png)

@@ -48,6 +48,48 @@ final class MemoryEstimateTests: XCTestCase {
         XCTAssertLessThan(Double(largest.estimate) / Double(largest.measured), 3)
     }
 
+    /// PNG, WebP and AVIF made here from a 12 MP photo of the corpus, and the HEIC test
+    /// images: libspng, libwebp, libheif and libaom allocate on their own, and the estimate
+    /// must cover them too.
+    func testEstimateCoversTheMeasuredPeakForOtherFormats() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-memory-\(getpid())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let photo = try ImagePipeline().resize(try Corpus.good("bimg_test_exif_full.jpg"),
+                                               options: ResizeOptions(width: 3024, format: .pnm))
+        let pixels = try Encoder.decodePNM(photo.image.bytes)
+        var cases: [ProbeCase] = []
+        for (format, lossless) in [(OutputFormat.png, false), (.webp, false), (.webp, true), (.avif, false)] {
+            let name = "photo\(lossless ? "-lossless" : "").\(format.fileExtension)"
+            let path = directory.appendingPathComponent(name).path
+            let encoded = try Encoder.encode(pixels, format: format, quality: 80, lossless: lossless)
+            try Data(encoded.bytes).write(to: URL(fileURLWithPath: path))
+            for (options, delivery) in [(ResizeOptions(width: 720, height: 720), Delivery.progressive),
+                                        (ResizeOptions(width: 3000, format: .png), .final)] {
+                var item = ProbeCase(file: name, options: options, delivery: delivery)
+                item.path = path
+                cases.append(item)
+            }
+        }
+        for file in ["heic-thumbnail.heic", "avif-large.avif", "png-rgba8.png", "webp-lossless-rgba.webp"] {
+            for (format, delivery) in [(OutputFormat.avif, Delivery.progressive), (.webp, .final), (.jpeg, .degraded)] {
+                var item = ProbeCase(file: file, options: ResizeOptions(width: 400, format: format), delivery: delivery)
+                item.path = TestImages.root.appendingPathComponent(file).path
+                cases.append(item)
+            }
+        }
+        print("measured peak, estimate, ratio for \(cases.count) runs, each in a fresh process:")
+        var worst = 0.0
+        for item in cases {
+            let (measured, estimate) = try MemoryPeakProbe.measureInFreshProcess(item)
+            XCTAssertGreaterThanOrEqual(estimate, measured, "\(item.label): the estimate is below the measured peak")
+            worst = max(worst, Double(estimate) / Double(measured))
+            print(String(format: "%8.1f MB %8.1f MB  %6.2f×  ", Double(measured) / 1e6, Double(estimate) / 1e6,
+                         Double(estimate) / Double(measured)) + item.label)
+        }
+        print(String(format: "largest estimate / measured: %.2f", worst))
+    }
+
     func testTheEstimateFollowsTheHeader() throws {
         // Progressive input keeps its coefficients; the same image in baseline does not.
         let progressive = try header("jxltestdata_flower.png.im_q85_420_progr.jpg")  // 2268×1512 4:2:0
@@ -79,6 +121,8 @@ final class MemoryEstimateTests: XCTestCase {
 /// One run to measure: a corpus file, options and delivery.
 struct ProbeCase: Codable {
     var file: String
+    /// A file outside the corpus (made by the test), read from this path instead.
+    var path: String?
     var width: Int?
     var height: Int?
     var fit: String
@@ -124,7 +168,7 @@ final class MemoryPeakProbe: XCTestCase {
         } else {
             item = ProbeCase(file: "sharp_2569067123_aca715a2ee_o.jpg", options: ResizeOptions(width: 1000), delivery: .progressive)
         }
-        let bytes = try Corpus.good(item.file)
+        let bytes = try item.path.map { [UInt8](try Data(contentsOf: URL(fileURLWithPath: $0))) } ?? Corpus.good(item.file)
         // Once to warm up (code pages, lazy tables), then measured.
         try Self.run(bytes, item)
         var estimate = 0

@@ -82,3 +82,14 @@ public func milliseconds(_ d: Duration) -> Double {
     let (s, a) = d.components
     return Double(s) * 1e3 + Double(a) * 1e-15
 }
+
+/// The repository's own PNG, WebP, HEIC and AVIF test images (`Tests/ImagingTests/Images`,
+/// made by scripts/make-test-images).
+public enum SampleImages {
+    public static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("ImagingTests/Images")
+
+    public static func bytes(_ file: String) throws -> [UInt8] {
+        [UInt8](try Data(contentsOf: root.appendingPathComponent(file)))
+    }
+}

@@ -35,4 +35,11 @@ void ec_transform_apply(const ec_transform *transform, const uint8_t *src, uint8
 
 void ec_transform_destroy(ec_transform *transform);
 
+/// An RGB ICC profile for colour given as code points (ITU-T H.273, as in a HEIF `nclx` box):
+/// the chromaticities `xy` (red, green, blue, white: x then y each) and the transfer
+/// characteristic `transfer` (1, 6, 14, 15 BT.709-like; 13 sRGB; 4 gamma 2.2; 5 gamma 2.8;
+/// 8 linear). Written to a malloc'd buffer of `*length` bytes for the caller to free, with
+/// `description` as its description; NULL for a transfer it cannot describe (PQ, HLG, ...).
+uint8_t *ec_profile_from_primaries(const double xy[8], int transfer, const char *description, size_t *length);
+
 #endif

@@ -31,7 +31,10 @@ typedef struct {
     int thumbnail_height;
     const uint8_t *icc;    // the ICC profile (owned by the decoder), or NULL
     size_t icc_length;
-    int nclx;              // colour given as code points (nclx) rather than a profile
+    int nclx;              // colour given as code points (nclx) rather than a profile:
+    int nclx_primaries;    //   the H.273 code points
+    int nclx_transfer;
+    double nclx_xy[8];     //   and the chromaticities (red, green, blue, white; x then y)
 } eh_info;
 
 typedef struct eh_decoder eh_decoder;
