@@ -4,13 +4,36 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 struct ep_decoder {
     spng_ctx *ctx;
     int fail_on;
     int started;
+    // Reading from memory through a stream, to give read pages back (see ep_decoder_create).
+    const uint8_t *data;
+    size_t length;
+    size_t offset;
+    size_t released;
     char message[200];
 };
+
+// Every 4 MiB read, the whole pages behind the read position go back to the system.
+static int ep_stream_read(spng_ctx *ctx, void *user, void *dest, size_t length) {
+    (void)ctx;
+    ep_decoder *decoder = user;
+    if (length > decoder->length - decoder->offset) return SPNG_IO_EOF;
+    memcpy(dest, decoder->data + decoder->offset, length);
+    decoder->offset += length;
+    if (decoder->offset - decoder->released >= (4u << 20)) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        size_t end = decoder->offset / page * page;
+        madvise((void *)(decoder->data + decoder->released), end - decoder->released, MADV_DONTNEED);
+        decoder->released = end;
+    }
+    return 0;
+}
 
 static void ep_say(char *message, size_t length, const char *text) {
     if (message != NULL && length > 0) snprintf(message, length, "%s", text);
@@ -41,7 +64,7 @@ static ep_status ep_fail(ep_decoder *decoder, int error) {
     return status;
 }
 
-ep_decoder *ep_decoder_create(const uint8_t *data, size_t length, size_t max_chunk, int fail_on) {
+ep_decoder *ep_decoder_create(const uint8_t *data, size_t length, size_t max_chunk, int fail_on, int release_read) {
     ep_decoder *decoder = calloc(1, sizeof *decoder);
     if (decoder == NULL) return NULL;
     decoder->ctx = spng_ctx_new(0);
@@ -56,7 +79,13 @@ ep_decoder *ep_decoder_create(const uint8_t *data, size_t length, size_t max_chu
     if (fail_on <= 1) {
         spng_set_crc_action(decoder->ctx, SPNG_CRC_USE, SPNG_CRC_USE);
     }
-    spng_set_png_buffer(decoder->ctx, data, length);
+    if (release_read) {
+        decoder->data = data;
+        decoder->length = length;
+        spng_set_png_stream(decoder->ctx, ep_stream_read, decoder);
+    } else {
+        spng_set_png_buffer(decoder->ctx, data, length);
+    }
     return decoder;
 }
 

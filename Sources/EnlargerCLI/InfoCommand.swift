@@ -42,10 +42,19 @@ struct InfoCommand: ParsableCommand {
         var failures = 0
         for input in inputs {
             do {
-                let bytes = try InputSource.read(input, maxBytes: pipeline.limits.maxInputBytes)
-                if let problem = InputSource.notAnImage(bytes, input: input) { throw problem }
                 let failOn = failOn
-                let info = try bytes.withUnsafeBytes { raw throws(ImagingError) in try pipeline.info(of: raw, failOn: failOn) }
+                let info: ImageInfo
+                if input == InputSource.standardInput {
+                    let bytes = try InputSource.read(input, maxBytes: pipeline.limits.maxInputBytes)
+                    if let problem = InputSource.notAnImage(bytes, input: input) { throw problem }
+                    info = try bytes.withUnsafeBytes { raw throws(ImagingError) in try pipeline.info(of: raw, failOn: failOn) }
+                } else {
+                    // Mapped: only the header's pages are ever read.
+                    let file = try MappedFile(path: input, maxBytes: pipeline.limits.maxInputBytes)
+                    if let problem = InputSource.notAnImage(Array(file.bytes.prefix(16)), input: input) { throw problem }
+                    info = try pipeline.info(of: file.bytes, failOn: failOn)
+                    withExtendedLifetime(file) {}
+                }
                 print(json ? Self.json(info, input: input) : Self.line(info, input: input))
             } catch {
                 failures += 1

@@ -64,12 +64,19 @@ struct ResizeCommand: ParsableCommand {
     }
 
     private func process(_ input: String, pipeline: ImagePipeline, options: ResizeOptions) throws -> String {
-        let bytes = try InputSource.read(input, maxBytes: pipeline.limits.maxInputBytes)
-        if let problem = InputSource.notAnImage(bytes, input: input) { throw problem }
         var preview: StageResult?
         var final: StageResult?
-        try pipeline.run(bytes, options: options, delivery: degraded ? .progressive : .final) { result in
-            if result.stage == .degraded { preview = result } else { final = result }
+        let delivery: Delivery = degraded ? .progressive : .final
+        let keep = { (result: StageResult) in if result.stage == .degraded { preview = result } else { final = result } }
+        if input == InputSource.standardInput {
+            let bytes = try InputSource.read(input, maxBytes: pipeline.limits.maxInputBytes)
+            if let problem = InputSource.notAnImage(bytes, input: input) { throw problem }
+            try pipeline.run(bytes, options: options, delivery: delivery) { keep($0) }
+        } else {
+            // Mapped, not read: a large PNG is never resident whole (see MappedFile).
+            let file = try MappedFile(path: input, maxBytes: pipeline.limits.maxInputBytes)
+            if let problem = InputSource.notAnImage(Array(file.bytes.prefix(16)), input: input) { throw problem }
+            try pipeline.run(file, options: options, delivery: delivery) { keep($0) }
         }
         guard let final else { throw ImagingError(.encodeFailed, "no final result") }
         // Written only once everything succeeded, degraded first: a failed input (or a failed

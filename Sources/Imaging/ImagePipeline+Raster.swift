@@ -7,8 +7,10 @@ import ImageModel
 
 extension ImagePipeline {
     func prepareRaster(_ format: InputFormat, _ input: UnsafeRawBufferPointer, options: ResizeOptions,
-                       delivery: Delivery, cancel: CancellationFlag?, colour managed: Bool) throws(ImagingError) -> PreparedResize {
-        let decoder = try RasterDecoders.make(format, data: input, limits: limits, cancel: cancel, failOn: options.failOn)
+                       delivery: Delivery, cancel: CancellationFlag?, colour managed: Bool,
+                       releasingRead: Bool) throws(ImagingError) -> PreparedResize {
+        let decoder = try RasterDecoders.make(format, data: input, limits: limits, cancel: cancel, failOn: options.failOn,
+                                              releasingRead: releasingRead)
         let header = decoder.header
         var plan = try ResizePlan.make(sourceWidth: header.width, sourceHeight: header.height,
                                        orientation: header.orientation, options: options, headroom: headroom)

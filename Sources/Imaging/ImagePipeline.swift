@@ -71,12 +71,15 @@ public struct ImagePipeline: Sendable {
         try prepare(input, options: options, delivery: delivery, cancel: cancel, colour: true)
     }
 
-    /// `colour: false` leaves the embedded profile unapplied (for comparisons in tests).
+    /// `colour: false` leaves the embedded profile unapplied (for comparisons in tests);
+    /// `releasingRead`: the input is a `MappedFile`'s (see `run(_:options:...)` for files).
     func prepare(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery = .final,
-                 cancel: CancellationFlag? = nil, colour managed: Bool) throws(ImagingError) -> PreparedResize {
+                 cancel: CancellationFlag? = nil, colour managed: Bool,
+                 releasingRead: Bool = false) throws(ImagingError) -> PreparedResize {
         let format = try InputFormat.detect(input, limits: limits)
         if format != .jpeg {
-            return try prepareRaster(format, input, options: options, delivery: delivery, cancel: cancel, colour: managed)
+            return try prepareRaster(format, input, options: options, delivery: delivery, cancel: cancel, colour: managed,
+                                     releasingRead: releasingRead)
         }
         let decoder = try JPEGDecoder(data: input, limits: limits, cancel: cancel, failOn: options.failOn)
         var notes: [String] = []
@@ -305,6 +308,15 @@ public struct ImagePipeline: Sendable {
 }
 
 extension ImagePipeline {
+    /// `run` over a mapped file, whose pages a decoder reading it once (PNG) gives back as it
+    /// goes.
+    public func run(_ file: MappedFile, options: ResizeOptions, delivery: Delivery = .final,
+                    cancel: CancellationFlag? = nil, emit: (StageResult) throws(ImagingError) -> Void) throws(ImagingError) {
+        defer { withExtendedLifetime(file) {} }
+        try prepare(file.bytes, options: options, delivery: delivery, cancel: cancel, colour: true, releasingRead: true)
+            .run(emit: emit)
+    }
+
     /// `run` over an array of bytes.
     public func run(_ input: [UInt8], options: ResizeOptions, delivery: Delivery = .final,
                     cancel: CancellationFlag? = nil, emit: (StageResult) throws(ImagingError) -> Void) throws(ImagingError) {

@@ -48,3 +48,37 @@ public enum InputFile {
 private func systemRead(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
     read(fd, buffer, count)
 }
+
+/// An input file mapped read-only into memory, for the command line: no copy, and a decoder
+/// that reads it once from start to end (PNG) lets go of the pages it has read (the file
+/// stays as it is: a page read again comes back from the file), so a large input never needs
+/// to be resident whole.
+public final class MappedFile: @unchecked Sendable {
+    // @unchecked: the mapping is read-only and unmapped only when the last reference goes.
+    public let bytes: UnsafeRawBufferPointer
+
+    /// Maps `path`, with the same checks and errors as `InputFile.read`.
+    public init(path: String, maxBytes: Int) throws(ImagingError) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            let code = errno
+            throw ImagingError(code == ENOENT ? .notFound : .unreadable, "\(path): \(String(cString: strerror(code)))")
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw ImagingError(.unreadable, "\(path): \(String(cString: strerror(errno)))") }
+        if (info.st_mode & S_IFMT) == S_IFDIR { throw ImagingError(.unreadable, "\(path): is a directory") }
+        let size = Int(info.st_size)
+        if size > maxBytes {
+            throw ImagingError(.tooLarge, "\(path): \(size) bytes exceeds the input limit of \(maxBytes) bytes")
+        }
+        if size == 0 { throw ImagingError(.empty, "\(path): the file is empty (0 bytes)") }
+        guard (info.st_mode & S_IFMT) == S_IFREG, let base = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0),
+              base != MAP_FAILED else {
+            throw ImagingError(.unreadable, "\(path): cannot be mapped (\(String(cString: strerror(errno))))")
+        }
+        bytes = UnsafeRawBufferPointer(start: base, count: size)
+    }
+
+    deinit { munmap(UnsafeMutableRawPointer(mutating: bytes.baseAddress!), bytes.count) }
+}

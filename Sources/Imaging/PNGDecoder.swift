@@ -11,7 +11,9 @@ final class PNGDecoder: RasterDecoder {
     private let allocator: BufferAllocator
     let header: RasterHeader
 
-    init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?, failOn: FailOn) throws(ImagingError) {
+    /// `releasingRead`: `data` is a `MappedFile`'s, whose pages may be given back once read.
+    init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?, failOn: FailOn,
+         releasingRead: Bool = false) throws(ImagingError) {
         let level: Int32 = switch failOn {
         case .none: 0
         case .truncated: 1
@@ -22,7 +24,7 @@ final class PNGDecoder: RasterDecoder {
         // the input's own size (and 16 MiB): an iCCP or zTXt bomb stops there.
         let maxChunk = min(max(data.count, 1 << 16), 16 << 20)
         guard let handle = ep_decoder_create(data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count,
-                                             maxChunk, level) else {
+                                             maxChunk, level, releasingRead ? 1 : 0) else {
             throw ImagingError(.tooLarge, "out of memory creating a PNG decoder")
         }
         self.handle = handle

@@ -57,9 +57,9 @@ extension RasterDecoder {
 enum RasterDecoders {
     /// The decoder for `format`, its header read and its limits checked.
     static func make(_ format: InputFormat, data: UnsafeRawBufferPointer, limits: DecodeLimits,
-                     cancel: CancellationFlag?, failOn: FailOn) throws(ImagingError) -> any RasterDecoder {
+                     cancel: CancellationFlag?, failOn: FailOn, releasingRead: Bool = false) throws(ImagingError) -> any RasterDecoder {
         let decoder: any RasterDecoder = switch format {
-        case .png: try PNGDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
+        case .png: try PNGDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn, releasingRead: releasingRead)
         case .webp: try WebPDecoder(data: data, limits: limits, cancel: cancel)
         case .heic, .avif: try HEIFDecoder(data: data, limits: limits, cancel: cancel)
         case .jpeg: preconditionFailure("JPEG has its own decoder")

@@ -275,6 +275,42 @@ final class FormatTests: XCTestCase {
         }
     }
 
+    /// A mapped file gives the same results as its bytes; a PNG read from one gives back the
+    /// pages it has read, and the file still reads whole afterwards.
+    func testMappedFilesResizeLikeTheirBytes() throws {
+        for file in ["png-large.png", "webp-large.webp", "heic-rgb.heic", "png-interlaced.png"] {
+            let path = TestImages.root.appendingPathComponent(file).path
+            let mapped = try MappedFile(path: path, maxBytes: 1 << 30)
+            var fromMap: [StageResult] = []
+            try ImagePipeline().run(mapped, options: ResizeOptions(width: 50), delivery: .progressive) { fromMap.append($0) }
+            let fromBytes = try TestImages.run(try TestImages.bytes(file), ResizeOptions(width: 50), delivery: .progressive)
+            XCTAssertEqual(fromMap.map(\.image), fromBytes.map(\.image), file)
+            XCTAssertEqual(Array(mapped.bytes), try TestImages.bytes(file), file)
+        }
+        // Noise does not compress: a 12 MB PNG, whose pages are given back every 4 MiB read.
+        var state: UInt32 = 12345
+        let noise = (0..<(2000 * 2000 * 3)).map { _ -> UInt8 in
+            state = state &* 1_664_525 &+ 1_013_904_223
+            return UInt8(truncatingIfNeeded: state >> 24)
+        }
+        let big = try Encoder.encode(PixelBuffer(width: 2000, height: 2000, channels: 3, pixels: noise), format: .png).bytes
+        XCTAssertGreaterThan(big.count, 10 << 20)
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-noise-\(getpid()).png").path
+        try Data(big).write(to: URL(fileURLWithPath: path))
+        defer { unlink(path) }
+        let mapped = try MappedFile(path: path, maxBytes: 1 << 30)
+        var fromMap: StageResult?
+        try ImagePipeline().run(mapped, options: ResizeOptions(width: 300, format: .pnm)) { fromMap = $0 }
+        XCTAssertEqual(fromMap?.image, try TestImages.run(big, ResizeOptions(width: 300, format: .pnm)).last?.image)
+        XCTAssertTrue(mapped.bytes.elementsEqual(big), "the file reads whole after its pages were given back")
+        XCTAssertThrowsError(try MappedFile(path: TestImages.root.path, maxBytes: 100)) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .unreadable)
+        }
+        XCTAssertThrowsError(try MappedFile(path: TestImages.root.appendingPathComponent("png-large.png").path, maxBytes: 100)) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .tooLarge)
+        }
+    }
+
     func testDegradedResults() throws {
         // HEIF: from the thumbnail item, never larger than it or the final.
         let heif = try TestImages.run(try TestImages.bytes("heic-thumbnail.heic"), ResizeOptions(width: 400), delivery: .progressive)

@@ -40,8 +40,10 @@ typedef struct ep_decoder ep_decoder;
 /// `max_chunk` bounds any one chunk, and the total of the ancillary chunks kept, decompressed.
 /// `fail_on` follows the JPEG decoder's levels (0 none … 3 warning): at 0 and 1 checksum
 /// mismatches are accepted; at 3 a damaged ancillary chunk fails instead of being skipped.
-/// Returns NULL only when out of memory.
-ep_decoder *ep_decoder_create(const uint8_t *data, size_t length, size_t max_chunk, int fail_on);
+/// With `release_read` (only for a file mapped privately and page-aligned), the pages of
+/// `data` read so far are given back to the system as decoding goes (they read back from the
+/// file if touched again). Returns NULL only when out of memory.
+ep_decoder *ep_decoder_create(const uint8_t *data, size_t length, size_t max_chunk, int fail_on, int release_read);
 ep_status ep_read_header(ep_decoder *decoder, ep_info *info);
 
 /// Starts decoding to `channels` 8-bit samples per pixel: 1 (grey sources of up to 8 bits
