@@ -44,7 +44,7 @@ struct InfoCommand: ParsableCommand {
             do {
                 let failOn = failOn
                 let info: ImageInfo
-                if input == InputSource.standardInput {
+                if !InputSource.mappable(input) {
                     let bytes = try InputSource.read(input, maxBytes: pipeline.limits.maxInputBytes)
                     if let problem = InputSource.notAnImage(bytes, input: input) { throw problem }
                     info = try bytes.withUnsafeBytes { raw throws(ImagingError) in try pipeline.info(of: raw, failOn: failOn) }

@@ -63,6 +63,14 @@ enum OutputFile {
 enum InputSource {
     static let standardInput = "-"
 
+    /// Whether `input` is a regular file, which `MappedFile` can map (standard input, a pipe
+    /// or a device is read instead).
+    static func mappable(_ input: String) -> Bool {
+        guard input != standardInput else { return false }
+        var info = stat()
+        return stat(input, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
+    }
+
     static func read(_ input: String, maxBytes: Int) throws(ImagingError) -> [UInt8] {
         guard input == standardInput else { return try InputFile.read(path: input, maxBytes: maxBytes) }
         var bytes: [UInt8] = []

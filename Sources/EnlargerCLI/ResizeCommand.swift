@@ -68,7 +68,7 @@ struct ResizeCommand: ParsableCommand {
         var final: StageResult?
         let delivery: Delivery = degraded ? .progressive : .final
         let keep = { (result: StageResult) in if result.stage == .degraded { preview = result } else { final = result } }
-        if input == InputSource.standardInput {
+        if !InputSource.mappable(input) {
             let bytes = try InputSource.read(input, maxBytes: pipeline.limits.maxInputBytes)
             if let problem = InputSource.notAnImage(bytes, input: input) { throw problem }
             try pipeline.run(bytes, options: options, delivery: delivery) { keep($0) }

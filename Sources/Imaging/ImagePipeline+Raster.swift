@@ -19,10 +19,6 @@ extension ImagePipeline {
             throw ImagingError(.tooLarge, "the output would be \(plan.outputWidth)×\(plan.outputHeight), "
                                + "above the limit of \(limits.maxPixels) pixels")
         }
-        // Refused before decoding when no accepted format can take the image as declared.
-        if header.hasAlpha, !options.accept.isEmpty, !options.flatten, !options.accept.contains(where: \.carriesAlpha) {
-            _ = try options.outputFormat(hasAlpha: true)
-        }
         let shrink = Self.rasterShrink(region: plan.region, outputWidth: plan.storedOutputWidth,
                                        outputHeight: plan.storedOutputHeight, headroom: headroom, maxShrink: decoder.maxShrink)
         var notes = header.notes

@@ -10,23 +10,8 @@ import ImageModel
 /// the file's size before reading it).
 public enum InputFile {
     public static func read(path: String, maxBytes: Int) throws(ImagingError) -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        if fd < 0 {
-            let code = errno
-            throw ImagingError(code == ENOENT ? .notFound : .unreadable, "\(path): \(String(cString: strerror(code)))")
-        }
+        let (fd, size, _) = try open(path, maxBytes: maxBytes)
         defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else {
-            throw ImagingError(.unreadable, "\(path): \(String(cString: strerror(errno)))")
-        }
-        if (info.st_mode & S_IFMT) == S_IFDIR {
-            throw ImagingError(.unreadable, "\(path): is a directory")
-        }
-        let size = Int(info.st_size)
-        if size > maxBytes {
-            throw ImagingError(.tooLarge, "\(path): \(size) bytes exceeds the input limit of \(maxBytes) bytes")
-        }
         var bytes = [UInt8](repeating: 0, count: size)
         var filled = 0
         while filled < size {
@@ -44,6 +29,38 @@ public enum InputFile {
     }
 }
 
+extension InputFile {
+    /// Opens `path` for reading and checks it: there, not a directory, within `maxBytes`
+    /// (from its size, before any read). Returns the descriptor (the caller closes it), the
+    /// size, and whether it is a regular file.
+    static func open(_ path: String, maxBytes: Int) throws(ImagingError) -> (fd: Int32, size: Int, regular: Bool) {
+        let fd = systemOpen(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            let code = errno
+            throw ImagingError(code == ENOENT ? .notFound : .unreadable, "\(path): \(String(cString: strerror(code)))")
+        }
+        var info = stat()
+        var problem: ImagingError?
+        if fstat(fd, &info) != 0 {
+            problem = ImagingError(.unreadable, "\(path): \(String(cString: strerror(errno)))")
+        } else if (info.st_mode & S_IFMT) == S_IFDIR {
+            problem = ImagingError(.unreadable, "\(path): is a directory")
+        } else if Int(info.st_size) > maxBytes {
+            problem = ImagingError(.tooLarge, "\(path): \(info.st_size) bytes exceeds the input limit of \(maxBytes) bytes")
+        }
+        if let problem {
+            close(fd)
+            throw problem
+        }
+        return (fd, Int(info.st_size), (info.st_mode & S_IFMT) == S_IFREG)
+    }
+}
+
+@inline(__always)
+private func systemOpen(_ path: String, _ flags: Int32) -> Int32 {
+    open(path, flags)
+}
+
 @inline(__always)
 private func systemRead(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
     read(fd, buffer, count)
@@ -59,22 +76,10 @@ public final class MappedFile: @unchecked Sendable {
 
     /// Maps `path`, with the same checks and errors as `InputFile.read`.
     public init(path: String, maxBytes: Int) throws(ImagingError) {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        if fd < 0 {
-            let code = errno
-            throw ImagingError(code == ENOENT ? .notFound : .unreadable, "\(path): \(String(cString: strerror(code)))")
-        }
+        let (fd, size, regular) = try InputFile.open(path, maxBytes: maxBytes)
         defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { throw ImagingError(.unreadable, "\(path): \(String(cString: strerror(errno)))") }
-        if (info.st_mode & S_IFMT) == S_IFDIR { throw ImagingError(.unreadable, "\(path): is a directory") }
-        let size = Int(info.st_size)
-        if size > maxBytes {
-            throw ImagingError(.tooLarge, "\(path): \(size) bytes exceeds the input limit of \(maxBytes) bytes")
-        }
         if size == 0 { throw ImagingError(.empty, "\(path): the file is empty (0 bytes)") }
-        guard (info.st_mode & S_IFMT) == S_IFREG, let base = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0),
-              base != MAP_FAILED else {
+        guard regular, let base = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), base != MAP_FAILED else {
             throw ImagingError(.unreadable, "\(path): cannot be mapped (\(String(cString: strerror(errno))))")
         }
         bytes = UnsafeRawBufferPointer(start: base, count: size)

@@ -56,17 +56,9 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
         let decoded = decodedWidth * decodedHeight * channels
         let coefficients = header.multiScan ? header.coefficientBytes : 0
         let decoder = Self.decoderWorking(header) + coefficients
-        let region = ImagePipeline.scale(plan.region, fromWidth: header.width, fromHeight: header.height,
-                                         toWidth: decodedWidth, toHeight: decodedHeight)
-        let source = Source(width: decodedWidth, height: decodedHeight, channels: channels, region: region)
-        func stage(_ fraction: Double, _ filter: ResampleFilter) -> Stage {
-            let width = max(1, Int((Double(plan.storedOutputWidth) * fraction).rounded()))
-            let height = max(1, Int((Double(plan.storedOutputHeight) * fraction).rounded()))
-            return Stage(source: source, width: width, height: height, filter: filter, orientation: header.orientation,
-                         options: options, progressiveOutput: options.progressive)
-        }
-        let final = stage(1, .lanczos3)
-        let degraded = stage(ImagePipeline.degradedScale, .triangle)
+        let (final, degraded) = Self.stages(sourceWidth: header.width, sourceHeight: header.height,
+                                            decodedWidth: decodedWidth, decodedHeight: decodedHeight, channels: channels,
+                                            orientation: header.orientation, plan: plan, options: options)
 
         // Phases from the decoded buffer (or the progressive preview), as `ImagePipeline.run` goes.
         var phases: [Int] = []
@@ -127,6 +119,22 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
         // Its buffers are freed in place when the preview is done; only the encoded result
         // (on its way out) outlives it.
         return (decoder + tw * th * channels + stage.peak, stage.encodedOutput)
+    }
+
+    /// The final and degraded stages made from a `sourceWidth`×`sourceHeight` image decoded
+    /// at `decodedWidth`×`decodedHeight`, as the pipeline makes them.
+    static func stages(sourceWidth: Int, sourceHeight: Int, decodedWidth: Int, decodedHeight: Int, channels: Int,
+                       orientation: Orientation, plan: ResizePlan, options: ResizeOptions) -> (final: Stage, degraded: Stage) {
+        let region = ImagePipeline.scale(plan.region, fromWidth: sourceWidth, fromHeight: sourceHeight,
+                                         toWidth: decodedWidth, toHeight: decodedHeight)
+        let source = Source(width: decodedWidth, height: decodedHeight, channels: channels, region: region)
+        func stage(_ fraction: Double, _ filter: ResampleFilter) -> Stage {
+            let width = max(1, Int((Double(plan.storedOutputWidth) * fraction).rounded()))
+            let height = max(1, Int((Double(plan.storedOutputHeight) * fraction).rounded()))
+            return Stage(source: source, width: width, height: height, filter: filter, orientation: orientation,
+                         options: options, progressiveOutput: options.progressive)
+        }
+        return (stage(1, .lanczos3), stage(ImagePipeline.degradedScale, .triangle))
     }
 
     /// The decoded buffer a stage resizes, and the part of it that maps to the output.
@@ -225,17 +233,9 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
             // libheif's decoded planes (up to 16 bits), its RGB conversion and the codec's frames.
             decoder = (8 << 20) + pixels * (channels + 9)
         }
-        let region = ImagePipeline.scale(plan.region, fromWidth: header.width, fromHeight: header.height,
-                                         toWidth: decodedWidth, toHeight: decodedHeight)
-        let source = Source(width: decodedWidth, height: decodedHeight, channels: channels, region: region)
-        func stage(_ fraction: Double, _ filter: ResampleFilter) -> Stage {
-            let width = max(1, Int((Double(plan.storedOutputWidth) * fraction).rounded()))
-            let height = max(1, Int((Double(plan.storedOutputHeight) * fraction).rounded()))
-            return Stage(source: source, width: width, height: height, filter: filter, orientation: header.orientation,
-                         options: options, progressiveOutput: options.progressive)
-        }
-        let final = stage(1, .lanczos3)
-        let degraded = stage(ImagePipeline.degradedScale, .triangle)
+        let (final, degraded) = Self.stages(sourceWidth: header.width, sourceHeight: header.height,
+                                            decodedWidth: decodedWidth, decodedHeight: decodedHeight, channels: channels,
+                                            orientation: header.orientation, plan: plan, options: options)
         // An opaque RGBA image loses its alpha in a copy of the decoded buffer.
         let opaqueCopy = channels == 4 ? decodedWidth * decodedHeight * 3 : 0
         var phases = [decoder + decoded + opaqueCopy]

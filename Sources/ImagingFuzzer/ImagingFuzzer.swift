@@ -1,4 +1,5 @@
-// A libFuzzer target over decode → resize → encode.
+// A libFuzzer target over decode → resize → encode, for every input format (JPEG, PNG, WebP,
+// HEIC, AVIF: the decoder is chosen by the content, as in the service).
 //
 // Fuzzing build (libFuzzer supplies `main`, so the replay `main` below is compiled out):
 //   swift build -c release --sanitize=fuzzer --sanitize=address --product imaging-fuzzer \
@@ -19,10 +20,17 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     guard let data else { return 0 }
     let input = UnsafeRawBufferPointer(start: data, count: size)
     let selector = size > 0 ? Int(data[0]) : 0
-    let options = ResizeOptions(
+    let second = size > 1 ? Int(data[1]) : 0
+    var options = ResizeOptions(
         width: 1 + (selector * 7) % 97, height: selector & 1 == 0 ? nil : 1 + (selector * 13) % 89,
         fit: Fit.allCases[selector % 3], enlarge: selector & 2 != 0, progressive: selector & 4 != 0,
-        format: selector & 8 != 0 ? .pnm : .jpeg)
+        format: selector & 8 != 0 ? .pnm : .jpeg, failOn: FailOn.allCases[(selector >> 4) % 4])
+    // The second byte (a format's magic, usually) also varies the output negotiation.
+    if selector & 64 != 0 {
+        options.accept = [OutputFormat.allCases[second % 5], OutputFormat.allCases[(second / 5) % 5]]
+        options.flatten = second & 1 != 0
+        options.lossless = second & 2 != 0
+    }
     do {
         var terminal = 0
         try pipeline.run(input, options: options, delivery: Delivery.allCases[(selector / 3) % 3]) { result in

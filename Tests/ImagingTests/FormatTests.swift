@@ -202,7 +202,9 @@ final class FormatTests: XCTestCase {
         let opaqueRGBA = try Encoder.encode(PixelBuffer(width: 8, height: 8, channels: 4, pixels: [UInt8](repeating: 255, count: 256)),
                                             format: .png)
         XCTAssertEqual(try TestImages.run(opaqueRGBA.bytes, options).last!.image.format, .jpeg)
-        // Nothing keeps it: refused, before decoding, unless flattening is allowed.
+        // Only real transparency counts: an opaque RGBA image may go to JPEG alone.
+        XCTAssertEqual(try TestImages.run(opaqueRGBA.bytes, options.accepting([.jpeg])).last!.image.format, .jpeg)
+        // Nothing keeps it: refused unless flattening is allowed.
         options.accept = [.jpeg, .pnm]
         XCTAssertThrowsError(try TestImages.final("png-rgba8.png", options)) { error in
             XCTAssertEqual((error as? ImagingError)?.code, .invalidArgument)
