@@ -45,7 +45,9 @@ let package = Package(
         .target(name: "CPNG", linkerSettings: [.linkedLibrary("spng")]),
         .target(name: "CWebP", linkerSettings: [.linkedLibrary("webp"), .linkedLibrary("webpdemux"), .linkedLibrary("webpmux")]),
         .target(name: "CHEIF", linkerSettings: [.linkedLibrary("heif")]),
-        .target(name: "Imaging", dependencies: ["CJPEG", "CColour", "CPNG", "CWebP", "CHEIF", "ImageModel", "Locking"]),
+        .target(name: "CAVIF", linkerSettings: [.linkedLibrary("avif")]),
+        .target(name: "Imaging",
+                dependencies: ["CJPEG", "CColour", "CPNG", "CWebP", "CHEIF", "CAVIF", "ImageModel", "Locking"]),
         .target(name: "ZeroMQ", dependencies: ["CZeroMQ", "Locking"]),
         .target(
             name: "EnlargerProtocol",

@@ -87,7 +87,13 @@ eh_decoder *eh_decoder_create(const uint8_t *data, size_t length, int max_side, 
         }
     } else if (type == heif_color_profile_type_nclx) {
         struct heif_color_profile_nclx *nclx = NULL;
-        if (heif_image_handle_get_nclx_color_profile(decoder->primary, &nclx).code == heif_error_Ok && nclx != NULL) {
+        struct heif_error got = heif_image_handle_get_nclx_color_profile(decoder->primary, &nclx);
+        // libheif may hand back the struct with an error (an invalid code point): freed either way.
+        if (got.code != heif_error_Ok && nclx != NULL) {
+            heif_nclx_color_profile_free(nclx);
+            nclx = NULL;
+        }
+        if (nclx != NULL) {
             decoder->nclx = 1;
             decoder->nclx_primaries = nclx->color_primaries;
             decoder->nclx_transfer = nclx->transfer_characteristics;

@@ -1,7 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-import CColour
 import CHEIF
 import ImageModel
 
@@ -34,7 +30,11 @@ final class HEIFDecoder: RasterDecoder {
             channels: info.has_alpha != 0 ? 4 : 3, hasAlpha: info.has_alpha != 0, bitDepth: Int(info.bit_depth),
             colorSpace: "ycbcr")
         if let icc = info.icc, info.icc_length > 0 { header.iccProfile = Array(UnsafeBufferPointer(start: icc, count: info.icc_length)) }
-        if info.nclx != 0 { Self.describeCodePoints(info, into: &header) }
+        if info.nclx != 0 {
+            let xy = withUnsafeBytes(of: info.nclx_xy) { Array($0.bindMemory(to: Double.self)) }
+            RasterDecoders.describeCodePoints(primaries: Int(info.nclx_primaries), transfer: Int(info.nclx_transfer),
+                                              xy: xy, into: &header)
+        }
         header.thumbnailWidth = Int(info.thumbnail_width)
         header.thumbnailHeight = Int(info.thumbnail_height)
         self.header = header
@@ -42,30 +42,6 @@ final class HEIFDecoder: RasterDecoder {
 
     deinit { eh_decoder_destroy(handle) }
 
-    /// Colour given as code points (an `nclx` box, usual in AVIF): sRGB's (BT.709) primaries
-    /// need nothing; others (Display P3, BT.2020, ...) become an ICC profile built from the
-    /// chromaticities and the transfer curve, converted to sRGB like an embedded one. HDR
-    /// transfers (PQ, HLG) have no such profile: the pixels are taken as sRGB, with a note.
-    private static func describeCodePoints(_ info: eh_info, into header: inout RasterHeader) {
-        let primaries = Int(info.nclx_primaries), transfer = Int(info.nclx_transfer)
-        let names = [1: "BT.709", 9: "BT.2020", 11: "DCI-P3", 12: "Display P3"]
-        let hdr = [16: "PQ", 18: "HLG"]
-        if let curve = hdr[transfer] {
-            header.notes.append("the image's \(curve) (HDR) transfer is not converted: its pixels are taken as sRGB")
-            return
-        }
-        guard primaries != 1, primaries != 2 else { return }
-        let description = "\(names[primaries] ?? "primaries \(primaries)") (nclx, transfer \(transfer))"
-        var length = 0
-        let xy = withUnsafeBytes(of: info.nclx_xy) { Array($0.bindMemory(to: Double.self)) }
-        guard let bytes = ec_profile_from_primaries(xy, Int32(transfer), description, &length) else {
-            header.notes.append("the image's colour code points (primaries \(primaries), transfer \(transfer)) are not "
-                                + "converted: its pixels are taken as sRGB")
-            return
-        }
-        header.iccProfile = Array(UnsafeBufferPointer(start: bytes, count: length))
-        free(bytes)
-    }
 
     var maxShrink: Int { 1 }
 

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CColour
 import ImageModel
 
 /// What a PNG, WebP or HEIF decoder reads before decoding pixels.
@@ -61,7 +65,8 @@ enum RasterDecoders {
         let decoder: any RasterDecoder = switch format {
         case .png: try PNGDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn, releasingRead: releasingRead)
         case .webp: try WebPDecoder(data: data, limits: limits, cancel: cancel)
-        case .heic, .avif: try HEIFDecoder(data: data, limits: limits, cancel: cancel)
+        case .heic: try HEIFDecoder(data: data, limits: limits, cancel: cancel)
+        case .avif: try AVIFDecoder(data: data, limits: limits, cancel: cancel)
         case .jpeg: preconditionFailure("JPEG has its own decoder")
         }
         let header = decoder.header
@@ -77,6 +82,30 @@ enum RasterDecoders {
         if pixels.overflow || pixels.partialValue > limits.maxPixels {
             throw ImagingError(.tooLarge, "\(width)×\(height) exceeds the limit of \(limits.maxPixels) pixels")
         }
+    }
+
+    /// Colour given as code points (H.273, as in a HEIF `nclx` box or an AV1 sequence
+    /// header): sRGB's (BT.709) primaries need nothing; others (Display P3, BT.2020, ...)
+    /// become an ICC profile built from the chromaticities `xy` and the transfer curve,
+    /// converted to sRGB like an embedded one. HDR transfers (PQ, HLG) have no such profile:
+    /// the pixels are taken as sRGB, with a note.
+    static func describeCodePoints(primaries: Int, transfer: Int, xy: [Double], into header: inout RasterHeader) {
+        let names = [1: "BT.709", 9: "BT.2020", 11: "DCI-P3", 12: "Display P3"]
+        let hdr = [16: "PQ", 18: "HLG"]
+        if let curve = hdr[transfer] {
+            header.notes.append("the image's \(curve) (HDR) transfer is not converted: its pixels are taken as sRGB")
+            return
+        }
+        guard primaries != 1, primaries != 2 else { return }
+        let description = "\(names[primaries] ?? "primaries \(primaries)") (nclx, transfer \(transfer))"
+        var length = 0
+        guard let bytes = ec_profile_from_primaries(xy, Int32(transfer), description, &length) else {
+            header.notes.append("the image's colour code points (primaries \(primaries), transfer \(transfer)) are not "
+                                + "converted: its pixels are taken as sRGB")
+            return
+        }
+        header.iccProfile = Array(UnsafeBufferPointer(start: bytes, count: length))
+        free(bytes)
     }
 
     /// `ceil(length / shrink)`.

@@ -140,6 +140,41 @@ final class FormatTests: XCTestCase {
             }
         }
         XCTAssertLessThanOrEqual(worst, 2)
+        // AVIF's rotation is an orientation, applied after resizing: the same pixels.
+        let avif = try TestImages.decode(try TestImages.bytes("avif-rgb.avif"))
+        let upright = try TestImages.final("avif-rotated.avif", ResizeOptions(width: 64, format: .pnm))
+        let turned = try Encoder.decodePNM(upright.image.bytes)
+        XCTAssertEqual(turned, try Orientation.left.apply(to: avif))
+    }
+
+    /// HEIF's rotation then mirroring, as the EXIF orientation that does the same: checked by
+    /// transforming a small image both ways.
+    func testHEIFTransformsMapToOrientations() throws {
+        let image = PixelBuffer(width: 3, height: 2, channels: 1, pixels: [1, 2, 3, 4, 5, 6])
+        func rotatedAnticlockwise(_ p: PixelBuffer) -> PixelBuffer {
+            var out = [UInt8](repeating: 0, count: p.width * p.height)
+            for y in 0..<p.height { for x in 0..<p.width { out[(p.width - 1 - x) * p.height + y] = p.pixels[y * p.width + x] } }
+            return PixelBuffer(width: p.height, height: p.width, channels: 1, pixels: out)
+        }
+        func mirrored(_ p: PixelBuffer, leftRight: Bool) -> PixelBuffer {
+            var out = [UInt8](repeating: 0, count: p.width * p.height)
+            for y in 0..<p.height {
+                for x in 0..<p.width {
+                    let (tx, ty) = leftRight ? (p.width - 1 - x, y) : (x, p.height - 1 - y)
+                    out[ty * p.width + tx] = p.pixels[y * p.width + x]
+                }
+            }
+            return PixelBuffer(width: p.width, height: p.height, channels: 1, pixels: out)
+        }
+        for rotation in 0..<4 {
+            for mirror in [-1, 0, 1] {
+                var expected = image
+                for _ in 0..<rotation { expected = rotatedAnticlockwise(expected) }
+                if mirror >= 0 { expected = mirrored(expected, leftRight: mirror == 1) }
+                let orientation = AVIFDecoder.orientation(rotation: rotation, mirror: mirror)
+                XCTAssertEqual(try orientation.apply(to: image), expected, "irot \(rotation) imir \(mirror)")
+            }
+        }
     }
 
     /// The golden alpha test: a hard edge between opaque colour and transparent black,

@@ -1,0 +1,148 @@
+#include "cavif_shim.h"
+
+#include <avif/avif.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ea_decoder {
+    avifDecoder *decoder;
+    char message[200];
+};
+
+static ea_status ea_classify(avifResult result) {
+    switch (result) {
+    case AVIF_RESULT_OK: return EA_OK;
+    case AVIF_RESULT_TRUNCATED_DATA: return EA_ERR_TRUNCATED;
+    case AVIF_RESULT_OUT_OF_MEMORY: return EA_ERR_NO_MEMORY;
+    case AVIF_RESULT_NOT_IMPLEMENTED: case AVIF_RESULT_NO_CODEC_AVAILABLE: return EA_ERR_UNSUPPORTED;
+    default: return EA_ERR_CORRUPT;
+    }
+}
+
+static int ea_cancelled(const int32_t *flag) {
+    return flag != NULL && __atomic_load_n(flag, __ATOMIC_ACQUIRE) != 0;
+}
+
+static void ea_say(char *message, size_t length, const char *context, avifResult result, const avifDecoder *decoder) {
+    if (message == NULL || length == 0) return;
+    const char *detail = decoder != NULL && decoder->diag.error[0] != '\0' ? decoder->diag.error : "";
+    snprintf(message, length, "%s: %s%s%s", context, avifResultToString(result), detail[0] ? " (" : "",
+             detail[0] ? detail : "");
+    if (detail[0]) {
+        size_t used = strlen(message);
+        if (used + 1 < length) snprintf(message + used, length - used, ")");
+    }
+}
+
+// Whether the top-level boxes claim more bytes than there are: a cut file, whatever libavif
+// makes of it.
+static int ea_cut_short(const uint8_t *data, size_t length) {
+    size_t offset = 0;
+    while (length - offset >= 8) {
+        uint64_t size = (uint64_t)data[offset] << 24 | (uint64_t)data[offset + 1] << 16
+                        | (uint64_t)data[offset + 2] << 8 | data[offset + 3];
+        if (size == 1) {
+            if (length - offset < 16) return 1;
+            size = 0;
+            for (int i = 8; i < 16; i++) size = size << 8 | data[offset + i];
+        } else if (size == 0) {
+            return 0;  // to the end of the file
+        }
+        if (size < 8) return 0;  // damaged, not short
+        if (size > length - offset) return 1;
+        offset += size;
+    }
+    return offset != length;
+}
+
+ea_decoder *ea_decoder_create(const uint8_t *data, size_t length, uint32_t max_pixels, ea_status *status,
+                              char *message, size_t message_length) {
+    ea_decoder *decoder = calloc(1, sizeof *decoder);
+    if (decoder == NULL || (decoder->decoder = avifDecoderCreate()) == NULL) {
+        free(decoder);
+        *status = EA_ERR_NO_MEMORY;
+        if (message != NULL && message_length > 0) snprintf(message, message_length, "out of memory creating an AVIF decoder");
+        return NULL;
+    }
+    avifDecoder *avif = decoder->decoder;
+    // Decoding runs on the caller's thread: the worker sizes its own thread pool.
+    avif->maxThreads = 1;
+    avif->codecChoice = AVIF_CODEC_CHOICE_DAV1D;
+    avif->imageSizeLimit = max_pixels;
+    avif->ignoreExif = AVIF_TRUE;
+    avif->ignoreXMP = AVIF_TRUE;
+    avifResult result = avifDecoderSetIOMemory(avif, data, length);
+    if (result == AVIF_RESULT_OK) result = avifDecoderParse(avif);
+    if (result != AVIF_RESULT_OK) {
+        *status = ea_cut_short(data, length) ? EA_ERR_TRUNCATED : ea_classify(result);
+        ea_say(message, message_length, "the AVIF container", result, avif);
+        ea_decoder_destroy(decoder);
+        return NULL;
+    }
+    *status = EA_OK;
+    return decoder;
+}
+
+void ea_read_info(const ea_decoder *decoder, ea_info *info) {
+    memset(info, 0, sizeof *info);
+    const avifImage *image = decoder->decoder->image;
+    info->width = image->width;
+    info->height = image->height;
+    info->depth = (int)image->depth;
+    info->has_alpha = decoder->decoder->alphaPresent;
+    info->rotation = image->transformFlags & AVIF_TRANSFORM_IROT ? image->irot.angle & 3 : 0;
+    info->mirror = image->transformFlags & AVIF_TRANSFORM_IMIR ? image->imir.mode & 1 : -1;
+    info->clean_aperture = (image->transformFlags & AVIF_TRANSFORM_CLAP) != 0;
+    if (image->icc.size > 0) {
+        info->icc = image->icc.data;
+        info->icc_length = image->icc.size;
+    }
+    info->primaries = image->colorPrimaries;
+    info->transfer = image->transferCharacteristics;
+    float xy[8];
+    avifColorPrimariesGetValues(image->colorPrimaries, xy);
+    for (int i = 0; i < 8; i++) info->xy[i] = xy[i];
+}
+
+ea_status ea_decode(ea_decoder *decoder, int channels, uint8_t *output, size_t stride, const int32_t *cancel_flag) {
+    if (ea_cancelled(cancel_flag)) {
+        snprintf(decoder->message, sizeof decoder->message, "cancelled");
+        return EA_ERR_CANCELLED;
+    }
+    avifDecoder *avif = decoder->decoder;
+    uint32_t width = avif->image->width, height = avif->image->height;
+    avifResult result = avifDecoderNextImage(avif);
+    if (result != AVIF_RESULT_OK) {
+        ea_say(decoder->message, sizeof decoder->message, "AV1 image", result, avif);
+        return ea_classify(result);
+    }
+    if (avif->image->width != width || avif->image->height != height) {
+        snprintf(decoder->message, sizeof decoder->message, "the decoded image is not the size its header gives");
+        return EA_ERR_CORRUPT;
+    }
+    if (ea_cancelled(cancel_flag)) {
+        snprintf(decoder->message, sizeof decoder->message, "cancelled");
+        return EA_ERR_CANCELLED;
+    }
+    avifRGBImage rgb;
+    avifRGBImageSetDefaults(&rgb, avif->image);
+    rgb.depth = 8;
+    rgb.format = channels == 4 ? AVIF_RGB_FORMAT_RGBA : AVIF_RGB_FORMAT_RGB;
+    rgb.pixels = output;
+    rgb.rowBytes = (uint32_t)stride;
+    result = avifImageYUVToRGB(avif->image, &rgb);
+    if (result != AVIF_RESULT_OK) {
+        ea_say(decoder->message, sizeof decoder->message, "AVIF colour conversion", result, avif);
+        return ea_classify(result);
+    }
+    return EA_OK;
+}
+
+const char *ea_message(const ea_decoder *decoder) { return decoder->message; }
+
+void ea_decoder_destroy(ea_decoder *decoder) {
+    if (decoder == NULL) return;
+    if (decoder->decoder != NULL) avifDecoderDestroy(decoder->decoder);
+    free(decoder);
+}

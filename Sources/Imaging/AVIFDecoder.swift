@@ -1,0 +1,83 @@
+import CAVIF
+import ImageModel
+
+/// One libavif decode (AV1 through dav1d) over bytes the caller keeps alive. The file's
+/// rotation and mirroring become the image's orientation, applied after resizing like EXIF's.
+/// libavif decodes a frame whole: cancellation is checked before and after.
+///
+/// AVIF goes through libavif rather than libheif: libheif 1.15's AV1 decoder leaks its state
+/// on damaged input (found by fuzzing), which a long-running worker cannot afford.
+final class AVIFDecoder: RasterDecoder {
+    private let handle: OpaquePointer
+    private let cancel: CancellationFlag?
+    private let allocator: BufferAllocator
+    let header: RasterHeader
+
+    init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?) throws(ImagingError) {
+        var status = EA_OK
+        var message = [CChar](repeating: 0, count: 200)
+        guard let handle = ea_decoder_create(data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count,
+                                             UInt32(clamping: limits.maxPixels), &status, &message, message.count) else {
+            throw Self.error(status, String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+        }
+        self.handle = handle
+        self.cancel = cancel
+        allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
+        var info = ea_info()
+        ea_read_info(handle, &info)
+        var header = RasterHeader(
+            format: .avif, width: Int(info.width), height: Int(info.height), channels: info.has_alpha != 0 ? 4 : 3,
+            hasAlpha: info.has_alpha != 0, bitDepth: Int(info.depth), colorSpace: "ycbcr")
+        header.orientation = Self.orientation(rotation: Int(info.rotation), mirror: Int(info.mirror))
+        if info.clean_aperture != 0 {
+            header.notes.append("the image's clean aperture (a crop its file declares) is not applied")
+        }
+        if let icc = info.icc, info.icc_length > 0 {
+            header.iccProfile = Array(UnsafeBufferPointer(start: icc, count: info.icc_length))
+        } else {
+            let xy = withUnsafeBytes(of: info.xy) { Array($0.bindMemory(to: Double.self)) }
+            RasterDecoders.describeCodePoints(primaries: Int(info.primaries), transfer: Int(info.transfer), xy: xy,
+                                              into: &header)
+        }
+        self.header = header
+    }
+
+    deinit { ea_decoder_destroy(handle) }
+
+    var maxShrink: Int { 1 }
+
+    /// HEIF's rotation (`irot`, quarter turns anticlockwise) then mirroring (`imir`: 0 top and
+    /// bottom exchanged, 1 left and right), as the EXIF orientation that does the same.
+    static func orientation(rotation: Int, mirror: Int) -> Orientation {
+        let table: [[Orientation]] = [
+            [.up, .upMirrored, .downMirrored],
+            [.left, .rightMirrored, .leftMirrored],
+            [.down, .downMirrored, .upMirrored],
+            [.right, .leftMirrored, .rightMirrored],
+        ]
+        return table[rotation & 3][mirror == 1 ? 1 : mirror == 0 ? 2 : 0]
+    }
+
+    func decode(shrink: Int) throws(ImagingError) -> DecodedRaster {
+        let (width, height, channels) = (header.width, header.height, header.channels)
+        var translucent = false
+        let pixels = try PixelBuffer.make(width: width, height: height, channels: channels, allocator: allocator,
+                                          what: "the decoded image") { (buffer) throws(ImagingError) in
+            let status = ea_decode(handle, Int32(channels), buffer.baseAddress!, width * channels, cancel?.storage)
+            guard status == EA_OK else { throw Self.error(status, String(cString: ea_message(handle))) }
+            if channels == 4 { translucent = try RasterDecoders.premultiply(buffer, cancel: cancel) }
+        }
+        return DecodedRaster(pixels: pixels, translucent: translucent)
+    }
+
+    private static func error(_ status: ea_status, _ message: String) -> ImagingError {
+        let text = "AVIF: " + message
+        return switch status {
+        case EA_ERR_TRUNCATED: ImagingError(.truncated, text)
+        case EA_ERR_UNSUPPORTED: ImagingError(.unsupported, text)
+        case EA_ERR_TOO_LARGE, EA_ERR_NO_MEMORY: ImagingError(.tooLarge, text)
+        case EA_ERR_CANCELLED: ImagingError(.cancelled, "cancelled")
+        default: ImagingError(.corrupt, text)
+        }
+    }
+}
