@@ -1,6 +1,6 @@
 /// What an image's header says about it, read without decoding any pixel.
 public struct ImageInfo: Sendable, Equatable {
-    /// The container format detected from the content (`jpeg`).
+    /// The container format detected from the content: `jpeg`, `png`, `webp`, `heic` or `avif`.
     public var format: String
     /// Displayed size, after EXIF orientation.
     public var width: Int
@@ -12,14 +12,17 @@ public struct ImageInfo: Sendable, Equatable {
     public var hasAlpha: Bool
     /// Bits per sample.
     public var bitDepth: Int
-    /// How the file stores colour: `gray`, `ycbcr`, `rgb`, `cmyk` or `ycck`.
+    /// How the file stores colour: `gray`, `ycbcr`, `rgb`, `cmyk` or `ycck` (JPEG); `gray`, `rgb`
+    /// or `palette` (PNG); `ycbcr` or `argb` (WebP lossy or lossless); `ycbcr` (HEIC, AVIF).
     public var colorSpace: String
     /// The embedded colour profile's description, `nil` when there is none (or it is unreadable).
     public var profileDescription: String?
     /// The embedded profile's size in bytes, 0 when there is none.
     public var profileBytes: Int
+    /// A progressive JPEG, or an interlaced PNG.
     public var progressive: Bool
-    /// Whether an embedded thumbnail (the EXIF one) is there to make a quick degraded result.
+    /// Whether an embedded thumbnail (EXIF in JPEG, a thumbnail item in HEIC) is there to make a
+    /// quick degraded result.
     public var hasEmbeddedThumbnail: Bool
     /// The input's size.
     public var byteSize: Int
