@@ -20,11 +20,17 @@ final class HEIFDecoder: RasterDecoder {
                                              &status, &message, message.count) else {
             throw Self.error(status, String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
+        var info = eh_info()
+        eh_read_info(handle, &info)
+        do throws(ImagingError) {
+            try HEIFStructure.checkCanvas(data, width: Int(info.width), height: Int(info.height), maxPixels: limits.maxPixels)
+        } catch {
+            eh_decoder_destroy(handle)
+            throw error
+        }
         self.handle = handle
         self.cancel = cancel
         allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
-        var info = eh_info()
-        eh_read_info(handle, &info)
         var header = RasterHeader(
             format: info.avif != 0 ? .avif : .heic, width: Int(info.width), height: Int(info.height),
             channels: info.has_alpha != 0 ? 4 : 3, hasAlpha: info.has_alpha != 0, bitDepth: Int(info.bit_depth),

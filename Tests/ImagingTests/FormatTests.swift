@@ -402,6 +402,21 @@ final class FormatTests: XCTestCase {
         XCTAssertGreaterThan(TestImages.psnr(nclx, icc), TestImages.psnr(plain, icc) + 3)
     }
 
+    /// Inputs the fuzzer found, kept as regressions (`Regressions/`). A 1.4 KB HEIC whose
+    /// primary item is an overlay declaring a 61679×52624 canvas: libheif 1.15 would allocate
+    /// 3.2 GB and overflow a 32-bit length; it must be refused from its boxes, at once.
+    func testFuzzerRegressions() throws {
+        let url = TestImages.root.deletingLastPathComponent().appendingPathComponent("Regressions/heic-overlay-canvas-bomb.heic")
+        let bytes = [UInt8](try Data(contentsOf: url))
+        let start = ContinuousClock.now
+        XCTAssertThrowsError(try TestImages.run(bytes, ResizeOptions(width: 64))) { error in
+            XCTAssertEqual((error as? ImagingError)?.code, .tooLarge, "\(error)")
+            XCTAssertTrue((error as? ImagingError)?.message.contains("61679×52624") == true, "\(error)")
+        }
+        XCTAssertThrowsError(try withBytes(bytes) { raw throws(ImagingError) in try ImagePipeline().info(of: raw) })
+        XCTAssertLessThan(ContinuousClock.now - start, .milliseconds(500))
+    }
+
     func testDecodePolicyForPNG() throws {
         let bytes = try TestImages.bytes("png-bad-crc.png")
         var options = ResizeOptions(width: 48, format: .png)

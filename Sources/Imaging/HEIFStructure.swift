@@ -1,0 +1,151 @@
+import ImageModel
+
+/// What libheif does not check before decoding: the canvas of a derived primary image. A
+/// `grid` or `iovl` (overlay) item states its canvas size in its own payload, and libheif
+/// 1.15 allocates that canvas without checking it against the item's `ispe` size (which is
+/// what it reports) or any pixel limit: a 1.4 KB overlay declaring 61679×52624 makes it
+/// allocate 3.2 GB and overflow a 32-bit length (found by fuzzing). This reads just enough
+/// of the ISOBMFF boxes to find the primary item's type and payload, and refuses a canvas
+/// over the pixel limit or unlike the size the image declares.
+enum HEIFStructure {
+    /// Throws `.tooLarge` or `.corrupt` for a derived primary image whose canvas is not
+    /// `width`×`height` (either way round) or exceeds `maxPixels`. Anything it cannot find
+    /// is left to libheif.
+    static func checkCanvas(_ data: UnsafeRawBufferPointer, width: Int, height: Int,
+                            maxPixels: Int) throws(ImagingError) {
+        var reader = BoxReader(data: data)
+        guard let meta = reader.child("meta", in: 0..<data.count), meta.count >= 4 else { return }
+        let children = (meta.lowerBound + 4)..<meta.upperBound  // after version and flags
+        guard let primary = reader.primaryItem(in: children), let type = reader.itemType(primary, in: children),
+              type == "grid" || type == "iovl",
+              let payload = reader.itemPayload(primary, in: children) else { return }
+        guard let canvas = reader.canvasSize(type, payload) else {
+            throw ImagingError(.corrupt, "HEIF: the \(type) item's data is too short for its canvas size")
+        }
+        let (pixels, overflow) = canvas.width.multipliedReportingOverflow(by: canvas.height)
+        if overflow || pixels > maxPixels {
+            throw ImagingError(.tooLarge, "HEIF: the \(type) canvas of \(canvas.width)×\(canvas.height) exceeds the limit "
+                               + "of \(maxPixels) pixels")
+        }
+        let matches = (canvas.width, canvas.height) == (width, height) || (canvas.width, canvas.height) == (height, width)
+        guard matches else {
+            throw ImagingError(.corrupt, "HEIF: the \(type) canvas of \(canvas.width)×\(canvas.height) is not the image's "
+                               + "declared \(width)×\(height)")
+        }
+    }
+
+    /// Bounds-checked reading of ISOBMFF boxes; every accessor returns nil past the data.
+    struct BoxReader {
+        let data: UnsafeRawBufferPointer
+
+        func uint(_ at: Int, _ size: Int) -> Int? {
+            guard size >= 0, size <= 8, at >= 0, at <= data.count - size else { return nil }
+            var value = 0
+            for i in 0..<size { value = value << 8 | Int(data[at + i]) }
+            return value
+        }
+
+        func fourCC(_ at: Int) -> String? {
+            guard at >= 0, at <= data.count - 4 else { return nil }
+            return String(decoding: data[at..<at + 4], as: UTF8.self)
+        }
+
+        /// The boxes directly inside `range`: their type and content range.
+        func boxes(in range: Range<Int>) -> [(type: String, content: Range<Int>)] {
+            var result: [(String, Range<Int>)] = []
+            var at = range.lowerBound
+            while at + 8 <= range.upperBound, let size32 = uint(at, 4), let type = fourCC(at + 4) {
+                var header = 8, size = size32
+                if size32 == 1 {
+                    guard let large = uint(at + 8, 8) else { break }
+                    size = large
+                    header = 16
+                } else if size32 == 0 {
+                    size = range.upperBound - at
+                }
+                guard size >= header, size <= range.upperBound - at else { break }
+                result.append((type, (at + header)..<(at + size)))
+                at += size
+            }
+            return result
+        }
+
+        mutating func child(_ type: String, in range: Range<Int>) -> Range<Int>? {
+            boxes(in: range).first { $0.type == type }?.content
+        }
+
+        mutating func primaryItem(in meta: Range<Int>) -> Int? {
+            guard let pitm = child("pitm", in: meta), let version = uint(pitm.lowerBound, 1) else { return nil }
+            return uint(pitm.lowerBound + 4, version == 0 ? 2 : 4)
+        }
+
+        mutating func itemType(_ item: Int, in meta: Range<Int>) -> String? {
+            guard let iinf = child("iinf", in: meta), let version = uint(iinf.lowerBound, 1) else { return nil }
+            let entries = (iinf.lowerBound + 4 + (version == 0 ? 2 : 4))..<iinf.upperBound
+            for (type, content) in boxes(in: entries) where type == "infe" {
+                guard let infeVersion = uint(content.lowerBound, 1), infeVersion >= 2 else { continue }
+                let idSize = infeVersion == 2 ? 2 : 4
+                guard let id = uint(content.lowerBound + 4, idSize), id == item else { continue }
+                return fourCC(content.lowerBound + 4 + idSize + 2)
+            }
+            return nil
+        }
+
+        /// The first bytes (up to 64) of the item's data, from the file or the `idat` box.
+        mutating func itemPayload(_ item: Int, in meta: Range<Int>) -> [UInt8]? {
+            guard let iloc = child("iloc", in: meta), let version = uint(iloc.lowerBound, 1), version <= 2,
+                  let sizes = uint(iloc.lowerBound + 4, 2) else { return nil }
+            let offsetSize = sizes >> 12, lengthSize = (sizes >> 8) & 15, baseSize = (sizes >> 4) & 15
+            let indexSize = version >= 1 ? sizes & 15 : 0
+            let countSize = version < 2 ? 2 : 4
+            guard var at = Optional(iloc.lowerBound + 6), let count = uint(at, countSize) else { return nil }
+            at += countSize
+            for _ in 0..<min(count, 4096) {
+                let idSize = version < 2 ? 2 : 4
+                guard let id = uint(at, idSize) else { return nil }
+                at += idSize
+                var method = 0
+                if version >= 1 {
+                    guard let field = uint(at, 2) else { return nil }
+                    method = field & 15
+                    at += 2
+                }
+                at += 2  // data reference index
+                guard let base = uint(at, baseSize) else { return nil }
+                at += baseSize
+                guard let extents = uint(at, 2) else { return nil }
+                at += 2
+                var bytes: [UInt8] = []
+                for _ in 0..<extents {
+                    at += indexSize
+                    guard let offset = uint(at, offsetSize), let length = uint(at + offsetSize, lengthSize) else { return nil }
+                    at += offsetSize + lengthSize
+                    guard id == item, bytes.count < 64 else { continue }
+                    var start = base + offset
+                    if method == 1 {
+                        guard let idat = child("idat", in: meta) else { return nil }
+                        start += idat.lowerBound
+                    } else if method != 0 {
+                        return nil
+                    }
+                    let end = length == 0 ? data.count : min(data.count, start + length)
+                    guard start >= 0, start <= end else { return nil }
+                    bytes += data[start..<min(end, start + 64 - bytes.count)]
+                }
+                if id == item { return bytes }
+            }
+            return nil
+        }
+
+        /// A `grid`'s or `iovl`'s output size, from its payload.
+        func canvasSize(_ type: String, _ payload: [UInt8]) -> (width: Int, height: Int)? {
+            guard payload.count >= 2 else { return nil }
+            let wide = payload[1] & 1 != 0, field = wide ? 4 : 2
+            // grid: version, flags, rows − 1, columns − 1; iovl: version, flags, 4 × 16-bit fill.
+            let start = type == "grid" ? 4 : 2 + 8
+            guard payload.count >= start + 2 * field else { return nil }
+            func read(_ at: Int) -> Int { payload[at..<at + field].reduce(0) { $0 << 8 | Int($1) } }
+            return (read(start), read(start + field))
+        }
+    }
+}
