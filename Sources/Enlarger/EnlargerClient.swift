@@ -3,7 +3,8 @@
 import Foundation
 import ZeroMQ
 
-/// A producer's connection to the Enlarger broker: submit JPEG resize requests, stream
+/// A producer's connection to the Enlarger broker: submit resize requests (JPEG, PNG, WebP, HEIC or
+/// AVIF in; the output format chosen by `ResizeOptions.format` or `accept`), stream
 /// their degraded and final results, cancel them.
 ///
 /// **Threads.** One I/O thread, started by `init`, owns the DEALER socket; every method is
@@ -126,8 +127,8 @@ public final class EnlargerClient: Sendable {
     }
 
     /// What `image`'s header says (size, orientation, colour, profile, thumbnail), read by a
-    /// worker without decoding pixels. Fails like a resize would for an input that is not a
-    /// JPEG, is damaged (as `failOn` says) or exceeds the limits.
+    /// worker without decoding pixels. Fails like a resize would for an input in none of the
+    /// formats the worker reads, damaged (as `failOn` says) or over the limits.
     public func info(_ image: [UInt8], failOn: FailOn = .error, id: String = UUID().uuidString,
                      timeout: Duration? = nil) async throws(EnlargerClientError) -> ImageInfo {
         var request = ResizeRequest(id: id, image: image, options: ResizeOptions(failOn: failOn), delivery: .final,

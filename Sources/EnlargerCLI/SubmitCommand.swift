@@ -20,14 +20,16 @@ struct SubmitCommand: AsyncParsableCommand {
             standard error, a progress bar when standard error is a terminal, and a summary: done, \
             failed by code, cancelled, wall time, images/s, time queued apart from processing.
 
-            An input of - is read from standard input (written as OUT/stdin.<ext>). Inputs that \
-            are not JPEGs are refused before anything is sent, naming their format when known.
+            An input of - is read from standard input (written as OUT/stdin.<ext>). Inputs are \
+            recognised by their content; one in none of the formats the service reads (JPEG, PNG, \
+            WebP, HEIC, AVIF) is refused before anything is sent, naming what it looks like. The \
+            extension of each result is the format the worker chose (see --accept).
 
             Ctrl-C (or SIGTERM) cancels every live request at the broker at once, prints their \
             ids and exits with status 130; a second Ctrl-C exits without waiting. The exit code \
             is 1 if any request failed.
 
-            Example: enlarger submit photos/*.jpg --width 720 --height 588 --id-prefix batch7 --out thumbs --json
+            Example: enlarger submit photos/* --width 720 --height 588 --accept image/avif,image/jpeg --id-prefix batch7 --out thumbs --json
             """
     )
 
