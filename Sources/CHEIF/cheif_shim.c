@@ -9,6 +9,7 @@ struct eh_decoder {
     struct heif_context *context;
     struct heif_image_handle *primary;
     struct heif_image_handle *thumbnail;
+    heif_item_id thumbnail_id;
     uint8_t *icc;
     size_t icc_length;
     int nclx;
@@ -71,6 +72,7 @@ eh_decoder *eh_decoder_create(const uint8_t *data, size_t length, int max_side, 
             struct heif_image_handle *thumbnail = NULL;
             if (heif_image_handle_get_thumbnail(decoder->primary, id, &thumbnail).code == heif_error_Ok) {
                 decoder->thumbnail = thumbnail;
+                decoder->thumbnail_id = id;
             }
         }
     }
@@ -131,6 +133,7 @@ void eh_read_info(const eh_decoder *decoder, eh_info *info) {
     if (decoder->thumbnail != NULL) {
         info->thumbnail_width = heif_image_handle_get_width(decoder->thumbnail);
         info->thumbnail_height = heif_image_handle_get_height(decoder->thumbnail);
+        info->thumbnail_id = decoder->thumbnail_id;
     }
     info->icc = decoder->icc;
     info->icc_length = decoder->icc_length;
@@ -188,6 +191,12 @@ eh_status eh_decode(eh_decoder *decoder, int thumbnail, int channels, int width,
 }
 
 const char *eh_message(const eh_decoder *decoder) { return decoder->message; }
+
+void eh_drop_thumbnail(eh_decoder *decoder) {
+    if (decoder->thumbnail != NULL) heif_image_handle_release(decoder->thumbnail);
+    decoder->thumbnail = NULL;
+    decoder->thumbnail_id = 0;
+}
 
 void eh_decoder_destroy(eh_decoder *decoder) {
     if (decoder == NULL) return;

@@ -22,11 +22,28 @@ final class HEIFDecoder: RasterDecoder {
         }
         var info = eh_info()
         eh_read_info(handle, &info)
+        let items = HEIFStructure.items(data)
         do throws(ImagingError) {
-            try HEIFStructure.checkCanvas(data, width: Int(info.width), height: Int(info.height), maxPixels: limits.maxPixels)
+            if items.types.values.contains("av01") {
+                throw ImagingError(.unsupported, "HEIF: AV1-coded items in a file that does not name itself AVIF "
+                                   + "(no 'avif' brand) are not read")
+            }
+            if let primary = items.primary {
+                try HEIFStructure.checkCanvas(data, items: items, item: primary, width: Int(info.width),
+                                              height: Int(info.height), maxPixels: limits.maxPixels)
+            }
         } catch {
             eh_decoder_destroy(handle)
             throw error
+        }
+        // A thumbnail is only a shortcut: one over 1 MP, or failing the same check, is left unused.
+        let thumbnailPixels = Int(info.thumbnail_width) * Int(info.thumbnail_height)
+        if thumbnailPixels > ImagePipeline.maxThumbnailPixels || info.thumbnail_id != 0 && (try? HEIFStructure.checkCanvas(
+            data, items: items, item: Int(info.thumbnail_id), width: Int(info.thumbnail_width),
+            height: Int(info.thumbnail_height), maxPixels: min(limits.maxPixels, ImagePipeline.maxThumbnailPixels))) == nil {
+            eh_drop_thumbnail(handle)
+            info.thumbnail_width = 0
+            info.thumbnail_height = 0
         }
         self.handle = handle
         self.cancel = cancel

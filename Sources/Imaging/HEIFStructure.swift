@@ -1,24 +1,41 @@
 import ImageModel
 
-/// What libheif does not check before decoding: the canvas of a derived primary image. A
-/// `grid` or `iovl` (overlay) item states its canvas size in its own payload, and libheif
-/// 1.15 allocates that canvas without checking it against the item's `ispe` size (which is
-/// what it reports) or any pixel limit: a 1.4 KB overlay declaring 61679×52624 makes it
-/// allocate 3.2 GB and overflow a 32-bit length (found by fuzzing). This reads just enough
-/// of the ISOBMFF boxes to find the primary item's type and payload, and refuses a canvas
-/// over the pixel limit or unlike the size the image declares.
+/// What libheif does not check before decoding, found by fuzzing:
+///
+/// - The canvas of a derived image. A `grid` or `iovl` (overlay) item states its canvas size
+///   in its own payload, and libheif 1.15 allocates that canvas without checking it against
+///   the item's `ispe` size (which is what it reports) or any pixel limit: a 1.4 KB overlay
+///   declaring 61679×52624 makes it allocate 3.2 GB and overflow a 32-bit length, as primary
+///   image or as thumbnail.
+/// - AV1 items: libheif's AV1 decoder leaks on damaged data, so AV1 is read only through
+///   libavif, and a HEIF file holding AV1 items without naming itself AVIF is refused.
+///
+/// This reads just enough of the ISOBMFF boxes (`pitm`, `iinf`, `iloc`, `idat`) to find the
+/// items' types and a derived item's payload.
 enum HEIFStructure {
-    /// Throws `.tooLarge` or `.corrupt` for a derived primary image whose canvas is not
-    /// `width`×`height` (either way round) or exceeds `maxPixels`. Anything it cannot find
-    /// is left to libheif.
-    static func checkCanvas(_ data: UnsafeRawBufferPointer, width: Int, height: Int,
+    /// The items of a HEIF file: the primary item's id and every item's type (empty when
+    /// the boxes cannot be read: libheif then judges).
+    struct Items {
+        var primary: Int?
+        var types: [Int: String] = [:]
+        fileprivate var meta: Range<Int>?
+    }
+
+    static func items(_ data: UnsafeRawBufferPointer) -> Items {
+        var reader = BoxReader(data: data)
+        guard let meta = reader.child("meta", in: 0..<data.count), meta.count >= 4 else { return Items() }
+        let children = (meta.lowerBound + 4)..<meta.upperBound  // after version and flags
+        return Items(primary: reader.primaryItem(in: children), types: reader.itemTypes(in: children), meta: children)
+    }
+
+    /// Throws `.tooLarge` or `.corrupt` when `item` is a derived image (`grid`, `iovl`) whose
+    /// canvas is not `width`×`height` (either way round) or exceeds `maxPixels`. Anything it
+    /// cannot find is left to libheif.
+    static func checkCanvas(_ data: UnsafeRawBufferPointer, items: Items, item: Int, width: Int, height: Int,
                             maxPixels: Int) throws(ImagingError) {
         var reader = BoxReader(data: data)
-        guard let meta = reader.child("meta", in: 0..<data.count), meta.count >= 4 else { return }
-        let children = (meta.lowerBound + 4)..<meta.upperBound  // after version and flags
-        guard let primary = reader.primaryItem(in: children), let type = reader.itemType(primary, in: children),
-              type == "grid" || type == "iovl",
-              let payload = reader.itemPayload(primary, in: children) else { return }
+        guard let meta = items.meta, let type = items.types[item], type == "grid" || type == "iovl",
+              let payload = reader.itemPayload(item, in: meta) else { return }
         guard let canvas = reader.canvasSize(type, payload) else {
             throw ImagingError(.corrupt, "HEIF: the \(type) item's data is too short for its canvas size")
         }
@@ -79,16 +96,18 @@ enum HEIFStructure {
             return uint(pitm.lowerBound + 4, version == 0 ? 2 : 4)
         }
 
-        mutating func itemType(_ item: Int, in meta: Range<Int>) -> String? {
-            guard let iinf = child("iinf", in: meta), let version = uint(iinf.lowerBound, 1) else { return nil }
+        mutating func itemTypes(in meta: Range<Int>) -> [Int: String] {
+            guard let iinf = child("iinf", in: meta), let version = uint(iinf.lowerBound, 1) else { return [:] }
             let entries = (iinf.lowerBound + 4 + (version == 0 ? 2 : 4))..<iinf.upperBound
+            var types: [Int: String] = [:]
             for (type, content) in boxes(in: entries) where type == "infe" {
                 guard let infeVersion = uint(content.lowerBound, 1), infeVersion >= 2 else { continue }
                 let idSize = infeVersion == 2 ? 2 : 4
-                guard let id = uint(content.lowerBound + 4, idSize), id == item else { continue }
-                return fourCC(content.lowerBound + 4 + idSize + 2)
+                guard let id = uint(content.lowerBound + 4, idSize),
+                      let itemType = fourCC(content.lowerBound + 4 + idSize + 2) else { continue }
+                types[id] = itemType
             }
-            return nil
+            return types
         }
 
         /// The first bytes (up to 64) of the item's data, from the file or the `idat` box.

@@ -415,6 +415,27 @@ final class FormatTests: XCTestCase {
         }
         XCTAssertThrowsError(try withBytes(bytes) { raw throws(ImagingError) in try ImagePipeline().info(of: raw) })
         XCTAssertLessThan(ContinuousClock.now - start, .milliseconds(500))
+        // The same bomb as the thumbnail of a 1600×1200 image (itself damaged by the fuzzer):
+        // the thumbnail is left unused, so the run ends with the image's own error at once
+        // (libheif would allocate 3 GB for the thumbnail and crash).
+        let thumbnail = [UInt8](try Data(contentsOf: url.deletingLastPathComponent()
+            .appendingPathComponent("heic-thumbnail-overlay-bomb.heic")))
+        let info = try withBytes(thumbnail) { raw throws(ImagingError) in try ImagePipeline().info(of: raw) }
+        XCTAssertEqual(info.width, 1600)
+        XCTAssertFalse(info.hasEmbeddedThumbnail)
+        let again = ContinuousClock.now
+        var stages: [DegradedSource?] = []
+        XCTAssertThrowsError(try ImagePipeline().run(thumbnail, options: ResizeOptions(width: 64), delivery: .progressive) {
+            stages.append($0.degradedSource)
+        }) { XCTAssertEqual(($0 as? ImagingError)?.code, .truncated, "\($0)") }
+        XCTAssertFalse(stages.contains(.heifThumbnail))
+        XCTAssertLessThan(ContinuousClock.now - again, .seconds(2))
+        // AV1 in a HEIF file without the avif brand would reach libheif's leaking AV1 decoder.
+        let av1 = [UInt8](try Data(contentsOf: url.deletingLastPathComponent()
+            .appendingPathComponent("heif-av1-without-avif-brand.heic")))
+        XCTAssertThrowsError(try TestImages.run(av1, ResizeOptions(width: 64))) { error in
+            XCTAssertEqual((error as? ImagingError)?.code, .unsupported, "\(error)")
+        }
     }
 
     func testDecodePolicyForPNG() throws {

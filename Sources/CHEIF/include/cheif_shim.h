@@ -29,6 +29,7 @@ typedef struct {
     int avif;              // AV1-coded (AVIF) rather than HEVC (HEIC)
     int thumbnail_width;   // of the first thumbnail, 0 when there is none
     int thumbnail_height;
+    uint32_t thumbnail_id; // its item id
     const uint8_t *icc;    // the ICC profile (owned by the decoder), or NULL
     size_t icc_length;
     int nclx;              // colour given as code points (nclx) rather than a profile:
@@ -45,6 +46,9 @@ typedef struct eh_decoder eh_decoder;
 eh_decoder *eh_decoder_create(const uint8_t *data, size_t length, int max_side, eh_status *status,
                               char *message, size_t message_length);
 void eh_read_info(const eh_decoder *decoder, eh_info *info);
+
+/// Forgets the thumbnail (one that must not be decoded).
+void eh_drop_thumbnail(eh_decoder *decoder);
 
 /// Decodes the primary image (`thumbnail` 0) or its first thumbnail (1) to `channels` (3 RGB
 /// or 4 RGBA, not premultiplied), expecting `width` × `height`, into `output` rows `stride`
