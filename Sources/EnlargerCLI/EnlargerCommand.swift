@@ -10,7 +10,8 @@ struct EnlargerCommand: AsyncParsableCommand {
         version: enlargerVersion,
         subcommands: [
             ServeCommand.self, SubmitCommand.self, CancelCommand.self, StatusCommand.self,
-            BrokerCommand.self, WorkerCommand.self, HealthCommand.self, ResizeCommand.self, InfoCommand.self, KeygenCommand.self,
+            BrokerCommand.self, WorkerCommand.self, HealthCommand.self, ResizeCommand.self, InfoCommand.self, SyncCommand.self,
+            KeygenCommand.self,
         ]
     )
 
