@@ -381,6 +381,68 @@ final class CLITests: XCTestCase {
         }
     }
 
+    /// `sync` mirrors a tree through the service, then does only what changed: inserted,
+    /// changed and removed files, new options; an unreadable manifest redoes everything.
+    func testSyncMirrorsATreeAndRedoesOnlyWhatChanged() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(1, client: client)
+        let source = try temporaryDirectory(), out = try temporaryDirectory().appendingPathComponent("thumbs")
+        let sub = source.appendingPathComponent("sub")
+        try FileManager.default.createDirectory(at: sub, withIntermediateDirectories: true)
+        for (file, name) in [("png-rgb8.png", "a.png"), ("webp-lossy.webp", "b.webp"), ("heic-rgb.heic", "sub/c.heic")] {
+            try Data(try SampleImages.bytes(file)).write(to: source.appendingPathComponent(name))
+        }
+        try Data("not an image".utf8).write(to: source.appendingPathComponent("notes.txt"))
+        try Data(try SampleImages.bytes("png-rgb8.png")).write(to: source.appendingPathComponent(".hidden.png"))
+        func sync(_ extra: [String] = []) throws -> (summary: [String: Any], lines: [[String: Any]]) {
+            let result = try run(["sync", source.path, "--out", out.path, "--width", "32", "--broker", cluster.clientsEndpoint,
+                                  "--json"] + extra)
+            XCTAssertEqual(result.status, 0, result.stderr)
+            let lines = try result.stdout.split(separator: "\n").map {
+                try XCTUnwrap(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
+            }
+            return (try XCTUnwrap(lines.last), Array(lines.dropLast()))
+        }
+        func counts(_ summary: [String: Any]) -> [Int] {
+            ["inserted", "changed", "removed", "unchanged", "skipped", "failed"].map { summary[$0] as? Int ?? -1 }
+        }
+        let first = try sync()
+        XCTAssertEqual(counts(first.summary), [3, 0, 0, 0, 1, 0], "\(first)")
+        for name in ["a.jpg", "b.jpg", "sub/c.jpg"] {
+            let bytes = [UInt8](try Data(contentsOf: out.appendingPathComponent(name)))
+            XCTAssertEqual(Array(bytes.prefix(2)), [0xFF, 0xD8], name)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out.appendingPathComponent(".hidden.jpg").path))
+        let submitted = try await client.status().totals.submitted
+
+        // Nothing changed: nothing is sent.
+        XCTAssertEqual(counts(try sync().summary), [0, 0, 0, 3, 1, 0])
+        let afterIdle = try await client.status().totals.submitted
+        XCTAssertEqual(afterIdle, submitted)
+
+        // A changed file, a removed one, a new one.
+        try Data(try SampleImages.bytes("png-gray8.png")).write(to: source.appendingPathComponent("a.png"))
+        try FileManager.default.removeItem(at: source.appendingPathComponent("b.webp"))
+        try Data(try SampleImages.bytes("avif-rgb.avif")).write(to: sub.appendingPathComponent("d.avif"))
+        let third = try sync()
+        XCTAssertEqual(counts(third.summary), [1, 1, 1, 1, 1, 0], "\(third)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out.appendingPathComponent("b.jpg").path))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: out.appendingPathComponent("sub/d.jpg").path))
+
+        // Other options: every thumbnail again, in the chosen format; the old ones go.
+        let fourth = try sync(["--format", "png"])
+        XCTAssertEqual(counts(fourth.summary), [0, 3, 0, 0, 1, 0], "\(fourth)")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: out.appendingPathComponent("a.png").path))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out.appendingPathComponent("a.jpg").path))
+
+        // An unreadable manifest: everything is made again.
+        try Data("{".utf8).write(to: out.appendingPathComponent(".enlarger-sync.json"))
+        XCTAssertEqual(counts(try sync(["--format", "png"]).summary), [3, 0, 0, 0, 1, 0])
+        await client.close()
+    }
+
     // MARK: - Operators
 
     /// `serve` with its metrics port from the environment: health checks pass, the broker's
