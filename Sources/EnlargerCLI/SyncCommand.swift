@@ -26,6 +26,11 @@ struct SyncCommand: AsyncParsableCommand {
             unchanged, skipped, failed by code), or one JSON object per file and a summary \
             with --json. The exit code is 1 if any file failed.
 
+            With --watch it goes on after the first pass: file-system notifications (inotify) \
+            name the files inserted, changed, renamed or removed, and only those are processed, a \
+            summary per pass; a full pass runs again when the notifications cannot tell what \
+            changed. Ctrl-C stops it.
+
             Example: enlarger sync photos --out thumbs --width 320 --height 320 --accept image/webp,image/jpeg
             """
     )
@@ -40,6 +45,12 @@ struct SyncCommand: AsyncParsableCommand {
 
     @Flag(help: "Print one JSON object per file processed, then a summary.")
     var json = false
+
+    @Flag(help: ArgumentHelp(
+        "Keep watching SRC after the first pass and mirror each change as it happens (until Ctrl-C).",
+        discussion: "File-system notifications name what changed; only those files are processed. When they "
+            + "cannot tell (the notification queue overflowed, a watch was lost), a full pass reconciles everything."))
+    var watch = false
 
     @Option(help: "Requests outstanding at once.")
     var inFlight = 16
@@ -59,51 +70,16 @@ struct SyncCommand: AsyncParsableCommand {
 
     func run() async throws {
         try OutputDirectory.prepare(out)
-        let options = image.resizeOptions
-        let tree = try SyncTree.scan(source, excluding: out)
-        let manifestPath = (out as NSString).appendingPathComponent(SyncManifest.fileName)
-        var manifest = SyncManifest.load(manifestPath)
-        let spec = SyncManifest.specKey(options)
-        if manifest.spec != spec {
-            // Other options: every thumbnail is made again (the old ones are replaced or removed).
-            manifest.spec = spec
-            for key in manifest.entries.keys { manifest.entries[key]?.version = nil }
+        let syncer = try Syncer(source: source, out: out, options: image.resizeOptions, json: json, inFlight: inFlight,
+                                maxBytes: maxBytes)
+        let configuration = try service.clientConfiguration()
+        let failed = try await withEnlargerClient(brokerEndpoint: service.clientEndpoint, configuration: configuration) {
+            client in
+            var failed = await syncer.fullPass(client: client)
+            if watch { failed += try await SyncWatcher(syncer: syncer).run(client: client) }
+            return failed
         }
-        let plan = SyncPlan(tree: tree, manifest: manifest, out: out)
-        var report = SyncReport(json: json)
-        report.unchanged = plan.unchanged.count
-        // Removed first: their names may be reused by inserted files with another extension.
-        for path in plan.removed {
-            if let output = manifest.entries[path]?.output { unlink((out as NSString).appendingPathComponent(output)) }
-            manifest.entries[path] = nil
-            report.record(path, "removed")
-        }
-        let start = ContinuousClock.now
-        let work = plan.inserted.map { ($0, "inserted") } + plan.changed.map { ($0, "changed") }
-        if !work.isEmpty {
-            let configuration = try service.clientConfiguration()
-            let outcomes = try await withEnlargerClient(brokerEndpoint: service.clientEndpoint,
-                                                        configuration: configuration) { client in
-                await SyncCommand.process(work, tree: tree, client: client, options: options, out: out,
-                                          maxBytes: maxBytes, inFlight: inFlight)
-            }
-            for outcome in outcomes {
-                switch outcome.result {
-                case .written(let output):
-                    let old = manifest.entries[outcome.path]?.output
-                    if let old, old != output { unlink((out as NSString).appendingPathComponent(old)) }
-                    manifest.entries[outcome.path] = SyncManifest.Entry(version: tree.files[outcome.path]!, output: output)
-                    report.record(outcome.path, outcome.action, output: output)
-                case .skipped(let why):
-                    report.skip(outcome.path, why)
-                case .failed(let code, let message):
-                    report.fail(outcome.path, code: code, message: message)
-                }
-            }
-        }
-        try manifest.save(manifestPath)
-        report.finish(source: source, out: out, elapsed: ContinuousClock.now - start)
-        if report.failed > 0 { throw ExitCode(1) }
+        if failed > 0 { throw ExitCode(1) }
     }
 
     enum Result: Sendable {
@@ -120,7 +96,7 @@ struct SyncCommand: AsyncParsableCommand {
 
     /// Sends `work` (relative paths and what they are) with at most `inFlight` outstanding,
     /// writing each thumbnail as its final arrives.
-    static func process(_ work: [(String, String)], tree: SyncTree, client: EnlargerClient, options: ResizeOptions,
+    static func process(_ work: [(String, String)], root: String, client: EnlargerClient, options: ResizeOptions,
                         out: String, maxBytes: Int, inFlight: Int) async -> [Outcome] {
         await withTaskGroup(of: Outcome.self) { group in
             var outcomes: [Outcome] = []
@@ -130,7 +106,7 @@ struct SyncCommand: AsyncParsableCommand {
                 next += 1
                 group.addTask {
                     Outcome(path: path, action: action,
-                            result: await one(path, tree: tree, client: client, options: options, out: out, maxBytes: maxBytes))
+                            result: await one(path, root: root, client: client, options: options, out: out, maxBytes: maxBytes))
                 }
             }
             while next < min(inFlight, work.count) { add() }
@@ -142,11 +118,11 @@ struct SyncCommand: AsyncParsableCommand {
         }
     }
 
-    private static func one(_ path: String, tree: SyncTree, client: EnlargerClient, options: ResizeOptions, out: String,
+    private static func one(_ path: String, root: String, client: EnlargerClient, options: ResizeOptions, out: String,
                             maxBytes: Int) async -> Result {
         let bytes: [UInt8]
         do {
-            bytes = try InputFile.read(path: (tree.root as NSString).appendingPathComponent(path), maxBytes: maxBytes)
+            bytes = try InputFile.read(path: (root as NSString).appendingPathComponent(path), maxBytes: maxBytes)
         } catch {
             return error.code == .tooLarge ? .skipped(error.message) : .failed(code: error.code.rawValue, message: error.message)
         }
@@ -178,7 +154,7 @@ struct SyncTree: Sendable {
 
     /// Regular files below `root` (symbolic links not followed), names starting with a dot
     /// left out, and the output directory when it lies inside.
-    static func scan(_ root: String, excluding out: String) throws -> SyncTree {
+    static func scan(_ root: String, excluding out: String, below start: String = "") throws -> SyncTree {
         let base = URL(fileURLWithPath: root).standardizedFileURL.path
         let outPath = URL(fileURLWithPath: out).standardizedFileURL.path
         var files: [String: SyncManifest.Version] = [:]
@@ -196,7 +172,7 @@ struct SyncTree: Sendable {
                 }
             }
         }
-        try walk("")
+        try walk(start)
         return SyncTree(root: base, files: files)
     }
 }
@@ -207,17 +183,22 @@ struct SyncPlan {
     var changed: [String] = []
     var removed: [String] = []
     var unchanged: [String] = []
+    /// The versions the plan was made from: what the manifest records once a file is done.
+    var files: [String: SyncManifest.Version]
 
-    init(tree: SyncTree, manifest: SyncManifest, out: String) {
-        for path in tree.files.keys.sorted() {
+    /// `files` (relative path → version) as they are now, against `manifest`; `removed`: the
+    /// manifest's paths that are gone.
+    init(files: [String: SyncManifest.Version], removed: [String], manifest: SyncManifest, out: String) {
+        self.files = files
+        for path in files.keys.sorted() {
             guard let entry = manifest.entries[path] else {
                 inserted.append(path)
                 continue
             }
             let present = FileManager.default.fileExists(atPath: (out as NSString).appendingPathComponent(entry.output))
-            if entry.version == tree.files[path] && present { unchanged.append(path) } else { changed.append(path) }
+            if entry.version == files[path] && present { unchanged.append(path) } else { changed.append(path) }
         }
-        removed = manifest.entries.keys.filter { tree.files[$0] == nil }.sorted()
+        self.removed = removed.filter { manifest.entries[$0] != nil }.sorted()
     }
 }
 
@@ -284,6 +265,12 @@ struct SyncReport {
 
     init(json: Bool) { self.json = json }
 
+    /// One line on standard output, written at once (unbuffered: a watcher's lines must not
+    /// wait in a buffer when the output is a pipe).
+    static func emit(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    }
+
     mutating func record(_ path: String, _ action: String, output: String? = nil) {
         switch action {
         case "inserted": inserted += 1
@@ -295,7 +282,7 @@ struct SyncReport {
             line.add("path", path)
             line.add("action", action)
             if let output { line.add("output", output) }
-            print(line.text)
+            SyncReport.emit(line.text)
         }
     }
 
@@ -306,7 +293,7 @@ struct SyncReport {
             line.add("path", path)
             line.add("action", "skipped")
             line.add("reason", why)
-            print(line.text)
+            SyncReport.emit(line.text)
         }
     }
 
@@ -319,30 +306,31 @@ struct SyncReport {
             line.add("action", "failed")
             line.add("code", code)
             line.add("message", message)
-            print(line.text)
+            SyncReport.emit(line.text)
         } else {
             FileHandle.standardError.write(Data("\(path): error \(code): \(message)\n".utf8))
         }
     }
 
-    func finish(source: String, out: String, elapsed: Duration) {
+    func finish(source: String, out: String, pass: String, elapsed: Duration) {
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18
         let sent = inserted + changed + failed
         if json {
             var line = JSONLine()
             line.add("summary", true)
+            line.add("pass", pass)
             for (name, value) in [("inserted", inserted), ("changed", changed), ("removed", removed),
                                   ("unchanged", unchanged), ("skipped", skipped), ("failed", failed)] {
                 line.add(name, value)
             }
             line.add("seconds", seconds)
-            print(line.text)
+            SyncReport.emit(line.text)
             return
         }
         let failedText = failures.isEmpty ? "0 failed"
             : "\(failed) failed (" + failures.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") + ")"
         let rate = sent > 0 && seconds > 0 ? String(format: ", %.1f files/s", Double(sent) / seconds) : ""
-        print("sync \(source) -> \(out): \(inserted) inserted, \(changed) changed, \(removed) removed, "
+        SyncReport.emit("sync \(source) -> \(out) (\(pass) pass): \(inserted) inserted, \(changed) changed, \(removed) removed, "
               + "\(unchanged) unchanged, \(skipped) skipped, \(failedText)" + rate)
     }
 }

@@ -443,6 +443,73 @@ final class CLITests: XCTestCase {
         await client.close()
     }
 
+    /// `sync --watch` mirrors changes as they happen: a file added, renamed, rewritten, a
+    /// directory created with an image in it, a directory removed. Stopped, then changed, then
+    /// started again, its first (full) pass reconciles what it missed.
+    func testSyncWatchMirrorsChangesAsTheyHappen() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(1, client: client)
+        await client.close()
+        let source = try temporaryDirectory(), out = try temporaryDirectory()
+        let sub = source.appendingPathComponent("sub")
+        try FileManager.default.createDirectory(at: sub, withIntermediateDirectories: true)
+        try Data(try SampleImages.bytes("png-rgb8.png")).write(to: source.appendingPathComponent("a.png"))
+        try Data(try SampleImages.bytes("heic-rgb.heic")).write(to: sub.appendingPathComponent("c.heic"))
+        func exists(_ name: String) -> Bool { FileManager.default.fileExists(atPath: out.appendingPathComponent(name).path) }
+        func eventually(_ what: String, _ condition: () -> Bool) {
+            let deadline = ContinuousClock.now + .seconds(15)
+            while !condition() && ContinuousClock.now < deadline { usleep(20_000) }
+            XCTAssertTrue(condition(), what)
+        }
+        func start() throws -> (Process, SharedText) {
+            let process = Process()
+            process.executableURL = Cluster.enlargerBinary
+            process.arguments = ["sync", source.path, "--out", out.path, "--width", "32", "--broker", cluster.clientsEndpoint,
+                                 "--watch", "--json"]
+            process.environment = Self.environment([:])
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            process.standardError = pipe
+            let text = SharedText()
+            pipe.fileHandleForReading.readabilityHandler = { handle in text.append(handle.availableData) }
+            try process.run()
+            return (process, text)
+        }
+        var (watcher, text) = try start()
+        eventually("the first pass") { text.value.contains("\"pass\":\"full\"") }
+        XCTAssertTrue(exists("a.jpg") && exists("sub/c.jpg"), text.value)
+
+        try Data(try SampleImages.bytes("webp-lossy.webp")).write(to: source.appendingPathComponent("b.webp"))
+        eventually("an added file") { exists("b.jpg") }
+        try FileManager.default.moveItem(at: source.appendingPathComponent("a.png"), to: source.appendingPathComponent("a2.png"))
+        eventually("a renamed file") { exists("a2.jpg") && !exists("a.jpg") }
+        let before = try Data(contentsOf: out.appendingPathComponent("b.jpg"))
+        try Data(try SampleImages.bytes("png-gray8.png")).write(to: source.appendingPathComponent("b.webp"))
+        eventually("a rewritten file") { (try? Data(contentsOf: out.appendingPathComponent("b.jpg"))) != before }
+        let fresh = source.appendingPathComponent("new")
+        try FileManager.default.createDirectory(at: fresh, withIntermediateDirectories: true)
+        try Data(try SampleImages.bytes("avif-rgb.avif")).write(to: fresh.appendingPathComponent("d.avif"))
+        eventually("a file in a new directory") { exists("new/d.jpg") }
+        try FileManager.default.removeItem(at: sub)
+        eventually("a removed directory") { !exists("sub/c.jpg") }
+        XCTAssertTrue(text.value.contains("\"pass\":\"incremental\""), text.value)
+        watcher.terminate()
+        watcher.waitUntilExit()
+        XCTAssertEqual(watcher.terminationStatus, 0, text.value)
+
+        // Changed while nobody watched: the next start's full pass catches up.
+        try FileManager.default.removeItem(at: source.appendingPathComponent("a2.png"))
+        try Data(try SampleImages.bytes("png-rgb8.png")).write(to: fresh.appendingPathComponent("e.png"))
+        (watcher, text) = try start()
+        eventually("the catching-up pass") { text.value.contains("\"pass\":\"full\"") }
+        XCTAssertTrue(text.value.contains("\"inserted\":1,\"changed\":0,\"removed\":1,\"unchanged\":2"), text.value)
+        XCTAssertTrue(exists("new/e.jpg") && !exists("a2.jpg"))
+        watcher.terminate()
+        watcher.waitUntilExit()
+    }
+
     // MARK: - Operators
 
     /// `serve` with its metrics port from the environment: health checks pass, the broker's
@@ -614,6 +681,15 @@ final class CLITests: XCTestCase {
 }
 
 /// A value written by one thread and read by another after a semaphore.
+/// Text appended by one thread and read by another.
+private final class SharedText: @unchecked Sendable {
+    private let lock = NSLock()
+    private var text = ""
+
+    func append(_ data: Data) { lock.withLock { text += String(decoding: data, as: UTF8.self) } }
+    var value: String { lock.withLock { text } }
+}
+
 private final class Lockbox<Value>: @unchecked Sendable {
     var value: Value
     init(_ value: Value) { self.value = value }
