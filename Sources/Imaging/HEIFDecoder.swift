@@ -32,6 +32,12 @@ final class HEIFDecoder: RasterDecoder {
                 try HEIFStructure.checkCanvas(data, items: items, item: primary, width: Int(info.width),
                                               height: Int(info.height), maxPixels: limits.maxPixels)
             }
+            // Alpha, depth and other auxiliary images are decoded with the primary: none may be
+            // larger than it.
+            let bound = min(limits.maxPixels, Int(info.width) * Int(info.height))
+            for (item, _) in items.types where item != items.primary && item != Int(info.thumbnail_id) {
+                try HEIFStructure.checkCanvas(data, items: items, item: item, maxPixels: bound)
+            }
         } catch {
             eh_decoder_destroy(handle)
             throw error

@@ -6,7 +6,8 @@ import ImageModel
 ///   in its own payload, and libheif 1.15 allocates that canvas without checking it against
 ///   the item's `ispe` size (which is what it reports) or any pixel limit: a 1.4 KB overlay
 ///   declaring 61679×52624 makes it allocate 3.2 GB and overflow a 32-bit length, as primary
-///   image or as thumbnail.
+///   image, as thumbnail or as the primary's alpha (auxiliary) image. Every derived item is
+///   checked: the primary's canvas must be its declared size; no other may be larger than it.
 /// - AV1 items: libheif's AV1 decoder leaks on damaged data, so AV1 is read only through
 ///   libavif, and a HEIF file holding AV1 items without naming itself AVIF is refused.
 ///
@@ -29,9 +30,9 @@ enum HEIFStructure {
     }
 
     /// Throws `.tooLarge` or `.corrupt` when `item` is a derived image (`grid`, `iovl`) whose
-    /// canvas is not `width`×`height` (either way round) or exceeds `maxPixels`. Anything it
-    /// cannot find is left to libheif.
-    static func checkCanvas(_ data: UnsafeRawBufferPointer, items: Items, item: Int, width: Int, height: Int,
+    /// canvas exceeds `maxPixels` or, when a size is given, is not `width`×`height` (either
+    /// way round). Anything it cannot find is left to libheif.
+    static func checkCanvas(_ data: UnsafeRawBufferPointer, items: Items, item: Int, width: Int? = nil, height: Int? = nil,
                             maxPixels: Int) throws(ImagingError) {
         var reader = BoxReader(data: data)
         guard let meta = items.meta, let type = items.types[item], type == "grid" || type == "iovl",
@@ -44,6 +45,7 @@ enum HEIFStructure {
             throw ImagingError(.tooLarge, "HEIF: the \(type) canvas of \(canvas.width)×\(canvas.height) exceeds the limit "
                                + "of \(maxPixels) pixels")
         }
+        guard let width, let height else { return }
         let matches = (canvas.width, canvas.height) == (width, height) || (canvas.width, canvas.height) == (height, width)
         guard matches else {
             throw ImagingError(.corrupt, "HEIF: the \(type) canvas of \(canvas.width)×\(canvas.height) is not the image's "

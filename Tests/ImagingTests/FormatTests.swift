@@ -430,6 +430,14 @@ final class FormatTests: XCTestCase {
         }) { XCTAssertEqual(($0 as? ImagingError)?.code, .truncated, "\($0)") }
         XCTAssertFalse(stages.contains(.heifThumbnail))
         XCTAssertLessThan(ContinuousClock.now - again, .seconds(2))
+        // The bomb as the primary's alpha (auxiliary) image: refused, at once.
+        let auxiliary = [UInt8](try Data(contentsOf: url.deletingLastPathComponent()
+            .appendingPathComponent("heic-auxiliary-overlay-bomb.heic")))
+        let third = ContinuousClock.now
+        XCTAssertThrowsError(try TestImages.run(auxiliary, ResizeOptions(width: 64))) { error in
+            XCTAssertEqual((error as? ImagingError)?.code, .tooLarge, "\(error)")
+        }
+        XCTAssertLessThan(ContinuousClock.now - third, .milliseconds(500))
         // AV1 in a HEIF file without the avif brand would reach libheif's leaking AV1 decoder.
         let av1 = [UInt8](try Data(contentsOf: url.deletingLastPathComponent()
             .appendingPathComponent("heif-av1-without-avif-brand.heic")))
