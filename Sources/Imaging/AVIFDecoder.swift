@@ -60,14 +60,11 @@ final class AVIFDecoder: RasterDecoder {
 
     func decode(shrink: Int) throws(ImagingError) -> DecodedRaster {
         let (width, height, channels) = (header.width, header.height, header.channels)
-        var translucent = false
-        let pixels = try PixelBuffer.make(width: width, height: height, channels: channels, allocator: allocator,
-                                          what: "the decoded image") { (buffer) throws(ImagingError) in
+        return try RasterDecoders.decoded(width: width, height: height, channels: channels, allocator: allocator,
+                                          what: "the decoded image", cancel: cancel) { (buffer) throws(ImagingError) in
             let status = ea_decode(handle, Int32(channels), buffer.baseAddress!, width * channels, cancel?.storage)
             guard status == EA_OK else { throw Self.error(status, String(cString: ea_message(handle))) }
-            if channels == 4 { translucent = try RasterDecoders.premultiply(buffer, cancel: cancel) }
         }
-        return DecodedRaster(pixels: pixels, translucent: translucent)
     }
 
     private static func error(_ status: ea_status, _ message: String) -> ImagingError {

@@ -85,15 +85,13 @@ final class HEIFDecoder: RasterDecoder {
 
     private func decode(thumbnail: Bool, width: Int, height: Int) throws(ImagingError) -> DecodedRaster {
         let channels = header.channels
-        var translucent = false
-        let pixels = try PixelBuffer.make(width: width, height: height, channels: channels, allocator: allocator,
-                                          what: thumbnail ? "the decoded thumbnail" : "the decoded image") { (buffer) throws(ImagingError) in
+        return try RasterDecoders.decoded(width: width, height: height, channels: channels, allocator: allocator,
+                                          what: thumbnail ? "the decoded thumbnail" : "the decoded image",
+                                          cancel: cancel) { (buffer) throws(ImagingError) in
             let status = eh_decode(handle, thumbnail ? 1 : 0, Int32(channels), Int32(width), Int32(height),
                                    buffer.baseAddress!, width * channels, cancel?.storage)
             guard status == EH_OK else { throw Self.error(status, String(cString: eh_message(handle))) }
-            if channels == 4 { translucent = try RasterDecoders.premultiply(buffer, cancel: cancel) }
         }
-        return DecodedRaster(pixels: pixels, translucent: translucent)
     }
 
     private static func error(_ status: eh_status, _ message: String) -> ImagingError {

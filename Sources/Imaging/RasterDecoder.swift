@@ -119,6 +119,20 @@ enum RasterDecoders {
         return EXIFMetadata(tiff: tiff).orientation
     }
 
+    /// A buffer from `allocator` that `fill` decodes into (straight RGBA when `channels` is
+    /// 4), premultiplied after it: what every decoder that writes a whole image returns.
+    static func decoded(width: Int, height: Int, channels: Int, allocator: BufferAllocator, what: String,
+                        cancel: CancellationFlag?,
+                        fill: (UnsafeMutableBufferPointer<UInt8>) throws(ImagingError) -> Void) throws(ImagingError) -> DecodedRaster {
+        var translucent = false
+        let pixels = try PixelBuffer.make(width: width, height: height, channels: channels, allocator: allocator,
+                                          what: what) { (buffer) throws(ImagingError) in
+            try fill(buffer)
+            if channels == 4 { translucent = try premultiply(buffer, cancel: cancel) }
+        }
+        return DecodedRaster(pixels: pixels, translucent: translucent)
+    }
+
     /// Premultiplies a freshly decoded RGBA buffer in place, in bands between cancellation
     /// checks; returns whether it has real transparency.
     static func premultiply(_ buffer: UnsafeMutableBufferPointer<UInt8>, cancel: CancellationFlag?) throws(ImagingError) -> Bool {

@@ -35,17 +35,14 @@ final class WebPDecoder: RasterDecoder {
         let shrink = min(shrink, maxShrink)
         let width = RasterDecoders.shrunk(header.width, shrink), height = RasterDecoders.shrunk(header.height, shrink)
         let channels = header.channels
-        var translucent = false
-        let pixels = try PixelBuffer.make(width: width, height: height, channels: channels, allocator: allocator,
-                                          what: "the decoded image") { (buffer) throws(ImagingError) in
+        return try RasterDecoders.decoded(width: width, height: height, channels: channels, allocator: allocator,
+                                          what: "the decoded image", cancel: cancel) { (buffer) throws(ImagingError) in
             var message = [CChar](repeating: 0, count: 160)
             let status = ew_decode(data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count,
                                    Int32(width), Int32(height), Int32(channels), buffer.baseAddress!, width * channels,
                                    buffer.count, cancel?.storage, &message, message.count)
             guard status == EW_OK else { throw Self.error(status, message) }
-            if channels == 4 { translucent = try RasterDecoders.premultiply(buffer, cancel: cancel) }
         }
-        return DecodedRaster(pixels: pixels, translucent: translucent)
     }
 
     private static func error(_ status: ew_status, _ message: [CChar]) -> ImagingError {

@@ -409,10 +409,13 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
   /// Failed: the image data ends before the image does.
   case truncated // = 8
 
-  /// Failed: damaged markers, tables or entropy-coded data.
+  /// Failed: damaged data: JPEG markers, tables or entropy-coded data; PNG chunks or
+  /// checksums; a WebP bitstream; HEIF boxes, or a derived image whose canvas is not its
+  /// declared size.
   case corrupt // = 9
 
-  /// Failed: a valid JPEG this build cannot decode (12-bit, lossless, arithmetic, ...).
+  /// Failed: a valid image this build cannot decode: 12-bit or lossless JPEG, a PNG with an
+  /// unknown critical chunk, AV1 items in a HEIF file without the avif brand, ...
   case unsupported // = 10
 
   /// Rejected, Failed: the input is over a byte or pixel limit.
