@@ -17,6 +17,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
     ],
     targets: [
         // C: libjpeg-turbo behind setjmp guards (libjpeg's error recovery is longjmp).
@@ -67,13 +68,17 @@ let package = Package(
             name: "EnlargerWorker",
             dependencies: [
                 "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Imaging", "Locking", "Telemetry",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
         ),
         .target(
             name: "Enlarger",
-            dependencies: ["EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Locking", "Timekeeping"]
+            dependencies: [
+                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Locking", "Timekeeping",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
         // What the two executables share: finding a broker (`--broker`, `--runtime-dir`) and errors.
         .target(
@@ -96,6 +101,7 @@ let package = Package(
                 "ImageModel", "Imaging", "Enlarger", "EnlargerWorker", "EnlargerProtocol", "EnlargerTransport", "ZeroMQ",
                 "CLISupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -118,7 +124,10 @@ let package = Package(
         ),
         .testTarget(
             name: "EnlargerWorkerTests",
-            dependencies: ["EnlargerWorker", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "ImageModel", "Imaging", "TestSupport"]
+            dependencies: [
+                "EnlargerWorker", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "ImageModel", "Imaging", "TestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
         .testTarget(
             name: "EnlargerClientTests",

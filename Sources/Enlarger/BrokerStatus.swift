@@ -34,6 +34,20 @@ public struct BrokerStatus: Sendable, Equatable {
         public var clientSendsDeferred: UInt64
         public var jobsQuarantined: UInt64
         public var protocolBreaches: UInt64
+        /// Requests answered from the result cache; requests with a digest it could not
+        /// answer; requests that joined an identical request's job.
+        public var cacheHits: UInt64
+        public var cacheMisses: UInt64
+        public var jobsShared: UInt64
+    }
+
+    /// The broker's result cache: results held and their bytes, its limit (0: off), and
+    /// results dropped to make room.
+    public struct Cache: Sendable, Equatable {
+        public var entries: Int
+        public var bytes: UInt64
+        public var limitBytes: UInt64
+        public var evictions: UInt64
     }
 
     /// Registered workers, in registration order.
@@ -41,7 +55,7 @@ public struct BrokerStatus: Sendable, Equatable {
     /// Accepted requests waiting for a worker, and the most that may wait.
     public var queueDepth: Int
     public var queueLimit: Int
-    /// Requests currently held by a worker.
+    /// Jobs currently held by a worker (identical requests share one).
     public var inFlight: Int
     /// Client connections with live requests.
     public var clients: Int
@@ -49,6 +63,7 @@ public struct BrokerStatus: Sendable, Equatable {
     /// Bytes of results waiting at the broker for clients that are not reading.
     public var clientBytesWaiting: UInt64
     public var totals: Totals
+    public var cache: Cache
 
     init(_ reply: Enlarger_V1_StatusReply) {
         workers = reply.workers.map {
@@ -71,6 +86,9 @@ public struct BrokerStatus: Sendable, Equatable {
             clientsVanished: totals.clientsVanished, unroutable: totals.unroutable,
             cancelAcksTimedOut: totals.cancelAcksTimedOut, deadlinesExceeded: totals.deadlinesExceeded,
             clientSendsDeferred: totals.clientSendsDeferred, jobsQuarantined: totals.jobsQuarantined,
-            protocolBreaches: totals.protocolBreaches)
+            protocolBreaches: totals.protocolBreaches, cacheHits: totals.cacheHits, cacheMisses: totals.cacheMisses,
+            jobsShared: totals.jobsShared)
+        cache = Cache(entries: Int(reply.cache.entries), bytes: reply.cache.bytes, limitBytes: reply.cache.limitBytes,
+                      evictions: reply.cache.evictions)
     }
 }

@@ -247,6 +247,7 @@ extension RequestEvent {
         let bytes = image.withUnsafeBytes { Array($0) }
         var encoded = EncodedImage(bytes: bytes, width: Int(result.width), height: Int(result.height), format: format)
         encoded.notes = result.notes
+        encoded.cached = result.cached
         switch result.stage {
         case .degraded: return .success(.degraded(encoded))
         case .final: return .success(.final(encoded))

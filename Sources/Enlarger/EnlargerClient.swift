@@ -119,9 +119,19 @@ public final class EnlargerClient: Sendable {
     /// calling task cancels the request and throws `.cancelled`.
     public func resize(_ image: [UInt8], options: ResizeOptions, id: String = UUID().uuidString,
                        timeout: Duration? = nil) async throws(EnlargerClientError) -> EncodedImage {
-        let request = ResizeRequest(id: id, image: image, options: options, delivery: .final, timeout: timeout)
+        try await resize(ResizeRequest(id: id, image: image, options: options, delivery: .final, timeout: timeout))
+    }
+
+    /// Runs `request` and returns its terminal result: the final one, or the degraded one
+    /// for delivery `.degraded`. Cancelling the calling task cancels the request and throws
+    /// `.cancelled`.
+    public func resize(_ request: ResizeRequest) async throws(EnlargerClientError) -> EncodedImage {
         for try await event in submit(request) {
-            if case .final(let result) = event { return result }
+            switch event {
+            case .final(let result): return result
+            case .degraded(let result) where request.delivery == .degraded: return result
+            case .accepted, .started, .degraded, .info: continue
+            }
         }
         throw .cancelled
     }

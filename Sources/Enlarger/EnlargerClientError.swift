@@ -36,7 +36,7 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
     public enum Code: String, Sendable, Equatable {
         case duplicateID, workerLost, overloaded, malformed, invalidArgument, notJPEG, empty, truncated,
              corrupt, unsupported, tooLarge, tooManyScans, encodeFailed, `internal`, brokerShutdown,
-             deadlineExceeded, clientSilent, requestLost, unauthorized
+             deadlineExceeded, clientSilent, requestLost, unauthorized, digestMismatch
         /// A code this version of the library does not know.
         case unknown
     }
@@ -64,6 +64,7 @@ extension EnlargerClientError.Code {
         case .clientSilent: self = .clientSilent
         case .requestLost: self = .requestLost
         case .unauthorized: self = .unauthorized
+        case .digestMismatch: self = .digestMismatch
         case .unspecified, .UNRECOGNIZED: self = .unknown
         }
     }

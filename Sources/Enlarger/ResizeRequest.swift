@@ -1,13 +1,14 @@
+import Crypto
 import EnlargerProtocol
 import Foundation
 import ImageModel
 
-/// One JPEG to resize, as submitted to the broker.
+/// One image to resize, as submitted to the broker.
 public struct ResizeRequest: Sendable {
     /// Chosen by the producer: 1 to 64 bytes of UTF-8, unique among the broker's live
     /// requests. A random UUID by default.
     public var id: String
-    /// The source JPEG.
+    /// The source image (JPEG, PNG, WebP, HEIC or AVIF).
     public var image: [UInt8]
     public var options: ResizeOptions
     public var delivery: Delivery
@@ -17,17 +18,23 @@ public struct ResizeRequest: Sendable {
     /// time (unreachable), the client fails the request itself one heartbeat interval later.
     /// At most 49 days (the wire's 32-bit milliseconds); the broker may shorten it.
     public var timeout: Duration?
+    /// Sends the image's SHA-256 with it, so that the broker may answer from its result
+    /// cache, or let this request share one job with identical ones in flight (the worker
+    /// checks the digest before its result is shared). On by default; hashing costs the
+    /// caller about a millisecond per 2 MB.
+    public var sharesResults = true
     /// Only the header's facts are asked for (`EnlargerClient.info`): of the options only
     /// `failOn` counts.
     var infoOnly = false
 
     public init(id: String = UUID().uuidString, image: [UInt8], options: ResizeOptions,
-                delivery: Delivery = .progressive, timeout: Duration? = nil) {
+                delivery: Delivery = .progressive, timeout: Duration? = nil, sharesResults: Bool = true) {
         self.id = id
         self.image = image
         self.options = options
         self.delivery = delivery
         self.timeout = timeout
+        self.sharesResults = sharesResults
     }
 
     /// The Submit header, or the error the request fails with before anything is sent.
@@ -76,6 +83,7 @@ public struct ResizeRequest: Sendable {
         case .degraded: .degraded
         }
         if infoOnly { submit.delivery = .info }
+        if sharesResults { submit.source.inline.sha256 = Data(SHA256.hash(data: image)) }
         if let timeout {
             guard timeout > .zero, timeout.milliseconds <= UInt64(UInt32.max) else {
                 throw .rejected(.invalidArgument, "timeout must be positive and at most \(UInt32.max) ms")

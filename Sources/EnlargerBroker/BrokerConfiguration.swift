@@ -46,6 +46,16 @@ public struct BrokerConfiguration: Sendable {
     /// restart: the requests they had live at the old instance are gone.
     public var instance: UInt64 = UInt64.random(in: 1...UInt64.max)
 
+    /// Bytes of terminal results kept for identical requests (see CACHE AND SHARED JOBS in
+    /// client.proto); 0 turns the cache off.
+    public var resultCacheBytes: Int = 256 << 20
+    /// Whether an identical request joins a live job rather than starting its own.
+    public var shareJobs = true
+    /// Whether cached results and live jobs are shared between principals. Off by default:
+    /// a tenant learns nothing from another's traffic (not even, through timing, that an
+    /// image was asked for before).
+    public var shareAcrossPrincipals = false
+
     public init() {}
 
     /// Silence after which a peer is considered gone.

@@ -60,10 +60,13 @@ extension BrokerCore {
 
     // MARK: Submit
     //
-    // A Submit is checked in this order: shutdown, spec, size, duplicate id (within the
-    // principal), room (queue, image bytes, the connection's share). Only then is it
-    // accepted: it gets a job id and a deadline, joins the back of the queue, and the client
-    // is tracked for liveness. Dispatch follows at once if a worker has credit.
+    // A Submit is checked in this order: shutdown, spec and source, size, duplicate id
+    // (within the principal). A request that names its image's digest may then be answered
+    // from the result cache at once, or join a live job for the same work (see Sharing).
+    // Otherwise it needs room (queue, image bytes, the connection's share) for a job of its
+    // own: it gets a job id, joins the back of the queue, and dispatch follows at once if a
+    // worker has credit. Every accepted request gets a deadline, and its client is tracked
+    // for liveness.
 
     private mutating func submit(
         _ submit: Enlarger_V1_Submit, image: Payload, from peer: PeerID, principal: Principal,
@@ -76,7 +79,7 @@ extension BrokerCore {
             reject(requestID, code, message, to: peer, &actions)
             return
         }
-        guard jobIDsByKey[key] == nil else {
+        guard requests[key] == nil else {
             counters.duplicateIds += 1
             var failed = Enlarger_V1_Failed()
             failed.requestID = requestID
@@ -85,13 +88,25 @@ extension BrokerCore {
             send(.failed(failed), to: peer, &actions)
             return
         }
+        let lifetime = submit.deadlineMs == 0
+            ? configuration.defaultDeadline : min(.milliseconds(submit.deadlineMs), configuration.maxDeadline)
+        let shareKey = shareKey(of: submit, principal: principal)
+        if let shareKey, let hit = cache.lookup(shareKey.cacheKey) {
+            answerFromCache(key, hit, bytesIn: image.count, lifetime: lifetime, to: peer, now: now, &actions)
+            return
+        }
+        if shareKey != nil { counters.cacheMisses += 1 }
+        let joining = shareKey.flatMap { configuration.shareJobs ? sharedJobs[$0] : nil }.flatMap { jobID in
+            jobs[jobID].map { Self.sameBytes($0.image, image) } == true ? jobID : nil
+        }
         let waiting = queue.count + quarantine.count
+        // A request that joins a job takes no queue slot and holds no image.
         let overload: String? =
-            if waiting >= configuration.queueLimit {
+            if joining == nil && waiting >= configuration.queueLimit {
                 "the queue is full (\(configuration.queueLimit) waiting)"
-            } else if liveImageBytes + image.count > configuration.maxLiveImageBytes {
+            } else if joining == nil && liveImageBytes + image.count > configuration.maxLiveImageBytes {
                 "the broker holds \(liveImageBytes) bytes of images (limit \(configuration.maxLiveImageBytes))"
-            } else if (clients[peer]?.jobIDs.count ?? 0) >= configuration.maxLiveRequestsPerClient {
+            } else if (clients[peer]?.requests.count ?? 0) >= configuration.maxLiveRequestsPerClient {
                 "this connection has \(configuration.maxLiveRequestsPerClient) live requests already"
             } else {
                 nil
@@ -101,21 +116,27 @@ extension BrokerCore {
             return
         }
 
-        let lifetime = submit.deadlineMs == 0
-            ? configuration.defaultDeadline : min(.milliseconds(submit.deadlineMs), configuration.maxDeadline)
-        let jobID = nextJobID
-        nextJobID += 1
-        requests[jobID] = Request(
-            key: key, client: peer, spec: submit.spec, delivery: submit.delivery, image: image,
-            deadline: now + lifetime, acceptedAt: now)
-        jobIDsByKey[key] = jobID
-        liveImageBytes += image.count
-        deadlines.insert(jobID, at: now + lifetime)
+        let jobID: UInt64
+        if let joining {
+            jobID = joining
+            jobs[jobID]!.requests.append(key)
+            counters.jobsShared += 1
+        } else {
+            jobID = nextJobID
+            nextJobID += 1
+            jobs[jobID] = Job(
+                spec: submit.spec, delivery: submit.delivery, image: image, digest: submit.source.inline.sha256,
+                shareKey: shareKey, requests: [key])
+            if let shareKey, configuration.shareJobs, sharedJobs[shareKey] == nil { sharedJobs[shareKey] = jobID }
+            liveImageBytes += image.count
+            queue.append(jobID)
+        }
+        requests[key] = Request(key: key, client: peer, jobID: jobID, acceptedAt: now, bytesIn: image.count)
+        deadlines.insert(key, at: now + lifetime)
         var client = clients[peer] ?? Client(principal: principal, lastSeen: now)
-        client.jobIDs.insert(jobID)
+        client.requests.insert(key)
         client.waitingBytes = clientBytesWaiting[peer] ?? 0
         clients[peer] = client
-        queue.append(jobID)
         counters.accepted += 1
         var accepted = Enlarger_V1_Accepted()
         accepted.requestID = requestID
@@ -123,7 +144,65 @@ extension BrokerCore {
         accepted.heartbeatIntervalMs = UInt32(clamping: configuration.heartbeatInterval.milliseconds)
         accepted.deadlineMs = UInt32(clamping: lifetime.milliseconds)
         send(.accepted(accepted), to: peer, &actions)
+        if joining != nil {
+            // A late joiner hears of the attempt under way; a held job may now have a
+            // client that reads.
+            let attempt = jobs[jobID]!.startedAttempt
+            if attempt > 0 {
+                requests[key]!.startedAttempt = attempt
+                send(.started(.with { $0.requestID = requestID; $0.attempt = attempt }), to: peer, &actions)
+            }
+            if jobs[jobID]!.heldBack, client.waitingBytes == 0 { releaseHeldJobs([jobID]) }
+        }
         dispatch(now: now, &actions)
+    }
+
+    // MARK: Sharing
+    //
+    // Requests that name the same digest, spec (with defaults filled in) and delivery, within
+    // one sharing scope (the principal, or everyone where the operator allows it), are the
+    // same work. A terminal result of such work is cached; while it runs, the same requests
+    // join its job. The broker takes the client's digest on trust (hashing megabytes would
+    // stall its one thread) and relies on two checks instead: the worker verifies the job's
+    // bytes against the digest before its result may be cached, and a request joins a job
+    // only when its bytes equal the job's (a comparison, cheap beside a hash), so a wrong
+    // digest can only ever hurt the request that sent it.
+
+    private func shareKey(of submit: Enlarger_V1_Submit, principal: Principal) -> ShareKey? {
+        let digest = submit.source.inline.sha256
+        guard !digest.isEmpty, configuration.shareJobs || configuration.resultCacheBytes > 0 else { return nil }
+        return ShareKey(
+            scope: configuration.shareAcrossPrincipals ? nil : principal.name, digest: digest,
+            spec: submit.spec.normalisedForSharing(delivery: submit.delivery), delivery: submit.delivery)
+    }
+
+    static func sameBytes(_ a: Payload, _ b: Payload) -> Bool {
+        guard a.count == b.count else { return false }
+        return a.withUnsafeBytes { a in b.withUnsafeBytes { b in a.elementsEqual(b) } }
+    }
+
+    /// A cached result answers the request on the spot: Accepted, then the terminal Result.
+    private mutating func answerFromCache(
+        _ key: RequestKey, _ hit: ResultCache<Payload>.Hit, bytesIn: Int, lifetime: Duration, to peer: PeerID,
+        now: MonotonicInstant, _ actions: inout [Action]
+    ) {
+        counters.accepted += 1
+        counters.cacheHits += 1
+        counters.finished += 1
+        send(.accepted(.with {
+            $0.requestID = key.id
+            $0.brokerInstance = configuration.instance
+            $0.heartbeatIntervalMs = UInt32(clamping: configuration.heartbeatInterval.milliseconds)
+            $0.deadlineMs = UInt32(clamping: lifetime.milliseconds)
+        }), to: peer, &actions)
+        var result = hit.result
+        result.requestID = key.id
+        result.cached = true
+        send(.result(result, image: hit.payload), to: peer, &actions)
+        actions.append(.report(.requestEnded(RequestEnd(
+            requestID: key.id, jobID: 0, principal: key.principal.name, outcome: .finished, queueWait: nil,
+            duration: .zero, attempts: 0, bytesIn: bytesIn, bytesOut: hit.payload.count))))
+        endedRequests.remember(key, at: now)
     }
 
     private func refusal(
@@ -136,6 +215,10 @@ extension BrokerCore {
             if submit.delivery == .info { try submit.spec.validateFailOn() } else { try submit.spec.validate() }
         } catch {
             return (.invalidArgument, error.message)
+        }
+        let digest = submit.source.inline.sha256
+        if !digest.isEmpty && digest.count != 32 {
+            return (.invalidArgument, "source.inline.sha256 must be 32 bytes (SHA-256), got \(digest.count)")
         }
         if image.count > configuration.maxInputBytes {
             return (.tooLarge, "input of \(image.count) bytes exceeds the limit of \(configuration.maxInputBytes)")
@@ -173,16 +256,15 @@ extension BrokerCore {
         var ack = Enlarger_V1_CancelAck()
         ack.requestID = requestID
         let key = RequestKey(principal: principal, id: requestID)
-        var targets: [UInt64] = jobIDsByKey[key].map { [$0] } ?? []
+        var targets: [RequestKey] = requests[key] != nil ? [key] : []
         if targets.isEmpty, isAdmin(principal) {
-            targets = jobIDsByKey.filter { $0.key.id == requestID }.map(\.value).sorted()
+            targets = requests.keys.filter { $0.id == requestID }.sorted()
         }
         if targets.isEmpty {
             ack.outcome = endedRequests.contains(key, at: now) ? .finished : .unknown
         } else {
-            for jobID in targets {
-                withdraw(jobID, now: now, &actions)
-                let request = endRequest(jobID, .cancelled, now: now, &actions)
+            for target in targets {
+                let request = endOneRequest(target, .cancelled, now: now, &actions)
                 var cancelled = Enlarger_V1_Cancelled()
                 cancelled.requestID = requestID
                 send(.cancelled(cancelled), to: request.client, &actions)
@@ -216,29 +298,31 @@ extension BrokerCore {
         reply.nonce = sync.nonce
         reply.brokerInstance = configuration.instance
         for requestID in sync.requestIds {
-            guard let jobID = jobIDsByKey[RequestKey(principal: principal, id: requestID)] else {
+            let key = RequestKey(principal: principal, id: requestID)
+            guard requests[key] != nil else {
                 reply.unknownRequestIds.append(requestID)
                 continue
             }
-            moveRequest(jobID, to: peer, principal: principal, now: now)
+            moveRequest(key, to: peer, principal: principal, now: now)
         }
         send(.syncReply(reply), to: peer, &actions)
     }
 
-    private mutating func moveRequest(_ jobID: UInt64, to peer: PeerID, principal: Principal, now: MonotonicInstant) {
-        guard let request = requests[jobID], request.client != peer else { return }
+    private mutating func moveRequest(_ key: RequestKey, to peer: PeerID, principal: Principal, now: MonotonicInstant) {
+        guard let request = requests[key], request.client != peer else { return }
+        // A held job's place is its owner's list: it goes back to the queue before its owner
+        // moves, and dispatch judges the new connection.
+        if let job = jobs[request.jobID], job.heldBack, job.owner == key { releaseHeldJobs([request.jobID]) }
         let old = request.client
         if var client = clients[old] {
-            client.jobIDs.remove(jobID)
-            if request.heldBack { client.heldBack.removeAll { $0 == jobID } }
-            clients[old] = client.jobIDs.isEmpty ? nil : client
+            client.requests.remove(key)
+            clients[old] = client.requests.isEmpty ? nil : client
         }
         var client = clients[peer] ?? Client(principal: principal, lastSeen: now)
-        client.jobIDs.insert(jobID)
+        client.requests.insert(key)
         client.waitingBytes = clientBytesWaiting[peer] ?? 0
-        if request.heldBack { client.heldBack.append(jobID) }
         clients[peer] = client
-        requests[jobID]?.client = peer
+        requests[key]?.client = peer
     }
 
     // MARK: Vanished clients
@@ -253,14 +337,13 @@ extension BrokerCore {
         _ peer: PeerID, reason: String, notify: Bool = true, now: MonotonicInstant, _ actions: inout [Action]
     ) {
         guard let client = clients[peer] else { return }
-        for jobID in client.jobIDs.sorted() {
-            withdraw(jobID, now: now, &actions)
-            let request = endRequest(jobID, .failed(.clientSilent), now: now, &actions)
+        for key in client.requests.sorted() {
+            let request = endOneRequest(key, .failed(.clientSilent), now: now, &actions)
             if notify { sendFailed(request, .clientSilent, "the broker gave the request up: \(reason)", &actions) }
         }
         clients[peer] = nil
         counters.clientsVanished += 1
-        actions.append(.report(.clientVanished(peer, cancelled: client.jobIDs.count)))
+        actions.append(.report(.clientVanished(peer, cancelled: client.requests.count)))
         dispatch(now: now, &actions)
     }
 

@@ -122,11 +122,11 @@ extension BrokerCore {
         guard jobID != 0, jobID < nextJobID, attempt != 0 else {
             return .malformed("job \(jobID) attempt \(attempt) was never issued")
         }
-        if let request = requests[jobID] {
-            if attempt > request.attempt {
+        if let job = jobs[jobID] {
+            if attempt > job.attempt {
                 return .malformed("job \(jobID) attempt \(attempt) was never issued")
             }
-            if attempt == request.attempt, let holder = request.worker, holder != worker.id {
+            if attempt == job.attempt, let holder = job.worker, holder != worker.id {
                 return .malformed("job \(jobID) attempt \(attempt) is held by another worker")
             }
         }
@@ -138,12 +138,16 @@ extension BrokerCore {
     ) {
         switch classify(jobID: started.jobID, attempt: started.attempt, workerAt: index) {
         case .current:
-            guard let request = requests[started.jobID], request.startedAttempt < started.attempt else { return }
-            requests[started.jobID]?.startedAttempt = started.attempt
-            var event = Enlarger_V1_Started()
-            event.requestID = request.requestID
-            event.attempt = started.attempt
-            send(.started(event), to: request.client, &actions)
+            guard let job = jobs[started.jobID], job.startedAttempt < started.attempt else { return }
+            jobs[started.jobID]!.startedAttempt = started.attempt
+            for key in job.requests {
+                guard let request = requests[key], request.startedAttempt < started.attempt else { continue }
+                requests[key]!.startedAttempt = started.attempt
+                send(.started(.with {
+                    $0.requestID = request.requestID
+                    $0.attempt = started.attempt
+                }), to: request.client, &actions)
+            }
         case .cancelled, .late:
             counters.lateResultsDropped += 1
         case .malformed(let reason):
@@ -161,22 +165,21 @@ extension BrokerCore {
         let jobID = result.jobID
         switch classify(jobID: jobID, attempt: result.attempt, workerAt: index) {
         case .current:
-            guard let request = requests[jobID] else { return }
-            guard let terminal = request.delivery.isTerminal(result.stage), terminal == result.terminal else {
+            guard let job = jobs[jobID] else { return }
+            guard let terminal = job.delivery.isTerminal(result.stage), terminal == result.terminal else {
                 let reason = "job \(jobID): a \(result.stage) result with terminal=\(result.terminal) "
-                    + "does not fit delivery \(request.delivery)"
+                    + "does not fit delivery \(job.delivery)"
                 abandonBrokenJob(jobID, workerAt: index, reason: reason, now: now, &actions)
                 return
             }
             if result.stage == .degraded {
-                guard !request.degradedSent else {
+                guard !job.degradedSent else {
                     abandonBrokenJob(jobID, workerAt: index, reason: "job \(jobID): a second degraded result", now: now, &actions)
                     return
                 }
-                requests[jobID]?.degradedSent = true
+                jobs[jobID]!.degradedSent = true
             }
             var event = Enlarger_V1_Result()
-            event.requestID = request.requestID
             event.stage = result.stage
             event.width = result.width
             event.height = result.height
@@ -185,11 +188,25 @@ extension BrokerCore {
             event.notes = result.notes
             event.terminal = terminal
             if result.stage == .info { event.info = result.info }
-            requests[jobID]?.bytesOut += image.count
-            send(.result(event, image: image), to: request.client, &actions)
+            // The same frame goes to every request on the job (libzmq shares its buffer).
+            for key in job.requests {
+                guard let request = requests[key] else { continue }
+                event.requestID = request.requestID
+                requests[key]!.bytesOut += image.count
+                send(.result(event, image: image), to: request.client, &actions)
+            }
             if terminal {
                 workers[index].jobs[jobID] = nil
-                endRequest(jobID, .finished, now: now, &actions)
+                // Only a result whose worker checked the bytes against the digest may be
+                // handed to requests that never sent those bytes.
+                if let shareKey = job.shareKey, result.digestVerified {
+                    event.requestID = ""
+                    cache.store(event, payload: image, for: shareKey.cacheKey)
+                }
+                let job = removeJob(jobID)
+                for key in job.requests where requests[key] != nil {
+                    endRequest(key, .finished, job: job, now: now, &actions)
+                }
                 dispatch(now: now, &actions)
             }
         case .cancelled:
@@ -212,8 +229,7 @@ extension BrokerCore {
         workerSentMalformed(workers[index].id, reason, &actions)
         counters.protocolBreaches += 1
         withdraw(jobID, now: now, &actions)
-        let request = endRequest(jobID, .failed(.internal), now: now, &actions)
-        sendFailed(request, .internal, "the worker broke the protocol: \(reason)", &actions)
+        failJob(jobID, .internal, "the worker broke the protocol: \(reason)", now: now, &actions)
     }
 
     private mutating func jobFailed(
@@ -223,12 +239,11 @@ extension BrokerCore {
         switch classify(jobID: jobID, attempt: failure.attempt, workerAt: index) {
         case .current:
             workers[index].jobs[jobID] = nil
-            let code = Self.workerFailureCodes.contains(failure.code) ? failure.code : .internal
-            let request = endRequest(jobID, .failed(code), now: now, &actions)
-            if code == failure.code {
-                sendFailed(request, failure.code, failure.message, &actions)
+            if Self.workerFailureCodes.contains(failure.code) {
+                failJob(jobID, failure.code, failure.message, now: now, &actions)
             } else {
-                sendFailed(request, .internal, "the worker failed with code \(failure.code): \(failure.message)", &actions)
+                failJob(jobID, .internal, "the worker failed with code \(failure.code): \(failure.message)",
+                        now: now, &actions)
             }
             dispatch(now: now, &actions)
         case .cancelled:
@@ -246,7 +261,7 @@ extension BrokerCore {
     /// client, which must be able to treat every Failed as terminal: it becomes INTERNAL.
     static var workerFailureCodes: Set<Enlarger_V1_ErrorCode> {
         [.notJpeg, .empty, .truncated, .corrupt, .unsupported, .tooLarge, .tooManyScans, .invalidArgument,
-         .encodeFailed, .internal]
+         .encodeFailed, .internal, .digestMismatch]
     }
 
     private mutating func jobCancelled(
@@ -298,20 +313,20 @@ extension BrokerCore {
         var requeued = 0
         var failed = 0
         for jobID in worker.jobs.keys.sorted() {
-            guard var request = requests[jobID] else { continue }
-            request.worker = nil
-            if alone { request.losses += 1 }
-            if request.losses > configuration.maxRetries {
-                requests[jobID] = request
-                endRequest(jobID, .failed(.workerLost), now: now, &actions)
+            guard var job = jobs[jobID] else { continue }
+            job.worker = nil
+            if alone { job.losses += 1 }
+            if job.losses > configuration.maxRetries {
+                jobs[jobID] = job
                 failed += 1
-                sendFailed(request, .workerLost, "the worker died each of the \(request.losses) times this request ran alone on one", &actions)
+                failJob(jobID, .workerLost, "the worker died each of the \(job.losses) times this request ran alone on one",
+                        now: now, &actions)
                 continue
             }
-            if !request.quarantined { counters.jobsQuarantined += 1 }
-            request.quarantined = true
-            request.quarantinedAt = now
-            requests[jobID] = request
+            if !job.quarantined { counters.jobsQuarantined += 1 }
+            job.quarantined = true
+            job.quarantinedAt = now
+            jobs[jobID] = job
             quarantine.append(jobID)
             requeued += 1
         }
@@ -324,8 +339,8 @@ extension BrokerCore {
         let worker = removeWorker(at: index)
         counters.workersDisconnected += 1
         for jobID in worker.jobs.keys.sorted(by: >) {
-            requests[jobID]?.worker = nil
-            if requests[jobID]?.quarantined == true {
+            jobs[jobID]?.worker = nil
+            if jobs[jobID]?.quarantined == true {
                 quarantine.append(jobID)
             } else {
                 queue.prepend(jobID)
@@ -348,8 +363,10 @@ extension BrokerCore {
     // Credit-based and FIFO: while the queue is not empty and some worker takes ordinary
     // jobs, the oldest waiting job goes to the worker with the most free credits (the first
     // registered among equals). A job whose client is not reading its results is held back
-    // instead (it returns to the front of the queue once the client has caught up), so a
-    // slow consumer's results wait at its own pace rather than piling up in the broker.
+    // instead (it returns to the front of the queue once a client of it has caught up), so a
+    // slow consumer's results wait at its own pace rather than piling up in the broker. A
+    // shared job is held back only while none of its clients reads: one slow client does not
+    // stall the others.
     // Quarantined jobs go, one each, to idle workers; one that waited longer than
     // `quarantineReservationDelay` reserves the least busy worker, which then takes no new
     // work until it is idle. Called after every event that can free credit or add work. A
@@ -359,10 +376,13 @@ extension BrokerCore {
     mutating func dispatch(now: MonotonicInstant, _ actions: inout [Action]) {
         dispatchQuarantined(now: now, &actions)
         while !queue.isEmpty, let index = workerWithMostCredit(), let jobID = queue.popFirst() {
-            guard let request = requests[jobID] else { continue }
-            if let client = clients[request.client], client.waitingBytes > 0 {
-                requests[jobID]?.heldBack = true
-                clients[request.client]?.heldBack.append(jobID)
+            guard let job = jobs[jobID] else { continue }
+            let noneReading = job.requests.allSatisfy { key in
+                requests[key].flatMap { clients[$0.client] }.map { $0.waitingBytes > 0 } ?? false
+            }
+            if noneReading, let owner = requests[job.owner]?.client {
+                jobs[jobID]!.heldBack = true
+                clients[owner]?.heldBack.append(jobID)
                 continue
             }
             send(jobID, toWorkerAt: index, now: now, &actions)
@@ -371,7 +391,7 @@ extension BrokerCore {
 
     private mutating func dispatchQuarantined(now: MonotonicInstant, _ actions: inout [Action]) {
         while let jobID = quarantine.first {
-            guard requests[jobID] != nil else {
+            guard jobs[jobID] != nil else {
                 _ = quarantine.popFirst()
                 continue
             }
@@ -379,11 +399,11 @@ extension BrokerCore {
                 _ = quarantine.popFirst()
                 workers[idle].reserved = false
                 workers[idle].exclusiveJob = jobID
-                requests[jobID]?.quarantinedAt = nil
+                jobs[jobID]?.quarantinedAt = nil
                 send(jobID, toWorkerAt: idle, now: now, &actions)
                 continue
             }
-            let waited = requests[jobID]!.quarantinedAt.map { now.duration(since: $0) } ?? .zero
+            let waited = jobs[jobID]!.quarantinedAt.map { now.duration(since: $0) } ?? .zero
             if waited >= configuration.quarantineReservationDelay, !workers.contains(where: \.reserved),
                let least = workers.indices.filter({ !workers[$0].isExclusive }).min(by: {
                    workers[$0].inFlight < workers[$1].inFlight
@@ -395,20 +415,21 @@ extension BrokerCore {
     }
 
     private mutating func send(_ jobID: UInt64, toWorkerAt index: Int, now: MonotonicInstant, _ actions: inout [Action]) {
-        guard var request = requests[jobID] else { return }
-        if request.firstDispatchedAt == nil { request.firstDispatchedAt = now }
-        request.attempt += 1
-        request.worker = workers[index].id
-        requests[jobID] = request
-        workers[index].jobs[jobID] = request.attempt
+        guard var job = jobs[jobID] else { return }
+        if job.firstDispatchedAt == nil { job.firstDispatchedAt = now }
+        job.attempt += 1
+        job.worker = workers[index].id
+        jobs[jobID] = job
+        workers[index].jobs[jobID] = job.attempt
 
-        var job = Enlarger_V1_Job()
-        job.jobID = jobID
-        job.attempt = request.attempt
-        job.requestID = request.requestID
-        job.spec = request.spec
-        job.delivery = request.degradedSent ? .final : request.delivery
-        actions.append(.sendToWorker(workers[index].id, BrokerToWorkerMessage.job(job, image: request.image).encoded()))
+        var message = Enlarger_V1_Job()
+        message.jobID = jobID
+        message.attempt = job.attempt
+        message.requestID = job.owner.id
+        message.spec = job.spec
+        message.delivery = job.degradedSent ? .final : job.delivery
+        if !job.digest.isEmpty { message.source.inline.sha256 = job.digest }
+        actions.append(.sendToWorker(workers[index].id, BrokerToWorkerMessage.job(message, image: job.image).encoded()))
     }
 
     private func workerWithMostCredit() -> Int? {

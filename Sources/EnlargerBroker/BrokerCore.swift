@@ -1,3 +1,4 @@
+import Foundation
 import EnlargerProtocol
 import Timekeeping
 
@@ -26,30 +27,49 @@ public struct BrokerCore<Payload: FrameBytes> {
 
     // MARK: - State
     //
-    // A live request is one that was accepted and has not ended. It is keyed by the job id
-    // the broker gave it (stable across retries) and indexed by the producer's request id.
-    // It is either waiting in `queue` (worker == nil) or held by one worker, whose `jobs`
-    // map names the attempt it holds. A cancelled job that its worker has not acknowledged
-    // yet is no longer a request at all: it is a tombstone on the worker, keeping the credit
-    // until the ack (or a timeout), so late frames about it are recognised and dropped.
-    // Clients are tracked only while they have live requests, for the liveness check.
+    // A request is what a client sees: one accepted Submit, keyed by the producer's request
+    // id within its principal, live until its terminal event. A job is the work behind it,
+    // keyed by the job id the broker gave it (stable across retries). Identical requests (same
+    // digest, spec, delivery and sharing scope) share one job; every other job has exactly
+    // one request. A job is either waiting (in `queue`, `quarantine` or its owner's held-back
+    // list) or held by one worker, whose `jobs` map names the attempt it holds. A job whose
+    // last request ended before the worker finished is no longer a job at all: it is a
+    // tombstone on the worker, keeping the credit until the ack (or a timeout), so late
+    // frames about it are recognised and dropped. Clients are tracked only while they have
+    // live requests, for the liveness check.
 
     struct Request {
         let key: RequestKey
         var client: PeerID
+        let jobID: UInt64
+        /// When it was accepted.
+        let acceptedAt: MonotonicInstant
+        /// The attempt the client was last told had started.
+        var startedAttempt: UInt32 = 0
+        /// Bytes of the image its Submit carried.
+        let bytesIn: Int
+        /// Bytes of results sent toward its client.
+        var bytesOut = 0
+
+        var requestID: String { key.id }
+    }
+
+    struct Job {
         let spec: Enlarger_V1_ResizeSpec
         let delivery: Enlarger_V1_Delivery
         let image: Payload
-        let deadline: MonotonicInstant
-        /// When it was accepted.
-        let acceptedAt: MonotonicInstant
+        /// The digest the first Submit named, passed to the worker to check.
+        let digest: Data
+        /// Set when identical requests may share this job and its result may be cached.
+        let shareKey: ShareKey?
+        /// Its requests in the order they came; the first owns it (its id names the job to
+        /// the worker, and the job is held back on its client's list).
+        var requests: [RequestKey]
         /// When a worker was first given it; nil while it has never left the queue.
         var firstDispatchedAt: MonotonicInstant?
-        /// Bytes of results sent toward its client.
-        var bytesOut = 0
         /// The latest dispatch; 0 until first dispatched.
         var attempt: UInt32 = 0
-        /// The attempt the client was last told had started.
+        /// The latest attempt a worker reported started.
         var startedAttempt: UInt32 = 0
         /// Attempts that ended because their worker was lost while running this job alone:
         /// only those are blamed on the job (see Quarantine).
@@ -59,13 +79,13 @@ public struct BrokerCore<Payload: FrameBytes> {
         var worker: PeerID?
         /// Its worker was lost while it ran beside other jobs: it runs alone from now on.
         var quarantined = false
-        /// Taken off the queue because its client is not reading; waits in the client's
+        /// Taken off the queue because none of its clients is reading; waits in its owner's
         /// `heldBack` list.
         var heldBack = false
         /// When it last started waiting in `quarantine`.
         var quarantinedAt: MonotonicInstant?
 
-        var requestID: String { key.id }
+        var owner: RequestKey { requests[0] }
     }
 
     struct Tombstone {
@@ -101,18 +121,22 @@ public struct BrokerCore<Payload: FrameBytes> {
     struct Client {
         let principal: Principal
         var lastSeen: MonotonicInstant
-        var jobIDs: Set<UInt64> = []
+        var requests: Set<RequestKey> = []
         /// Bytes of messages waiting at the broker for this client (it is not reading, or
-        /// not connected). While any wait, its queued jobs are not dispatched.
+        /// not connected). While any wait, the jobs only it waits for are not dispatched.
         var waitingBytes = 0
-        /// Its jobs taken off the queue while it was not reading, oldest first.
+        /// Jobs it owns, taken off the queue while none of their clients was reading,
+        /// oldest first.
         var heldBack: [UInt64] = []
     }
 
     public let configuration: BrokerConfiguration
     let startedAt: MonotonicInstant
-    var requests: [UInt64: Request] = [:]
-    var jobIDsByKey: [RequestKey: UInt64] = [:]
+    var requests: [RequestKey: Request] = [:]
+    var jobs: [UInt64: Job] = [:]
+    /// Live jobs that identical requests may join.
+    var sharedJobs: [ShareKey: UInt64] = [:]
+    var cache: ResultCache<Payload>
     var queue: JobQueue
     /// Jobs that must run alone on a worker, oldest first (see Quarantine).
     var quarantine: JobQueue
@@ -121,9 +145,9 @@ public struct BrokerCore<Payload: FrameBytes> {
     var workerIndex: [PeerID: Int] = [:]
     var clients: [PeerID: Client] = [:]
     var endedRequests: EndedRequests
-    var deadlines = DeadlineHeap<UInt64, MonotonicInstant>()
+    var deadlines = DeadlineHeap<RequestKey, MonotonicInstant>()
     var nextJobID: UInt64 = 1
-    /// Bytes of source images held by live requests (bounded by `maxLiveImageBytes`).
+    /// Bytes of source images held by live jobs (bounded by `maxLiveImageBytes`).
     var liveImageBytes = 0
     /// Bytes waiting at the broker toward all clients (the sum of `Client.waitingBytes`
     /// plus those of peers with no live requests).
@@ -147,6 +171,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         startedAt = now
         queue = JobQueue(capacity: min(configuration.queueLimit, 4096))
         quarantine = JobQueue(capacity: 16)
+        cache = ResultCache(limit: configuration.resultCacheBytes)
         endedRequests = EndedRequests(
             limit: configuration.endedRequestMemoryLimit, lifetime: configuration.endedRequestMemoryDuration)
         lastActivity = now
@@ -199,17 +224,19 @@ public struct BrokerCore<Payload: FrameBytes> {
         let before = clientBytesWaiting[peer] ?? 0
         if waitingBytes > 0 && before == 0 { counters.clientSendsDeferred += 1 }
         clientBytesWaiting[peer] = waitingBytes > 0 ? waitingBytes : nil
-        guard var client = clients[peer] else { return actions }
-        client.waitingBytes = waitingBytes
-        if waitingBytes == 0, !client.heldBack.isEmpty {
-            // Back to the front, oldest first: they were at the head of the queue when held.
-            for jobID in client.heldBack.reversed() where requests[jobID]?.heldBack == true {
-                requests[jobID]?.heldBack = false
-                queue.prepend(jobID)
+        guard clients[peer] != nil else { return actions }
+        clients[peer]!.waitingBytes = waitingBytes
+        if waitingBytes == 0 {
+            // Every held job this client waits for goes back to the front of the queue: they
+            // were at its head when held.
+            var reading: [UInt64] = []
+            for client in clients.values {
+                reading += client.heldBack.filter { jobID in
+                    jobs[jobID]?.requests.contains { requests[$0]?.client == peer } == true
+                }
             }
-            client.heldBack.removeAll()
+            releaseHeldJobs(reading.sorted())
         }
-        clients[peer] = client
         dispatch(now: now, &actions)
         return actions
     }
@@ -240,9 +267,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         guard !isShuttingDown else { return [] }
         isShuttingDown = true
         var actions: [Action] = []
-        for jobID in requests.keys.sorted() {
-            let request = endRequest(jobID, .failed(.brokerShutdown), now: now, &actions)
-            sendFailed(request, .brokerShutdown, "the broker is shutting down", &actions)
+        for jobID in jobs.keys.sorted() {
+            failJob(jobID, .brokerShutdown, "the broker is shutting down", now: now, &actions)
         }
         while queue.popFirst() != nil {}
         while quarantine.popFirst() != nil {}
@@ -278,10 +304,13 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// Accepted requests that have not ended.
     public var liveRequestCount: Int { requests.count }
 
+    /// Jobs behind them (identical requests share one).
+    public var liveJobCount: Int { jobs.count }
+
     /// True when no request is live and no worker holds a credit for a cancelled job: all
     /// per-request state has been freed.
     public var isIdle: Bool {
-        requests.isEmpty && jobIDsByKey.isEmpty && queue.isEmpty && quarantine.isEmpty && clients.isEmpty
+        requests.isEmpty && jobs.isEmpty && sharedJobs.isEmpty && queue.isEmpty && quarantine.isEmpty && clients.isEmpty
             && deadlines.isEmpty && workers.allSatisfy { $0.inFlight == 0 && !$0.reserved }
     }
 
@@ -309,7 +338,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         let waiting = queue.count + quarantine.count + clients.values.reduce(0) { $0 + $1.heldBack.count }
         reply.queueDepth = UInt32(waiting)
         reply.queueLimit = UInt32(configuration.queueLimit)
-        reply.inFlight = UInt32(requests.count - waiting)
+        reply.inFlight = UInt32(jobs.count - waiting)
+        reply.cache = cache.status
         reply.clientBytesWaiting = UInt64(clientBytesWaiting.values.reduce(0, +))
         reply.clients = UInt32(clients.count)
         reply.uptimeMs = now.duration(since: startedAt).milliseconds
@@ -319,17 +349,38 @@ public struct BrokerCore<Payload: FrameBytes> {
 
     // MARK: - Ending requests
     //
-    // Every terminal event goes through `endRequest`, which frees all per-request state and
-    // remembers the id for a while so a late Cancel is answered FINISHED. Callers have
-    // already taken the job off the queue or settled its worker's credit.
+    // Every terminal event goes through `endRequest`, which frees the request's state and
+    // remembers its id for a while so a late Cancel is answered FINISHED. A job ends in one
+    // of two ways: as a whole (`endJob`: its result, its failure, the broker stopping), when
+    // every request on it ends alike; or one request at a time (`endOneRequest`: a cancel, a
+    // deadline, a client gone), when the job is withdrawn with its last request. Callers of
+    // `endJob` have already settled the worker's credit or withdrawn the job.
 
     @discardableResult
     mutating func endRequest(
-        _ jobID: UInt64, _ outcome: RequestOutcome, now: MonotonicInstant, _ actions: inout [Action]
+        _ key: RequestKey, _ outcome: RequestOutcome, job: Job, now: MonotonicInstant, _ actions: inout [Action]
     ) -> Request {
-        guard let request = requests.removeValue(forKey: jobID) else {
-            preconditionFailure("ending job \(jobID), which is not live")
+        guard let request = requests.removeValue(forKey: key) else {
+            preconditionFailure("ending request \(key.id), which is not live")
         }
+        count(outcome)
+        let queueWait = job.firstDispatchedAt.map {
+            $0 > request.acceptedAt ? $0.duration(since: request.acceptedAt) : .zero
+        }
+        actions.append(.report(.requestEnded(RequestEnd(
+            requestID: request.requestID, jobID: request.jobID, principal: key.principal.name, outcome: outcome,
+            queueWait: queueWait, duration: now.duration(since: request.acceptedAt), attempts: job.attempt,
+            bytesIn: request.bytesIn, bytesOut: request.bytesOut))))
+        deadlines.remove(key)
+        if var client = clients[request.client] {
+            client.requests.remove(key)
+            clients[request.client] = client.requests.isEmpty ? nil : client
+        }
+        endedRequests.remember(key, at: now)
+        return request
+    }
+
+    mutating func count(_ outcome: RequestOutcome) {
         switch outcome {
         case .finished: counters.finished += 1
         case .failed(let code):
@@ -338,49 +389,105 @@ public struct BrokerCore<Payload: FrameBytes> {
         case .cancelled: counters.cancelled += 1
         case .rejected: preconditionFailure("a live request is never rejected")
         }
-        actions.append(.report(.requestEnded(RequestEnd(
-            requestID: request.requestID, jobID: jobID, principal: request.key.principal.name, outcome: outcome,
-            queueWait: request.firstDispatchedAt.map { $0.duration(since: request.acceptedAt) },
-            duration: now.duration(since: request.acceptedAt), attempts: request.attempt,
-            bytesIn: request.image.count, bytesOut: request.bytesOut))))
-        jobIDsByKey[request.key] = nil
-        liveImageBytes -= request.image.count
-        deadlines.remove(jobID)
-        if var client = clients[request.client] {
-            client.jobIDs.remove(jobID)
-            if request.heldBack { client.heldBack.removeAll { $0 == jobID } }
-            clients[request.client] = client.jobIDs.isEmpty ? nil : client
+    }
+
+    /// Takes a job out of the tables (its queue position, if any, is the caller's to settle).
+    @discardableResult
+    mutating func removeJob(_ jobID: UInt64) -> Job {
+        guard let job = jobs.removeValue(forKey: jobID) else {
+            preconditionFailure("removing job \(jobID), which is not live")
         }
-        endedRequests.remember(request.key, at: now)
-        return request
+        if let shareKey = job.shareKey, sharedJobs[shareKey] == jobID { sharedJobs[shareKey] = nil }
+        liveImageBytes -= job.image.count
+        if job.heldBack, let owner = requests[job.owner]?.client {
+            clients[owner]?.heldBack.removeAll { $0 == jobID }
+        }
+        return job
+    }
+
+    /// Ends every request on the job alike, each told by its own `message`.
+    mutating func endJob(
+        _ jobID: UInt64, _ outcome: RequestOutcome, now: MonotonicInstant, _ actions: inout [Action],
+        message: (Request) -> BrokerToClientMessage<Payload>
+    ) {
+        let job = removeJob(jobID)
+        for key in job.requests {
+            guard let request = requests[key] else { continue }
+            send(message(request), to: request.client, &actions)
+            endRequest(key, outcome, job: job, now: now, &actions)
+        }
+    }
+
+    mutating func failJob(
+        _ jobID: UInt64, _ code: Enlarger_V1_ErrorCode, _ message: String, now: MonotonicInstant,
+        _ actions: inout [Action]
+    ) {
+        endJob(jobID, .failed(code), now: now, &actions) { request in
+            .failed(.with {
+                $0.requestID = request.requestID
+                $0.code = code
+                $0.message = message
+            })
+        }
+    }
+
+    /// Ends one request. The job goes on for the others; with its last request it is
+    /// withdrawn (off its queue, or its worker told to stop).
+    @discardableResult
+    mutating func endOneRequest(
+        _ key: RequestKey, _ outcome: RequestOutcome, now: MonotonicInstant, _ actions: inout [Action]
+    ) -> Request {
+        guard let jobID = requests[key]?.jobID, jobs[jobID] != nil else {
+            preconditionFailure("ending request \(key.id), which is not live")
+        }
+        if jobs[jobID]!.requests.count == 1 {
+            withdraw(jobID, now: now, &actions)
+            let job = removeJob(jobID)
+            return endRequest(key, outcome, job: job, now: now, &actions)
+        }
+        // The job changes hands when its owner leaves: a held job goes back to the queue,
+        // where dispatch looks at its remaining clients afresh.
+        if jobs[jobID]!.heldBack, jobs[jobID]!.owner == key { releaseHeldJobs([jobID]) }
+        jobs[jobID]!.requests.removeAll { $0 == key }
+        return endRequest(key, outcome, job: jobs[jobID]!, now: now, &actions)
+    }
+
+    /// Held jobs back to the front of the queue, the oldest (smallest id) first.
+    mutating func releaseHeldJobs(_ jobIDs: [UInt64]) {
+        for jobID in jobIDs.reversed() {
+            guard let job = jobs[jobID], job.heldBack else { continue }
+            if let owner = requests[job.owner]?.client { clients[owner]?.heldBack.removeAll { $0 == jobID } }
+            jobs[jobID]!.heldBack = false
+            queue.prepend(jobID)
+        }
     }
 
     /// Takes a live job away from wherever it is: off a queue or a client's held-back list,
     /// or (when a worker holds it) turned into a tombstone on that worker and the worker
     /// told to stop.
     mutating func withdraw(_ jobID: UInt64, now: MonotonicInstant, _ actions: inout [Action]) {
-        guard let request = requests[jobID] else { return }
-        guard let workerID = request.worker, let index = workerIndex[workerID] else {
-            if !request.heldBack {
+        guard let job = jobs[jobID] else { return }
+        guard let workerID = job.worker, let index = workerIndex[workerID] else {
+            // A held job leaves its owner's list in `removeJob`.
+            if !job.heldBack {
                 if !queue.remove(jobID) { _ = quarantine.remove(jobID) }
             }
             return
         }
         workers[index].jobs[jobID] = nil
-        workers[index].tombstones[jobID] = Tombstone(attempt: request.attempt, cancelledAt: now)
+        workers[index].tombstones[jobID] = Tombstone(attempt: job.attempt, cancelledAt: now)
         var cancel = Enlarger_V1_CancelJob()
         cancel.jobID = jobID
-        cancel.attempt = request.attempt
+        cancel.attempt = job.attempt
         actions.append(.sendToWorker(workerID, BrokerToWorkerMessage<Payload>.cancelJob(cancel).encoded()))
     }
 
-    /// Requests still live at their deadline fail with `DEADLINE_EXCEEDED`; their workers
-    /// are told to stop.
+    /// Requests still live at their deadline fail with `DEADLINE_EXCEEDED`; a job left with
+    /// no request is withdrawn and its worker told to stop.
     mutating func expireDeadlines(now: MonotonicInstant, _ actions: inout [Action]) {
-        while let jobID = deadlines.popExpired(at: now) {
-            guard requests[jobID] != nil else { continue }
-            withdraw(jobID, now: now, &actions)
-            let request = endRequest(jobID, .failed(.deadlineExceeded), now: now, &actions)
+        while let key = deadlines.popExpired(at: now) {
+            guard requests[key] != nil else { continue }
+            let request = endOneRequest(key, .failed(.deadlineExceeded), now: now, &actions)
             sendFailed(request, .deadlineExceeded, "the request's deadline passed before it ended", &actions)
         }
         dispatch(now: now, &actions)

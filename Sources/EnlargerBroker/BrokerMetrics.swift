@@ -23,6 +23,9 @@ final class BrokerMetrics {
     private let clients: Meter
     private let clientBytesWaiting: Meter
     private let uptime: Meter
+    private let cacheEntries: Meter
+    private let cacheBytes: Meter
+    private let cacheEvictions: Meter
     private let totals: [(KeyPath<Enlarger_V1_Totals, UInt64>, CoreMetrics.Counter)]
     private var published = Enlarger_V1_Totals()
 
@@ -48,6 +51,9 @@ final class BrokerMetrics {
         clientBytesWaiting = registry.gauge(
             "enlarger_client_backlog_bytes", help: "Bytes waiting at the broker for clients that are not reading.")
         uptime = registry.gauge("enlarger_uptime_seconds", help: "Seconds since the broker started.")
+        cacheEntries = registry.gauge("enlarger_cache_entries", help: "Results held in the result cache.")
+        cacheBytes = registry.gauge("enlarger_cache_bytes", help: "Bytes held in the result cache (its limit is --cache-mib).")
+        cacheEvictions = registry.gauge("enlarger_cache_evictions", help: "Results dropped from the cache to make room, since the start.")
         func total(_ name: String, _ help: String, _ path: KeyPath<Enlarger_V1_Totals, UInt64>)
             -> (KeyPath<Enlarger_V1_Totals, UInt64>, CoreMetrics.Counter)
         {
@@ -73,6 +79,9 @@ final class BrokerMetrics {
                   \.jobsQuarantined),
             total("protocol_breaches", "Worker results that broke their job's framing; the request failed INTERNAL.",
                   \.protocolBreaches),
+            total("cache_hits", "Requests answered from the result cache (no worker ran).", \.cacheHits),
+            total("cache_misses", "Requests with a digest that the result cache could not answer.", \.cacheMisses),
+            total("jobs_shared", "Requests that joined an identical request's live job.", \.jobsShared),
         ]
     }
 
@@ -103,6 +112,9 @@ final class BrokerMetrics {
         clients.set(Int(status.clients))
         clientBytesWaiting.set(Int(status.clientBytesWaiting))
         uptime.set(Double(status.uptimeMs) / 1000)
+        cacheEntries.set(Int(status.cache.entries))
+        cacheBytes.set(Int(status.cache.bytes))
+        cacheEvictions.set(Int(clamping: status.cache.evictions))
         for (path, counter) in totals {
             let now = status.totals[keyPath: path], before = published[keyPath: path]
             if now > before { counter.increment(by: Int64(now - before)) }

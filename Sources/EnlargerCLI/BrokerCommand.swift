@@ -27,12 +27,24 @@ struct BrokerOptions: ParsableArguments {
     @Option(help: "Seconds results may wait for a client that is not reading or not connected before it is given up.")
     var clientPatience = 30
 
+    @Option(help: ArgumentHelp(
+        "MiB of results kept for identical requests (0 turns the cache off).",
+        discussion: "A request whose image digest, spec and delivery match a cached result is answered at once."))
+    var cacheMib = BrokerConfiguration().resultCacheBytes >> 20
+
+    @Flag(name: .customLong("no-share-jobs"), help: "Give every request a job of its own, even when an identical one is in flight.")
+    var noShareJobs = false
+
+    @Flag(help: "Share cached results and jobs between principals (off: each principal sees only its own).")
+    var shareAcrossPrincipals = false
+
     func validate() throws {
         guard queueLimit > 0, heartbeatMs > 0, maxRetries >= 0, defaultDeadline > 0, maxDeadline > 0,
-              cancelAckTimeout > 0, clientPatience > 0
+              cancelAckTimeout > 0, clientPatience > 0, cacheMib >= 0
         else {
             throw ValidationError("broker limits must be positive")
         }
+        guard cacheMib <= 1 << 20 else { throw ValidationError("--cache-mib must be at most 1048576 (1 TiB)") }
         guard defaultDeadline <= maxDeadline else {
             throw ValidationError("--default-deadline (\(defaultDeadline)) exceeds --max-deadline (\(maxDeadline))")
         }
@@ -49,6 +61,9 @@ struct BrokerOptions: ParsableArguments {
         configuration.broker.maxDeadline = .seconds(maxDeadline)
         configuration.broker.cancelAckTimeout = .seconds(cancelAckTimeout)
         configuration.clientBacklogPatience = .seconds(clientPatience)
+        configuration.broker.resultCacheBytes = cacheMib << 20
+        configuration.broker.shareJobs = !noShareJobs
+        configuration.broker.shareAcrossPrincipals = shareAcrossPrincipals
         return configuration
     }
 }

@@ -56,7 +56,8 @@ struct StatusCommand: AsyncParsableCommand {
             ("jobs_requeued", t.jobsRequeued), ("clients_vanished", t.clientsVanished), ("unroutable", t.unroutable),
             ("cancel_acks_timed_out", t.cancelAcksTimedOut), ("deadlines_exceeded", t.deadlinesExceeded),
             ("client_sends_deferred", t.clientSendsDeferred), ("jobs_quarantined", t.jobsQuarantined),
-            ("protocol_breaches", t.protocolBreaches),
+            ("protocol_breaches", t.protocolBreaches), ("cache_hits", t.cacheHits), ("cache_misses", t.cacheMisses),
+            ("jobs_shared", t.jobsShared),
         ]
         if json {
             var object = JSONLine()
@@ -68,6 +69,12 @@ struct StatusCommand: AsyncParsableCommand {
             object.add("clients", status.clients)
             object.add("uptime_ms", milliseconds(status.uptime))
             object.add("client_bytes_waiting", Int(status.clientBytesWaiting))
+            var cache = JSONLine()
+            cache.add("entries", status.cache.entries)
+            cache.add("bytes", Int(status.cache.bytes))
+            cache.add("limit_bytes", Int(status.cache.limitBytes))
+            cache.add("evictions", Int(status.cache.evictions))
+            object.add("cache", object: cache)
             var counters = JSONLine()
             for (name, value) in totals { counters.add(name, Int(value)) }
             object.add("totals", object: counters)
@@ -88,6 +95,9 @@ struct StatusCommand: AsyncParsableCommand {
         print("workers \(status.workers.count), capacity \(status.workers.reduce(0) { $0 + $1.capacity }), "
               + "in flight \(status.inFlight), queue \(status.queueDepth)/\(status.queueLimit), "
               + "\(status.clientBytesWaiting) bytes waiting for slow clients")
+        print(status.cache.limitBytes == 0 ? "result cache off"
+              : "result cache \(status.cache.entries) results, \(status.cache.bytes >> 10) of \(status.cache.limitBytes >> 10) KiB, "
+                + "\(status.cache.evictions) evicted")
         for worker in status.workers {
             print("  \(worker.name) pid \(worker.pid): \(worker.inFlight)/\(worker.capacity) busy, "
                   + "heard \(Int(milliseconds(worker.lastSeen))) ms ago")

@@ -61,6 +61,12 @@ struct SubmitCommand: AsyncParsableCommand {
         discussion: "A request still running then fails with deadlineExceeded and its worker is told to stop."))
     var timeout: Double?
 
+    @Flag(help: ArgumentHelp(
+        "Send no image digest: never answered from the broker's result cache, never sharing a job.",
+        discussion: "By default each image's SHA-256 goes with it, so an identical request in flight or recently "
+            + "done is not worked out twice."))
+    var noShare = false
+
     @OptionGroup var service: ServiceOptions
 
     func validate() throws {
@@ -213,8 +219,9 @@ struct SubmitCommand: AsyncParsableCommand {
         let name = InputSource.outputName(input)
         var timings: [String] = []
         var startedAt: ContinuousClock.Instant?
-        let request = ResizeRequest(id: id, image: bytes, options: options, delivery: delivery,
+        var request = ResizeRequest(id: id, image: bytes, options: options, delivery: delivery,
                                     timeout: timeout.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) })
+        request.sharesResults = !noShare
         guard let events = live.begin(id, { client.submit(request) }) else { return .notSent }
         defer { live.end(id) }
         do {
@@ -246,6 +253,7 @@ struct SubmitCommand: AsyncParsableCommand {
                         $0.add("bytes", result.bytes.count)
                         $0.add("content_type", result.format.contentType)
                         if !result.notes.isEmpty { $0.add("notes", result.notes.joined(separator: "; ")) }
+                        if result.cached { $0.add("cached", true) }
                         $0.add("path", path)
                         if isFinal {
                             $0.add("queue_ms", milliseconds(queued))
@@ -253,8 +261,10 @@ struct SubmitCommand: AsyncParsableCommand {
                         }
                     }
                     if (isFinal || delivery == .degraded) && !json {
-                        display.line("\(shownInput) -> \(path) \(result.width)x\(result.height) (queued \(Int(milliseconds(queued))) ms, "
-                                     + "processing \(Int(milliseconds(processing))) ms; \(timings.joined(separator: ", ")))")
+                        display.line("\(shownInput) -> \(path) \(result.width)x\(result.height) "
+                                     + (result.cached ? "(from the broker's cache; \(timings.joined(separator: ", ")))"
+                                        : "(queued \(Int(milliseconds(queued))) ms, processing \(Int(milliseconds(processing))) ms; "
+                                          + "\(timings.joined(separator: ", ")))"))
                     }
                     if isFinal || delivery == .degraded { return .done(queued: queued, processing: processing) }
                 case .info:

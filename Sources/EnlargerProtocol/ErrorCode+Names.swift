@@ -23,6 +23,7 @@ extension Enlarger_V1_ErrorCode {
         case .clientSilent: "CLIENT_SILENT"
         case .requestLost: "REQUEST_LOST"
         case .unauthorized: "UNAUTHORIZED"
+        case .digestMismatch: "DIGEST_MISMATCH"
         case .UNRECOGNIZED(let number): "UNKNOWN_\(number)"
         }
     }

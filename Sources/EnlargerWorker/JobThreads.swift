@@ -1,3 +1,4 @@
+import Crypto
 import Dispatch
 import Foundation
 import ImageModel
@@ -94,6 +95,9 @@ final class JobThreads: Sendable {
         var figures = JobFigures()
         figures.bytesIn = job.image.count
         let outcome = job.image.withUnsafeBytes { input -> JobOutcome in
+            if let digest = job.digest, !Data(SHA256.hash(data: input)).elementsEqual(digest) {
+                return .digestMismatch("the image's SHA-256 is not the digest its request named")
+            }
             do throws(ImagingError) {
                 if job.infoOnly {
                     // The header only: no pixel memory, so nothing to reserve, but admission

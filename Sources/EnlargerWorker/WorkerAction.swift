@@ -1,3 +1,4 @@
+import Foundation
 import EnlargerProtocol
 import ImageModel
 import Imaging
@@ -32,6 +33,9 @@ struct JobStart<Payload> {
     let delivery: ImageModel.Delivery
     /// Only the header's facts are asked for (DELIVERY_INFO); `options` then only says fail_on.
     var infoOnly = false
+    /// The SHA-256 the image must have (the Job's source named it); checked before anything
+    /// else is done with the image.
+    var digest: Data?
     let control: JobControl
 }
 
@@ -119,6 +123,8 @@ enum JobOutcome: Sendable {
     /// The pipeline returned after emitting its terminal result.
     case completed
     case failed(ImagingError)
+    /// The image is not the one its digest names (`DIGEST_MISMATCH`).
+    case digestMismatch(String)
 }
 
 /// One result of a job, its image already in the frame type the loop sends.

@@ -56,6 +56,8 @@ extension WorkerCore {
             result.notes = output.notes
         }
         result.terminal = output.isTerminal
+        // A job thread checks the digest before it produces anything.
+        result.digestVerified = job.checksDigest
         return [.send(.jobResult(result, image: output.image))]
     }
 
@@ -83,6 +85,9 @@ extension WorkerCore {
                 let code = Enlarger_V1_ErrorCode(error.code)
                 sendFailed(job.key, code, error.message, &actions)
                 ending = .failed(code)
+            case (_, .digestMismatch(let message)):
+                sendFailed(job.key, .digestMismatch, message, &actions)
+                ending = .failed(.digestMismatch)
             case (_, .completed):
                 sendFailed(job.key, .internal, "the pipeline ended without a terminal result", &actions)
                 ending = .failed(.internal)
@@ -116,9 +121,13 @@ extension WorkerCore {
         actions.append(.send(.jobStarted(started)))
         let options: ResizeOptions, delivery: ImageModel.Delivery
         let infoOnly = job.delivery == .info
+        let digest = job.source.inline.sha256
         do throws(ImagingError) {
             options = try ResizeOptions(job.spec)
             delivery = infoOnly ? .final : try ImageModel.Delivery(job.delivery)
+            guard digest.isEmpty || digest.count == 32 else {
+                throw ImagingError(.invalidArgument, "the source digest must be 32 bytes (SHA-256), got \(digest.count)")
+            }
         } catch {
             let code = Enlarger_V1_ErrorCode(error.code)
             sendFailed(key, code, error.message, &actions)
@@ -130,10 +139,11 @@ extension WorkerCore {
         }
         lastToken += 1
         let control = JobControl()
-        jobs[lastToken] = Job(key: key, requestID: job.requestID, control: control)
+        jobs[lastToken] = Job(key: key, requestID: job.requestID, control: control, checksDigest: !digest.isEmpty)
         tokens[key] = lastToken
         actions.append(.startJob(JobStart(token: lastToken, key: key, image: image, options: options,
-                                          delivery: delivery, infoOnly: infoOnly, control: control)))
+                                          delivery: delivery, infoOnly: infoOnly, digest: digest.isEmpty ? nil : digest,
+                                          control: control)))
     }
 
     /// `CancelJob`: stop the job and send nothing more for it but `JobCancelled`. Ignored for

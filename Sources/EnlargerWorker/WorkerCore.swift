@@ -66,6 +66,8 @@ struct WorkerCore<Payload: FrameBytes> {
         let key: JobKey
         let requestID: String
         let control: JobControl
+        /// Its image is checked against a digest before any result is made.
+        var checksDigest = false
         /// How it ended for the broker, once its terminal frame went out.
         var ending: JobEnd.Outcome?
         var phase: Phase = .preparing

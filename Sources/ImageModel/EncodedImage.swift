@@ -9,6 +9,9 @@ public struct EncodedImage: Sendable, Equatable {
     /// What to know about how it was made (a colour profile ignored, transparency flattened);
     /// not part of equality.
     public var notes: [String] = []
+    /// The broker answered from its result cache: no worker ran for this request. Not part
+    /// of equality.
+    public var cached = false
     private let storage: Storage
 
     // @unchecked: the borrowed bytes are read-only from the moment the image is made, and

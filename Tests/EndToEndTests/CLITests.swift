@@ -266,7 +266,7 @@ final class CLITests: XCTestCase {
         }
         let process = Process()
         process.executableURL = Cluster.enlargerBinary
-        process.arguments = ["submit"] + paths + ["--width", "4000", "--enlarge", "--delivery", "final", "--id-prefix", "slow",
+        process.arguments = ["submit"] + paths + ["--width", "4000", "--enlarge", "--delivery", "final", "--id-prefix", "slow", "--no-share",
                                                   "--out", inputs.appendingPathComponent("out").path,
                                                   "--broker", cluster.clientsEndpoint]
         process.environment = Self.environment([:])

@@ -59,6 +59,59 @@ final class EndToEndTests: XCTestCase {
 
     /// Info over the wire: a worker reads the header and the client gets the same facts as a
     /// local read, next to resizes; damage and limits fail it like a resize.
+    /// Twenty clients ask for the same photo at once: one job, twenty identical finals; the
+    /// next identical request is answered from the cache without a worker; without a digest
+    /// the same request is worked out again.
+    func testIdenticalRequestsShareOneJobAndRepeatsComeFromTheCache() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 1)
+        let probe = try cluster.client()
+        try await cluster.waitForWorkers(1, client: probe)
+        let photo = try Corpus.good("bimg_test_exif_full.jpg")
+        let options = ResizeOptions(width: 640)
+        var clients: [EnlargerClient] = []
+        for _ in 0..<20 { clients.append(try cluster.client()) }
+        let finals = try await withThrowingTaskGroup(of: (Bool, EncodedImage).self) { group in
+            for (index, client) in clients.enumerated() {
+                group.addTask {
+                    var sawStarted = false
+                    for try await event in client.submit(ResizeRequest(id: "same-\(index)", image: photo, options: options)) {
+                        if case .started = event { sawStarted = true }
+                        if case .final(let image) = event { return (sawStarted, image) }
+                    }
+                    throw ClusterError("same-\(index) ended without a final")
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        XCTAssertEqual(finals.count, 20)
+        XCTAssertTrue(finals.allSatisfy { $0.1 == finals[0].1 }, "every client got the same final")
+        XCTAssertTrue(finals.allSatisfy { !$0.1.cached })
+        let shared = try await probe.status().totals
+        // The first request starts the job; the others join it while it runs, or (if they
+        // arrive after it ended) are answered from the cache.
+        XCTAssertEqual(shared.jobsShared + shared.cacheHits, 19, "\(shared)")
+        XCTAssertGreaterThan(shared.jobsShared, 0)
+
+        let again = try await clients[0].resize(ResizeRequest(image: photo, options: options, delivery: .final))
+        XCTAssertTrue(again.cached)
+        XCTAssertEqual(again, finals[0].1)
+        var events: [String] = []
+        for try await event in clients[1].submit(ResizeRequest(image: photo, options: options)) { events.append(event.name) }
+        XCTAssertEqual(events, ["accepted", "final"], "a cache hit: no worker, no degraded result")
+        let after = try await probe.status()
+        XCTAssertEqual(after.totals.cacheHits, shared.cacheHits + 2)
+        XCTAssertGreaterThan(after.cache.entries, 0)
+
+        // The same image without a digest is worked out again.
+        let fresh = try await clients[2].resize(ResizeRequest(image: photo, options: options, delivery: .final,
+                                                              sharesResults: false))
+        XCTAssertFalse(fresh.cached)
+        XCTAssertEqual(fresh, finals[0].1)
+        for client in clients { await client.close() }
+        await probe.close()
+    }
+
     func testInfoTravelsAsARequest() async throws {
         let cluster = try Cluster(self)
         try cluster.startThreadWorkers(1, concurrency: 2)

@@ -25,6 +25,8 @@ final class StrictCancelRaceTests: XCTestCase {
         /// Cancel with `cancelNow` and check "nothing after cancel" from the moment the call
         /// returns (it does not wait for the broker); otherwise `await cancel(_:)`.
         var synchronous: Bool
+        /// Sent with its digest, so that identical requests in flight share one job.
+        var shares = false
     }
 
     /// What happened to one request, as its consumer saw it.
@@ -57,7 +59,17 @@ final class StrictCancelRaceTests: XCTestCase {
         try await race(count: count, processWorkers: true)
     }
 
-    private func race(count: Int, processWorkers: Bool) async throws {
+    /// Requests that share jobs: the images and options repeat, so identical requests are in
+    /// flight together and join one job (the result cache is off, so none is answered from
+    /// it). Each subscriber is cancelled or not, at its own random moment, from its own
+    /// connection or the other: the rules hold per subscriber, and a job stops only when
+    /// its last subscriber is gone.
+    func testStrictCancelPerSubscriberOfSharedJobs() async throws {
+        let count = ProcessInfo.processInfo.environment["ENLARGER_RACE_SHARED_REQUESTS"].flatMap(Int.init) ?? 5_000
+        try await race(count: count, processWorkers: false, sharing: true)
+    }
+
+    private func race(count: Int, processWorkers: Bool, sharing: Bool = false) async throws {
         let environment = ProcessInfo.processInfo.environment
         let seed = environment["ENLARGER_RACE_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...999_999)
         print("strict-cancel race: seed \(seed), \(count) requests, \(processWorkers ? "worker processes" : "worker threads") "
@@ -87,10 +99,13 @@ final class StrictCancelRaceTests: XCTestCase {
                  fromSecondClient: Bool.random(using: &generator),
                  delayMicroseconds: roll < 20 ? Int.random(in: 0...30_000, using: &generator)
                                               : Int.random(in: 0...3000, using: &generator),
-                 synchronous: Bool.random(using: &generator))
+                 synchronous: Bool.random(using: &generator),
+                 shares: sharing)
         }
 
-        let cluster = try Cluster(self, heartbeat: .milliseconds(500), queueLimit: 4096)
+        let cluster = try Cluster(self, heartbeat: .milliseconds(500), queueLimit: 4096) { configuration in
+            configuration.broker.resultCacheBytes = 0
+        }
         if processWorkers {
             try cluster.startProcessWorkers(2, concurrency: 2)
         } else {
@@ -135,6 +150,12 @@ final class StrictCancelRaceTests: XCTestCase {
         XCTAssertEqual(t.accepted, UInt64(count), "every request was accepted (no overload in this test)")
         XCTAssertEqual(t.finished + t.failed + t.cancelled, t.accepted, "exactly one terminal event per accepted request")
         XCTAssertEqual(t.failed, 0)
+        if sharing {
+            print("strict-cancel race: \(t.jobsShared) of \(t.accepted) requests joined a live job")
+            XCTAssertGreaterThan(t.jobsShared * 4, t.accepted, "at least a quarter of the requests shared a job")
+        } else {
+            XCTAssertEqual(t.jobsShared, 0)
+        }
         await submitter.close()
         await canceller.close()
     }
@@ -157,7 +178,9 @@ final class StrictCancelRaceTests: XCTestCase {
             }
             if !plan.fromSecondClient { mark.returned.store(true, ordering: .sequentiallyConsistent) }
         }
-        let events = submitter.submit(ResizeRequest(id: plan.id, image: image, options: options, delivery: plan.delivery))
+        var request = ResizeRequest(id: plan.id, image: image, options: options, delivery: plan.delivery)
+        request.sharesResults = plan.shares
+        let events = submitter.submit(request)
         var side: Task<Void, Never>?
         switch plan.cancel {
         case .immediately:

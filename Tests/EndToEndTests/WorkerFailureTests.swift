@@ -49,7 +49,9 @@ final class WorkerFailureTests: XCTestCase {
         let photo = try Corpus.good("bimg_vertical.jpg")
         var tasks: [Task<Ending, Never>] = []
         for index in 0..<count {
-            let events = client.submit(ResizeRequest(id: "slow-\(index)", image: photo, options: options, delivery: .final))
+            // Each its own job (no digest), so that both workers get one.
+            let events = client.submit(ResizeRequest(id: "slow-\(index)", image: photo, options: options, delivery: .final,
+                                                     sharesResults: false))
             tasks.append(Task.detached { await WorkerFailureTests.consume(events) })
         }
         // Both workers busy: the disruption lands mid-job.

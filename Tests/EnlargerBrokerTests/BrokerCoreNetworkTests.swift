@@ -287,7 +287,7 @@ final class BrokerCoreNetworkTests: XCTestCase {
         for job in onW2 { broker.finish(w2, job) }
         let next = broker.jobs(for: w2)
         XCTAssertEqual(next.count, 1)
-        XCTAssertTrue(broker.core.requests.values.contains { $0.quarantined && $0.worker == w2 })
+        XCTAssertTrue(broker.core.jobs.values.contains { $0.quarantined && $0.worker == w2 })
         XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
     }
 

@@ -22,11 +22,14 @@ final class BrokerCoreRandomizedTests: XCTestCase {
         print("BrokerCore randomized test: ENLARGER_BROKER_SEED=\(seed), \(runs) runs of \(steps) steps")
 
         var totalAccepted: UInt64 = 0
+        var shared: UInt64 = 0, cached: UInt64 = 0
         for run in 0..<runs {
             let runSeed = seed &+ UInt64(run)
             let simulation = Simulation(seed: runSeed)
             simulation.run(steps: steps)
             totalAccepted += simulation.broker.totals.accepted
+            shared += simulation.broker.totals.jobsShared
+            cached += simulation.broker.totals.cacheHits
             if !simulation.problems.isEmpty {
                 let shown = simulation.problems.prefix(10).joined(separator: "\n  ")
                 XCTFail("run \(run) failed; replay with ENLARGER_BROKER_SEED=\(runSeed) ENLARGER_BROKER_RUNS=1\n  \(shown)")
@@ -34,6 +37,9 @@ final class BrokerCoreRandomizedTests: XCTestCase {
             }
         }
         XCTAssertGreaterThan(totalAccepted, UInt64(runs), "the simulation should accept plenty of requests")
+        XCTAssertGreaterThan(shared, UInt64(runs), "requests should often share a job")
+        XCTAssertGreaterThan(cached, UInt64(runs), "requests should often be answered from the cache")
+        print("  \(totalAccepted) accepted, \(shared) joined a live job, \(cached) answered from the cache")
     }
 }
 
@@ -87,6 +93,16 @@ private final class Simulation {
     var live: [String: (owner: PeerID, track: Track)] = [:]
     /// Submits sent in the current step, awaiting their first answer.
     var pendingSubmits: [(peer: PeerID, requestID: String, delivery: Enlarger_V1_Delivery)] = []
+    /// Cache keys ("digest-byte terminal-stage") of results a worker vouched for: a cached
+    /// answer is only ever one of these.
+    var vouched: Set<String> = []
+    /// The cache key each live shareable request would be answered from.
+    var cacheKeys: [String: String] = [:]
+    /// Requests whose Submit was answered from the cache in the current step.
+    var answeredFromCache = 0
+    /// The image of the Submit being sent, and of each live request.
+    var submitting: Bytes = []
+    var images: [String: Bytes] = [:]
     var expectedErrors: [PeerID: Int] = [:]
     var accepted = 0
     var endedLoudly = 0
@@ -167,8 +183,19 @@ private final class Simulation {
         submit.spec.width = rng.chance(0.03) ? 0 : 100
         submit.delivery = delivery
         if rng.chance(0.1) { submit.deadlineMs = UInt32.random(in: 100...3000, using: &rng) }
-        let image = Bytes(repeating: 0xD8, count: rng.chance(0.03) ? 65 : 8)
+        // Two images, often named by their digest (so requests share jobs and cached
+        // results), now and then with a digest that belongs to the other image.
+        let which = Int.random(in: 0..<2, using: &rng)
+        let image = Bytes(repeating: 0xD8 + UInt8(which), count: rng.chance(0.03) ? 65 : 8)
+        if rng.chance(0.6) {
+            let named = rng.chance(0.05) ? 1 - which : which
+            submit.source.inline.sha256 = Data(repeating: UInt8(named), count: 32)
+            cacheKeys[requestID] = "\(named) \(delivery == .degraded ? "degraded" : "final")"
+        } else {
+            cacheKeys[requestID] = nil
+        }
         pendingSubmits.append((client.peer, requestID, delivery))
+        submitting = image
         send(client: client.peer, ClientToBrokerMessage.submit(submit, image: image).encoded().frames)
         if let pending = pendingSubmits.first {
             problem("Submit \(pending.requestID) from \(pending.peer) got no first answer")
@@ -312,6 +339,7 @@ private final class Simulation {
     }
 
     private func sendResult(_ peer: PeerID, _ job: Enlarger_V1_Job, stage: Enlarger_V1_Stage, terminal: Bool) {
+        let verified = job.hasSource && rng.chance(0.8)
         let result = Enlarger_V1_JobResult.with {
             $0.jobID = job.jobID
             $0.attempt = job.attempt
@@ -319,6 +347,10 @@ private final class Simulation {
             $0.width = 100
             $0.height = 50
             $0.terminal = terminal
+            $0.digestVerified = verified
+        }
+        if verified && terminal, let named = job.source.inline.sha256.first {
+            vouched.insert("\(named) \(stage == .degraded ? "degraded" : "final")")
         }
         send(worker: peer, WorkerToBrokerMessage.jobResult(result, image: Bytes([1, 2, 3])).encoded().frames)
     }
@@ -423,6 +455,8 @@ private final class Simulation {
             }
             let pending = pendingSubmits.remove(at: index)
             if owner != nil { problem("\(id) accepted while live for \(owner!)") }
+            answeredFromCache = 0
+            images[id] = submitting
             live[id] = (peer, Track(delivery: pending.delivery))
             accepted += 1
         case .rejected(let rejected):
@@ -447,6 +481,12 @@ private final class Simulation {
             }
             if case .result(let result, _) = event, result.stage != (track.delivery == .degraded ? .degraded : .final) {
                 problem("terminal \(event.summary) does not fit delivery \(track.delivery)")
+            }
+            if case .result(let result, _) = event, result.cached {
+                guard let key = cacheKeys[id], vouched.contains(key) else {
+                    return problem("\(id) answered from the cache with no vouched result for \(cacheKeys[id] ?? "no digest")")
+                }
+                answeredFromCache += 1
             }
             live[id] = nil
             endedLoudly += 1
@@ -539,6 +579,12 @@ private final class Simulation {
         var harness = CoreHarness()
         harness.core = broker
         for inconsistency in harness.inconsistencies { problem(inconsistency) }
+        // Requests share a job only when they sent the same bytes.
+        for (jobID, job) in broker.jobs {
+            for key in job.requests where images[key.id] != job.image {
+                problem("request \(key.id) with other bytes shares job \(jobID)")
+            }
+        }
         if broker.liveRequestCount != live.count {
             problem("broker has \(broker.liveRequestCount) live requests, clients see \(live.count)")
         }

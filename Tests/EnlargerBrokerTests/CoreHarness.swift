@@ -176,50 +176,70 @@ struct CoreHarness {
         var quarantined = core.quarantine
         while let jobID = quarantined.popFirst() {
             queued.append(jobID)
-            if core.requests[jobID]?.quarantined != true { problems.append("job \(jobID) in quarantine unmarked") }
+            if core.jobs[jobID]?.quarantined != true { problems.append("job \(jobID) in quarantine unmarked") }
         }
-        for client in core.clients.values {
+        for (peer, client) in core.clients {
             queued += client.heldBack
-            for jobID in client.heldBack where core.requests[jobID]?.heldBack != true {
-                problems.append("held-back job \(jobID) unmarked")
+            for jobID in client.heldBack {
+                guard let job = core.jobs[jobID], job.heldBack else {
+                    problems.append("held-back job \(jobID) unmarked")
+                    continue
+                }
+                if core.requests[job.owner]?.client != peer { problems.append("held-back job \(jobID) not on its owner's list") }
             }
         }
         if Set(queued).count != queued.count { problems.append("a job is queued twice") }
-        for jobID in queued where core.requests[jobID]?.worker != nil || core.requests[jobID] == nil {
-            problems.append("queued job \(jobID) is not a live, unassigned request")
+        for jobID in queued where core.jobs[jobID]?.worker != nil || core.jobs[jobID] == nil {
+            problems.append("queued job \(jobID) is not a live, unassigned job")
         }
-        for (jobID, request) in core.requests {
-            if core.jobIDsByKey[request.key] != jobID { problems.append("index mismatch for \(jobID)") }
-            if core.clients[request.client]?.jobIDs.contains(jobID) != true {
-                problems.append("client of \(jobID) does not list it")
+        var requestsOnJobs = 0
+        for (jobID, job) in core.jobs {
+            if job.requests.isEmpty { problems.append("job \(jobID) without requests") }
+            requestsOnJobs += job.requests.count
+            for key in job.requests where core.requests[key]?.jobID != jobID {
+                problems.append("job \(jobID) lists request \(key.id), which is not on it")
             }
-            if let worker = request.worker {
+            if let worker = job.worker {
                 guard let index = core.workerIndex[worker] else {
                     problems.append("job \(jobID) held by unregistered worker")
                     continue
                 }
-                if core.workers[index].jobs[jobID] != request.attempt {
+                if core.workers[index].jobs[jobID] != job.attempt {
                     problems.append("job \(jobID) attempt not on its worker")
                 }
             } else if !queued.contains(jobID) {
                 problems.append("unassigned job \(jobID) is not queued")
             }
         }
-        if core.jobIDsByKey.count != core.requests.count { problems.append("stale request id index") }
+        for (key, request) in core.requests {
+            if core.jobs[request.jobID]?.requests.contains(key) != true {
+                problems.append("request \(key.id) is not on its job \(request.jobID)")
+            }
+            if core.clients[request.client]?.requests.contains(key) != true {
+                problems.append("client of \(key.id) does not list it")
+            }
+        }
+        if requestsOnJobs != core.requests.count { problems.append("requests and jobs disagree") }
+        for (shareKey, jobID) in core.sharedJobs where core.jobs[jobID]?.shareKey != shareKey {
+            problems.append("shared job index names job \(jobID) for another key")
+        }
+        let imageBytes = core.jobs.values.reduce(0) { $0 + $1.image.count }
+        if imageBytes != core.liveImageBytes { problems.append("live image bytes \(core.liveImageBytes), jobs hold \(imageBytes)") }
+        if core.cache.bytes > core.cache.limit { problems.append("cache over its limit") }
         for (index, worker) in core.workers.enumerated() {
             if core.workerIndex[worker.id] != index { problems.append("worker index mismatch") }
             if worker.inFlight > worker.capacity { problems.append("worker \(worker.id) over capacity") }
             if worker.isExclusive && worker.inFlight != 1 {
                 problems.append("worker \(worker.id) runs a quarantined job beside \(worker.inFlight - 1) others")
             }
-            for jobID in worker.jobs.keys where core.requests[jobID]?.worker != worker.id {
+            for jobID in worker.jobs.keys where core.jobs[jobID]?.worker != worker.id {
                 problems.append("worker \(worker.id) holds job \(jobID) that is not assigned to it")
             }
-            for jobID in worker.tombstones.keys where core.requests[jobID] != nil {
+            for jobID in worker.tombstones.keys where core.jobs[jobID] != nil {
                 problems.append("tombstone for live job \(jobID)")
             }
         }
-        for (peer, client) in core.clients where client.jobIDs.isEmpty {
+        for (peer, client) in core.clients where client.requests.isEmpty {
             problems.append("client \(peer) tracked without requests")
         }
         return problems
@@ -249,7 +269,7 @@ extension BrokerToClientMessage {
         switch self {
         case .accepted(let m): "accepted \(m.requestID)"
         case .started(let m): "started \(m.requestID) #\(m.attempt)"
-        case .result(let m, _): "result \(m.requestID) \(m.stage)\(m.terminal ? " terminal" : "")"
+        case .result(let m, _): "result \(m.requestID) \(m.stage)\(m.terminal ? " terminal" : "")\(m.cached ? " cached" : "")"
         case .failed(let m): "failed \(m.requestID) \(m.code)"
         case .cancelled(let m): "cancelled \(m.requestID)"
         case .rejected(let m): "rejected \(m.requestID) \(m.code)"

@@ -1,6 +1,8 @@
+import Crypto
 import EnlargerProtocol
 import EnlargerWorker
 import Imaging
+import Foundation
 import Logging
 import XCTest
 import TestSupport
@@ -127,6 +129,38 @@ final class WorkerServiceTests: XCTestCase {
             XCTAssertFalse(failed.message.isEmpty, name)
             XCTAssertFalse(frames.contains { if case .jobResult = $0 { true } else { false } }, name)
         }
+    }
+
+    func testTheImageIsCheckedAgainstItsDigestBeforeAnythingIsMadeOfIt() throws {
+        let (broker, _) = try brokerAndWorker()
+        let (peer, _) = try broker.expectReady()
+        let photo = try Corpus.good("sharp_2569067123_aca715a2ee_o.jpg")
+        func withDigest(_ id: UInt64, _ digest: Data) -> BrokerToWorkerMessage<[UInt8]> {
+            guard case .job(var message, let image) = job(id, width: 64, delivery: .final, image: photo) else {
+                preconditionFailure("not a job")
+            }
+            message.source.inline.sha256 = digest
+            return .job(message, image: image)
+        }
+
+        let right = try run(withDigest(1, Data(SHA256.hash(data: photo))), broker: broker, peer: peer)
+        guard case .jobResult(let result, _) = right.last else { return XCTFail("\(right)") }
+        XCTAssertTrue(result.digestVerified, "a result checked against its digest says so")
+
+        var wrong = Array(SHA256.hash(data: photo))
+        wrong[0] ^= 1
+        let refused = try run(withDigest(2, Data(wrong)), broker: broker, peer: peer)
+        guard case .jobFailed(let failed) = refused.last else { return XCTFail("\(refused)") }
+        XCTAssertEqual(failed.code, .digestMismatch)
+        XCTAssertFalse(refused.contains { if case .jobResult = $0 { true } else { false } })
+
+        let short = try run(withDigest(3, Data(repeating: 0, count: 31)), broker: broker, peer: peer)
+        guard case .jobFailed(let invalid) = short.last else { return XCTFail("\(short)") }
+        XCTAssertEqual(invalid.code, .invalidArgument)
+
+        let unnamed = try run(job(4, width: 64, delivery: .final, image: photo), broker: broker, peer: peer)
+        guard case .jobResult(let plain, _) = unnamed.last else { return XCTFail("\(unnamed)") }
+        XCTAssertFalse(plain.digestVerified, "nothing was checked")
     }
 
     func testSpecTheImagingPipelineCannotHonourFailsWithInvalidArgument() throws {

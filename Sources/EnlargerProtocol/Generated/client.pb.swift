@@ -85,6 +85,25 @@
 // nothing about other principals' ids. Admin principals may cancel any request and see
 // worker details in StatusReply.
 //
+// CACHE AND SHARED JOBS
+//
+// A Submit whose source names the image's SHA-256 (ImageSource.inline.sha256) can be
+// answered without a new job. Two requests are the same when they have the same digest, the
+// same ResizeSpec once defaults are filled in (quality 0 is 80, ...), the same Delivery, and
+// the same principal (or any principal, where the operator lets results be shared).
+// - Cache: the broker keeps recent terminal results, bounded in bytes (least recently used
+//   first out). A Submit that matches one is answered Accepted, then at once by that Result
+//   with `cached` set: no Started, no degraded result, no worker.
+// - Shared jobs: a Submit that matches a live request joins its job instead of starting
+//   another. Each request keeps its own id, deadline, events and terminal event: a request
+//   that joins late gets the events still to come (a degraded result already sent is not
+//   sent again). Cancelling, or the deadline of, one request ends only that request; the job
+//   is stopped when no request is left on it.
+// The worker checks the digest before decoding; if it does not match, every request on the
+// job fails with DIGEST_MISMATCH and nothing is cached. The broker lets a request join a
+// job only when its payload is byte-for-byte the job's, so a wrong digest harms only the
+// request that sent it.
+//
 // SIZE
 //
 // A Submit whose image is over the broker's input limit (Pong.max_input_bytes) is answered
@@ -167,7 +186,7 @@ public nonisolated struct Enlarger_V1_ClientToBroker: Sendable {
   public init() {}
 }
 
-/// Asks for one resize. Carries one payload frame: the source JPEG (up to the broker's input
+/// Asks for one resize. Carries one payload frame: the source image (up to the broker's input
 /// limit, 64 MiB by default; larger inputs are Rejected{TOO_LARGE}). Answered by Accepted,
 /// Rejected{OVERLOADED | INVALID_ARGUMENT | TOO_LARGE | MALFORMED | BROKER_SHUTDOWN} or
 /// Failed{DUPLICATE_ID}. A Submit whose request id is empty, longer than 64 bytes or not
@@ -202,6 +221,17 @@ public nonisolated struct Enlarger_V1_Submit: @unchecked Sendable {
     get {_storage._deadlineMs}
     set {_uniqueStorage()._deadlineMs = newValue}
   }
+
+  /// Where the image comes from; unset is the payload frame without a digest. See CACHE AND
+  /// SHARED JOBS.
+  public var source: Enlarger_V1_ImageSource {
+    get {_storage._source ?? Enlarger_V1_ImageSource()}
+    set {_uniqueStorage()._source = newValue}
+  }
+  /// Returns true if `source` has been explicitly set.
+  public var hasSource: Bool {_storage._source != nil}
+  /// Clears the value of `source`. Subsequent reads from it will return its default value.
+  public mutating func clearSource() {_uniqueStorage()._source = nil}
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -481,6 +511,13 @@ public nonisolated struct Enlarger_V1_Result: @unchecked Sendable {
     set {_uniqueStorage()._notes = newValue}
   }
 
+  /// The broker answered from its result cache: no worker ran for this request. Only ever on
+  /// a terminal result (see CACHE AND SHARED JOBS).
+  public var cached: Bool {
+    get {_storage._cached}
+    set {_uniqueStorage()._cached = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -639,11 +676,43 @@ public nonisolated struct Enlarger_V1_StatusReply: Sendable {
   /// connected (see IDENTITY AND RECONNECTION).
   public var clientBytesWaiting: UInt64 = 0
 
+  /// The result cache (see CACHE AND SHARED JOBS).
+  public var cache: Enlarger_V1_CacheStatus {
+    get {_cache ?? Enlarger_V1_CacheStatus()}
+    set {_cache = newValue}
+  }
+  /// Returns true if `cache` has been explicitly set.
+  public var hasCache: Bool {self._cache != nil}
+  /// Clears the value of `cache`. Subsequent reads from it will return its default value.
+  public mutating func clearCache() {self._cache = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _totals: Enlarger_V1_Totals? = nil
+  fileprivate var _cache: Enlarger_V1_CacheStatus? = nil
+}
+
+public nonisolated struct Enlarger_V1_CacheStatus: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Results held, and their bytes (payload and header), against the limit. A limit of 0
+  /// means the cache is off.
+  public var entries: UInt32 = 0
+
+  public var bytes: UInt64 = 0
+
+  public var limitBytes: UInt64 = 0
+
+  /// Results dropped to make room.
+  public var evictions: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 /// Worker names and pids are shown to admin principals only; others see empty ones.
@@ -795,6 +864,25 @@ public nonisolated struct Enlarger_V1_Totals: @unchecked Sendable {
   public var protocolBreaches: UInt64 {
     get {_storage._protocolBreaches}
     set {_uniqueStorage()._protocolBreaches = newValue}
+  }
+
+  /// Accepted requests answered from the result cache (also counted in finished).
+  public var cacheHits: UInt64 {
+    get {_storage._cacheHits}
+    set {_uniqueStorage()._cacheHits = newValue}
+  }
+
+  /// Accepted requests that could have been answered from the cache (they named a digest)
+  /// but were not.
+  public var cacheMisses: UInt64 {
+    get {_storage._cacheMisses}
+    set {_uniqueStorage()._cacheMisses = newValue}
+  }
+
+  /// Accepted requests that joined a live job instead of starting one.
+  public var jobsShared: UInt64 {
+    get {_storage._jobsShared}
+    set {_uniqueStorage()._jobsShared = newValue}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -974,13 +1062,14 @@ nonisolated extension Enlarger_V1_ClientToBroker: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Submit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{3}deadline_ms\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{3}deadline_ms\0\u{1}source\0")
 
   fileprivate class _StorageClass {
     var _requestID: String = String()
     var _spec: Enlarger_V1_ResizeSpec? = nil
     var _delivery: Enlarger_V1_Delivery = .progressive
     var _deadlineMs: UInt32 = 0
+    var _source: Enlarger_V1_ImageSource? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -995,6 +1084,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
       _spec = source._spec
       _delivery = source._delivery
       _deadlineMs = source._deadlineMs
+      _source = source._source
     }
   }
 
@@ -1017,6 +1107,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
         case 2: try { try decoder.decodeSingularMessageField(value: &_storage._spec) }()
         case 3: try { try decoder.decodeSingularEnumField(value: &_storage._delivery) }()
         case 4: try { try decoder.decodeSingularUInt32Field(value: &_storage._deadlineMs) }()
+        case 5: try { try decoder.decodeSingularMessageField(value: &_storage._source) }()
         default: break
         }
       }
@@ -1041,6 +1132,9 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
       if _storage._deadlineMs != 0 {
         try visitor.visitSingularUInt32Field(value: _storage._deadlineMs, fieldNumber: 4)
       }
+      try { if let v = _storage._source {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1054,6 +1148,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._spec != rhs_storage._spec {return false}
         if _storage._delivery != rhs_storage._delivery {return false}
         if _storage._deadlineMs != rhs_storage._deadlineMs {return false}
+        if _storage._source != rhs_storage._source {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -1468,7 +1563,7 @@ nonisolated extension Enlarger_V1_Started: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Result"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0\u{1}cached\0")
 
   fileprivate class _StorageClass {
     var _requestID: String = String()
@@ -1480,6 +1575,7 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
     var _info: Enlarger_V1_ImageInfo? = nil
     var _contentType: String = String()
     var _notes: [String] = []
+    var _cached: Bool = false
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1499,6 +1595,7 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
       _info = source._info
       _contentType = source._contentType
       _notes = source._notes
+      _cached = source._cached
     }
   }
 
@@ -1526,6 +1623,7 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
         case 7: try { try decoder.decodeSingularMessageField(value: &_storage._info) }()
         case 8: try { try decoder.decodeSingularStringField(value: &_storage._contentType) }()
         case 9: try { try decoder.decodeRepeatedStringField(value: &_storage._notes) }()
+        case 10: try { try decoder.decodeSingularBoolField(value: &_storage._cached) }()
         default: break
         }
       }
@@ -1565,6 +1663,9 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
       if !_storage._notes.isEmpty {
         try visitor.visitRepeatedStringField(value: _storage._notes, fieldNumber: 9)
       }
+      if _storage._cached != false {
+        try visitor.visitSingularBoolField(value: _storage._cached, fieldNumber: 10)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1583,6 +1684,7 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._info != rhs_storage._info {return false}
         if _storage._contentType != rhs_storage._contentType {return false}
         if _storage._notes != rhs_storage._notes {return false}
+        if _storage._cached != rhs_storage._cached {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -1743,7 +1845,7 @@ nonisolated extension Enlarger_V1_CancelAck.Outcome: SwiftProtobuf._ProtoNamePro
 
 nonisolated extension Enlarger_V1_StatusReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatusReply"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}workers\0\u{3}queue_depth\0\u{3}queue_limit\0\u{3}in_flight\0\u{1}clients\0\u{3}uptime_ms\0\u{1}totals\0\u{3}client_bytes_waiting\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}workers\0\u{3}queue_depth\0\u{3}queue_limit\0\u{3}in_flight\0\u{1}clients\0\u{3}uptime_ms\0\u{1}totals\0\u{3}client_bytes_waiting\0\u{1}cache\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1759,6 +1861,7 @@ nonisolated extension Enlarger_V1_StatusReply: SwiftProtobuf.Message, SwiftProto
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.uptimeMs) }()
       case 7: try { try decoder.decodeSingularMessageField(value: &self._totals) }()
       case 8: try { try decoder.decodeSingularUInt64Field(value: &self.clientBytesWaiting) }()
+      case 9: try { try decoder.decodeSingularMessageField(value: &self._cache) }()
       default: break
       }
     }
@@ -1793,6 +1896,9 @@ nonisolated extension Enlarger_V1_StatusReply: SwiftProtobuf.Message, SwiftProto
     if self.clientBytesWaiting != 0 {
       try visitor.visitSingularUInt64Field(value: self.clientBytesWaiting, fieldNumber: 8)
     }
+    try { if let v = self._cache {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1805,6 +1911,52 @@ nonisolated extension Enlarger_V1_StatusReply: SwiftProtobuf.Message, SwiftProto
     if lhs.uptimeMs != rhs.uptimeMs {return false}
     if lhs._totals != rhs._totals {return false}
     if lhs.clientBytesWaiting != rhs.clientBytesWaiting {return false}
+    if lhs._cache != rhs._cache {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_CacheStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".CacheStatus"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}entries\0\u{1}bytes\0\u{3}limit_bytes\0\u{1}evictions\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.entries) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.bytes) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.limitBytes) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.evictions) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.entries != 0 {
+      try visitor.visitSingularUInt32Field(value: self.entries, fieldNumber: 1)
+    }
+    if self.bytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.bytes, fieldNumber: 2)
+    }
+    if self.limitBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.limitBytes, fieldNumber: 3)
+    }
+    if self.evictions != 0 {
+      try visitor.visitSingularUInt64Field(value: self.evictions, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_CacheStatus, rhs: Enlarger_V1_CacheStatus) -> Bool {
+    if lhs.entries != rhs.entries {return false}
+    if lhs.bytes != rhs.bytes {return false}
+    if lhs.limitBytes != rhs.limitBytes {return false}
+    if lhs.evictions != rhs.evictions {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1867,7 +2019,7 @@ nonisolated extension Enlarger_V1_WorkerStatus: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Totals"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}submitted\0\u{1}accepted\0\u{1}finished\0\u{1}failed\0\u{1}cancelled\0\u{1}rejected\0\u{3}duplicate_ids\0\u{3}late_results_dropped\0\u{3}malformed_dropped\0\u{3}workers_lost\0\u{3}workers_disconnected\0\u{3}jobs_requeued\0\u{3}clients_vanished\0\u{1}unroutable\0\u{3}cancel_acks_timed_out\0\u{3}deadlines_exceeded\0\u{3}client_sends_deferred\0\u{3}jobs_quarantined\0\u{3}protocol_breaches\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}submitted\0\u{1}accepted\0\u{1}finished\0\u{1}failed\0\u{1}cancelled\0\u{1}rejected\0\u{3}duplicate_ids\0\u{3}late_results_dropped\0\u{3}malformed_dropped\0\u{3}workers_lost\0\u{3}workers_disconnected\0\u{3}jobs_requeued\0\u{3}clients_vanished\0\u{1}unroutable\0\u{3}cancel_acks_timed_out\0\u{3}deadlines_exceeded\0\u{3}client_sends_deferred\0\u{3}jobs_quarantined\0\u{3}protocol_breaches\0\u{3}cache_hits\0\u{3}cache_misses\0\u{3}jobs_shared\0")
 
   fileprivate class _StorageClass {
     var _submitted: UInt64 = 0
@@ -1889,6 +2041,9 @@ nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._
     var _clientSendsDeferred: UInt64 = 0
     var _jobsQuarantined: UInt64 = 0
     var _protocolBreaches: UInt64 = 0
+    var _cacheHits: UInt64 = 0
+    var _cacheMisses: UInt64 = 0
+    var _jobsShared: UInt64 = 0
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1918,6 +2073,9 @@ nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._
       _clientSendsDeferred = source._clientSendsDeferred
       _jobsQuarantined = source._jobsQuarantined
       _protocolBreaches = source._protocolBreaches
+      _cacheHits = source._cacheHits
+      _cacheMisses = source._cacheMisses
+      _jobsShared = source._jobsShared
     }
   }
 
@@ -1955,6 +2113,9 @@ nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._
         case 17: try { try decoder.decodeSingularUInt64Field(value: &_storage._clientSendsDeferred) }()
         case 18: try { try decoder.decodeSingularUInt64Field(value: &_storage._jobsQuarantined) }()
         case 19: try { try decoder.decodeSingularUInt64Field(value: &_storage._protocolBreaches) }()
+        case 20: try { try decoder.decodeSingularUInt64Field(value: &_storage._cacheHits) }()
+        case 21: try { try decoder.decodeSingularUInt64Field(value: &_storage._cacheMisses) }()
+        case 22: try { try decoder.decodeSingularUInt64Field(value: &_storage._jobsShared) }()
         default: break
         }
       }
@@ -2020,6 +2181,15 @@ nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._
       if _storage._protocolBreaches != 0 {
         try visitor.visitSingularUInt64Field(value: _storage._protocolBreaches, fieldNumber: 19)
       }
+      if _storage._cacheHits != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._cacheHits, fieldNumber: 20)
+      }
+      if _storage._cacheMisses != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._cacheMisses, fieldNumber: 21)
+      }
+      if _storage._jobsShared != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._jobsShared, fieldNumber: 22)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -2048,6 +2218,9 @@ nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._clientSendsDeferred != rhs_storage._clientSendsDeferred {return false}
         if _storage._jobsQuarantined != rhs_storage._jobsQuarantined {return false}
         if _storage._protocolBreaches != rhs_storage._protocolBreaches {return false}
+        if _storage._cacheHits != rhs_storage._cacheHits {return false}
+        if _storage._cacheMisses != rhs_storage._cacheMisses {return false}
+        if _storage._jobsShared != rhs_storage._jobsShared {return false}
         return true
       }
       if !storagesAreEqual {return false}

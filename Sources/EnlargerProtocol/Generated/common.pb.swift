@@ -41,6 +41,11 @@
 // must be unique among the broker's live requests (accepted and not yet ended); once a
 // request has ended its id may be used again.
 
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import SwiftProtobuf
 
 // If the compiler emits an error on this type, it is because this file
@@ -450,6 +455,10 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
   /// Rejected, Error: the peer's principal may not do this (for instance a worker key on
   /// the client endpoint). The handshake refuses unknown keys before any message.
   case unauthorized // = 19
+
+  /// Failed: the payload's SHA-256 is not the digest its Submit named (ImageSource). The
+  /// worker checks before it decodes; nothing made from those bytes is shared or cached.
+  case digestMismatch // = 20
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -478,6 +487,7 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     case 17: self = .clientSilent
     case 18: self = .requestLost
     case 19: self = .unauthorized
+    case 20: self = .digestMismatch
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -504,6 +514,7 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     case .clientSilent: return 17
     case .requestLost: return 18
     case .unauthorized: return 19
+    case .digestMismatch: return 20
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -530,6 +541,7 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     .clientSilent,
     .requestLost,
     .unauthorized,
+    .digestMismatch,
   ]
 
 }
@@ -657,6 +669,51 @@ public nonisolated struct Enlarger_V1_ResizeSpec: Sendable {
   fileprivate var _background: UInt32? = nil
 }
 
+/// Where a request's image comes from.
+public nonisolated struct Enlarger_V1_ImageSource: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var kind: Enlarger_V1_ImageSource.OneOf_Kind? = nil
+
+  public var inline: Enlarger_V1_InlineSource {
+    get {
+      if case .inline(let v)? = kind {return v}
+      return Enlarger_V1_InlineSource()
+    }
+    set {kind = .inline(newValue)}
+  }
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public nonisolated enum OneOf_Kind: Equatable, Sendable {
+    case inline(Enlarger_V1_InlineSource)
+
+  }
+
+  public init() {}
+}
+
+/// The image travels in the Submit's payload frame (as when `source` is unset), named by its
+/// digest. The digest is what lets the broker answer from its result cache and let identical
+/// requests share one job: the broker never hashes images itself (its one thread must stay
+/// free), so it takes the client's word for the digest, and the worker checks that word
+/// before decoding; a result is cached or shared only once that check has passed. A request
+/// without a digest is neither cached nor shared.
+public nonisolated struct Enlarger_V1_InlineSource: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// SHA-256 of the payload frame: 32 bytes, or empty for none.
+  public var sha256: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 /// Sent by the broker to a client or worker whose message it could not use (malformed, or
 /// not attributable to any request). Not terminal for any request: the message simply had
 /// no effect. `code` is MALFORMED.
@@ -703,7 +760,7 @@ nonisolated extension Enlarger_V1_FailOn: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension Enlarger_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0\u{1}ERROR_CODE_DIGEST_MISMATCH\0")
 }
 
 nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -890,6 +947,82 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
     if lhs.flatten != rhs.flatten {return false}
     if lhs._background != rhs._background {return false}
     if lhs.lossless != rhs.lossless {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_ImageSource: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ImageSource"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}inline\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try {
+        var v: Enlarger_V1_InlineSource?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .inline(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .inline(v)
+        }
+      }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if case .inline(let v)? = self.kind {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_ImageSource, rhs: Enlarger_V1_ImageSource) -> Bool {
+    if lhs.kind != rhs.kind {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_InlineSource: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".InlineSource"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}sha256\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.sha256) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.sha256.isEmpty {
+      try visitor.visitSingularBytesField(value: self.sha256, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_InlineSource, rhs: Enlarger_V1_InlineSource) -> Bool {
+    if lhs.sha256 != rhs.sha256 {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

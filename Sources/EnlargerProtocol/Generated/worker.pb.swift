@@ -275,6 +275,13 @@ public nonisolated struct Enlarger_V1_JobResult: @unchecked Sendable {
     set {_uniqueStorage()._notes = newValue}
   }
 
+  /// The worker checked the payload against the digest the Job named (Job.source), and it
+  /// matched. Only such a result may be cached by the broker.
+  public var digestVerified: Bool {
+    get {_storage._digestVerified}
+    set {_uniqueStorage()._digestVerified = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -393,8 +400,8 @@ public nonisolated struct Enlarger_V1_BrokerToWorker: Sendable {
   public init() {}
 }
 
-/// Work to do. Carries one payload frame: the source JPEG. `request_id` is the client's id,
-/// for logs only. `spec` has been validated by the broker.
+/// Work to do. Carries one payload frame: the source image. `request_id` is the client's id
+/// (of the first request on the job), for logs only. `spec` has been validated by the broker.
 public nonisolated struct Enlarger_V1_Job: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -428,6 +435,18 @@ public nonisolated struct Enlarger_V1_Job: @unchecked Sendable {
     get {_storage._delivery}
     set {_uniqueStorage()._delivery = newValue}
   }
+
+  /// As the Submit gave it. When it names a digest, the worker checks the payload against it
+  /// before anything else and ends the job with JobFailed{DIGEST_MISMATCH} when they differ:
+  /// the broker shares and caches this job's results on the strength of that check.
+  public var source: Enlarger_V1_ImageSource {
+    get {_storage._source ?? Enlarger_V1_ImageSource()}
+    set {_uniqueStorage()._source = newValue}
+  }
+  /// Returns true if `source` has been explicitly set.
+  public var hasSource: Bool {_storage._source != nil}
+  /// Clears the value of `source`. Subsequent reads from it will return its default value.
+  public mutating func clearSource() {_uniqueStorage()._source = nil}
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -703,7 +722,7 @@ nonisolated extension Enlarger_V1_JobStarted: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".JobResult"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0\u{3}digest_verified\0")
 
   fileprivate class _StorageClass {
     var _jobID: UInt64 = 0
@@ -716,6 +735,7 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
     var _info: Enlarger_V1_ImageInfo? = nil
     var _contentType: String = String()
     var _notes: [String] = []
+    var _digestVerified: Bool = false
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -736,6 +756,7 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
       _info = source._info
       _contentType = source._contentType
       _notes = source._notes
+      _digestVerified = source._digestVerified
     }
   }
 
@@ -764,6 +785,7 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
         case 8: try { try decoder.decodeSingularMessageField(value: &_storage._info) }()
         case 9: try { try decoder.decodeSingularStringField(value: &_storage._contentType) }()
         case 10: try { try decoder.decodeRepeatedStringField(value: &_storage._notes) }()
+        case 11: try { try decoder.decodeSingularBoolField(value: &_storage._digestVerified) }()
         default: break
         }
       }
@@ -806,6 +828,9 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
       if !_storage._notes.isEmpty {
         try visitor.visitRepeatedStringField(value: _storage._notes, fieldNumber: 10)
       }
+      if _storage._digestVerified != false {
+        try visitor.visitSingularBoolField(value: _storage._digestVerified, fieldNumber: 11)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -825,6 +850,7 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
         if _storage._info != rhs_storage._info {return false}
         if _storage._contentType != rhs_storage._contentType {return false}
         if _storage._notes != rhs_storage._notes {return false}
+        if _storage._digestVerified != rhs_storage._digestVerified {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -1053,7 +1079,7 @@ nonisolated extension Enlarger_V1_BrokerToWorker: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Job"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{1}source\0")
 
   fileprivate class _StorageClass {
     var _jobID: UInt64 = 0
@@ -1061,6 +1087,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
     var _requestID: String = String()
     var _spec: Enlarger_V1_ResizeSpec? = nil
     var _delivery: Enlarger_V1_Delivery = .progressive
+    var _source: Enlarger_V1_ImageSource? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1076,6 +1103,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
       _requestID = source._requestID
       _spec = source._spec
       _delivery = source._delivery
+      _source = source._source
     }
   }
 
@@ -1099,6 +1127,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
         case 3: try { try decoder.decodeSingularStringField(value: &_storage._requestID) }()
         case 4: try { try decoder.decodeSingularMessageField(value: &_storage._spec) }()
         case 5: try { try decoder.decodeSingularEnumField(value: &_storage._delivery) }()
+        case 6: try { try decoder.decodeSingularMessageField(value: &_storage._source) }()
         default: break
         }
       }
@@ -1126,6 +1155,9 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
       if _storage._delivery != .progressive {
         try visitor.visitSingularEnumField(value: _storage._delivery, fieldNumber: 5)
       }
+      try { if let v = _storage._source {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1140,6 +1172,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
         if _storage._requestID != rhs_storage._requestID {return false}
         if _storage._spec != rhs_storage._spec {return false}
         if _storage._delivery != rhs_storage._delivery {return false}
+        if _storage._source != rhs_storage._source {return false}
         return true
       }
       if !storagesAreEqual {return false}

@@ -181,10 +181,31 @@ class ResultsTest(unittest.TestCase):
         self.assertEqual(after.queue_limit, 1024)
         self.assertGreater(after.uptime_ms, 0)
 
+    def test_identical_requests_are_answered_from_the_cache(self):
+        image = corpus(SMALL_IMAGES[0])
+        first = collect(self.client.submit(image, width=97, degraded=False))
+        check_life(self, first)
+        self.assertFalse(first[-1].cached)
+        before = self.client.status()
+        second = collect(self.client.submit(image, width=97, degraded=False))
+        check_life(self, second)
+        self.assertEqual([type(e) for e in second], [enlarger.Accepted, enlarger.Final], "no worker ran")
+        self.assertTrue(second[-1].cached)
+        self.assertEqual(second[-1].data, first[-1].data)
+        after = self.client.status()
+        self.assertEqual(after.totals.cache_hits - before.totals.cache_hits, 1)
+        self.assertGreater(after.cache.entries, 0)
+        self.assertGreater(after.cache.limit_bytes, 0)
+        unshared = collect(self.client.submit(image, width=97, degraded=False, share=False))
+        self.assertFalse(unshared[-1].cached, "without a digest the request is worked out again")
+        self.assertTrue(any(isinstance(e, enlarger.Started) for e in unshared), unshared)
+
     def test_status_has_every_counter_of_the_protocol(self):
         self.assertEqual({f.name for f in dataclasses.fields(enlarger.Totals)},
                          {f.name for f in client_pb2.Totals.DESCRIPTOR.fields})
         reply_fields = {f.name for f in client_pb2.StatusReply.DESCRIPTOR.fields}
+        self.assertEqual({f.name for f in dataclasses.fields(enlarger.CacheStatus)},
+                         {f.name for f in client_pb2.CacheStatus.DESCRIPTOR.fields})
         self.assertEqual({f.name for f in dataclasses.fields(enlarger.BrokerStatus)}, reply_fields)
         self.assertEqual({f.name for f in dataclasses.fields(enlarger.WorkerStatus)},
                          {f.name for f in client_pb2.WorkerStatus.DESCRIPTOR.fields})

@@ -16,7 +16,7 @@ from .errors import (BrokerLostError, BrokerUnreachableError, CallFailedError, C
                      DuplicateRequestIdError, EnlargerError, InputTooLargeError, InvalidArgumentError,
                      InvalidRequestIdError, KeyFileError, RequestError)
 from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Event, Failed, Final, ImageInfo, Info, Rejected,
-                     Result, Started, Totals, WorkerStatus)
+                     Result, Started, Totals, WorkerStatus, CacheStatus)
 from .request import Request
 
 __version__ = "0.1.0"
@@ -25,7 +25,7 @@ __all__ = [
     "Client", "Request",
     "Event", "Accepted", "Started", "Result", "Degraded", "Final", "Info", "ImageInfo", "Failed", "Rejected",
     "Cancelled",
-    "BrokerStatus", "WorkerStatus", "Totals",
+    "BrokerStatus", "WorkerStatus", "Totals", "CacheStatus",
     "ErrorCode", "Fit", "Chroma", "ImageFormat", "FailOn", "Delivery", "CancelOutcome",
     "EnlargerError", "InvalidArgumentError", "InvalidRequestIdError", "InputTooLargeError",
     "DuplicateRequestIdError", "KeyFileError", "CallFailedError", "BrokerUnreachableError",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import threading
@@ -136,7 +137,7 @@ class Client:
                keep_profile: bool = False, accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
                background: str | int | None = None, lossless: bool = False,
                degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
-               timeout: float | None = None) -> Request:
+               timeout: float | None = None, share: bool = True) -> Request:
         """Submits one image (JPEG, PNG, WebP, HEIC or AVIF, recognised by the worker from its
         content) and returns its `Request`, an iterator of events.
 
@@ -164,6 +165,9 @@ class Client:
         - `timeout`: seconds the request may live after acceptance; None leaves it to the
           broker's default. The broker ends a request still live then with
           `Failed(DEADLINE_EXCEEDED)`.
+        - `share`: send the image's SHA-256 with it (default), so that the broker may answer
+          from its result cache (the `Final` then has `cached` set) or let the request share
+          one job with identical ones in flight; the worker checks the digest.
 
         Never blocks. Raises `InvalidArgumentError` (a `ValueError`) for arguments the
         protocol does not allow, `InputTooLargeError` for an image over the broker's limit
@@ -179,6 +183,8 @@ class Client:
                                     keep_profile=keep_profile, accept=accept, flatten=flatten,
                                     background=background, lossless=lossless, degraded=degraded,
                                     delivery=delivery, request_id=request_id, timeout=timeout)
+        if _flag(share, "share"):
+            submit.source.inline.sha256 = hashlib.sha256(data).digest()
         limit = self.max_input_bytes
         if len(data) > limit:
             raise InputTooLargeError(len(data), limit)

@@ -42,6 +42,7 @@ class ErrorCode(enum.IntEnum):
     #: lost with a connection), or the answer to a cancel was lost.
     REQUEST_LOST = 18
     UNAUTHORIZED = 19
+    DIGEST_MISMATCH = 20
 
     #: No broker answered at the endpoint within the silence limit (none listening, or the
     #: CURVE handshake failed).

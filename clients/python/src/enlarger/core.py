@@ -684,9 +684,10 @@ class ClientCore:
                 return
             route.degraded_delivered = True
             event = Degraded(request_id, image, result.width, result.height, image_format, tuple(result.notes),
-                             terminal=result.terminal)
+                             result.cached, terminal=result.terminal)
         else:
-            event = Final(request_id, image, result.width, result.height, image_format, tuple(result.notes))
+            event = Final(request_id, image, result.width, result.height, image_format, tuple(result.notes),
+                          result.cached)
         actions.append(Deliver(route.token, event, result.terminal))
         if result.terminal:
             self._finish_route(request_id)

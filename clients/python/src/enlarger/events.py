@@ -64,6 +64,8 @@ class Result(Event):
     format: ImageFormat = ImageFormat.JPEG
     #: What to know about how it was made: a colour profile ignored, transparency flattened.
     notes: tuple[str, ...] = ()
+    #: The broker answered from its result cache: no worker ran for this request.
+    cached: bool = False
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(request_id={self.request_id!r}, {self.width}x{self.height} "
@@ -183,6 +185,22 @@ class Totals:
     client_sends_deferred: int = 0
     jobs_quarantined: int = 0
     protocol_breaches: int = 0
+    #: Requests answered from the result cache; requests with a digest it could not
+    #: answer; requests that joined an identical request's live job.
+    cache_hits: int = 0
+    cache_misses: int = 0
+    jobs_shared: int = 0
+
+
+@dataclass(frozen=True)
+class CacheStatus:
+    """The broker's result cache: results held and their bytes against the limit (0: the
+    cache is off), and results dropped to make room."""
+
+    entries: int = 0
+    bytes: int = 0
+    limit_bytes: int = 0
+    evictions: int = 0
 
 
 @dataclass(frozen=True)
@@ -193,7 +211,7 @@ class BrokerStatus:
     #: Accepted requests waiting for a worker, and the most that may wait.
     queue_depth: int
     queue_limit: int
-    #: Live requests held by a worker.
+    #: Jobs held by a worker (identical requests share one).
     in_flight: int
     #: Client connections with live requests.
     clients: int
@@ -201,6 +219,7 @@ class BrokerStatus:
     totals: Totals
     #: Bytes waiting at the broker for clients that are not reading or not connected.
     client_bytes_waiting: int
+    cache: CacheStatus = CacheStatus()
 
     @classmethod
     def from_wire(cls, reply) -> BrokerStatus:
@@ -211,4 +230,5 @@ class BrokerStatus:
             for w in reply.workers)
         return cls(workers=workers, queue_depth=reply.queue_depth, queue_limit=reply.queue_limit,
                    in_flight=reply.in_flight, clients=reply.clients, uptime_ms=reply.uptime_ms,
-                   totals=totals, client_bytes_waiting=reply.client_bytes_waiting)
+                   totals=totals, client_bytes_waiting=reply.client_bytes_waiting,
+                   cache=CacheStatus(**{f.name: getattr(reply.cache, f.name) for f in dataclasses.fields(CacheStatus)}))

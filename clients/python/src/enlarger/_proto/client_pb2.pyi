@@ -45,6 +45,18 @@ class BrokerToClient(_message.Message):
     sync_reply: SyncReply
     def __init__(self, accepted: _Optional[_Union[Accepted, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., failed: _Optional[_Union[Failed, _Mapping]] = ..., cancelled: _Optional[_Union[Cancelled, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., cancel_ack: _Optional[_Union[CancelAck, _Mapping]] = ..., status_reply: _Optional[_Union[StatusReply, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., sync_reply: _Optional[_Union[SyncReply, _Mapping]] = ...) -> None: ...
 
+class CacheStatus(_message.Message):
+    __slots__ = ["bytes", "entries", "evictions", "limit_bytes"]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    bytes: int
+    entries: int
+    evictions: int
+    limit_bytes: int
+    def __init__(self, entries: _Optional[int] = ..., bytes: _Optional[int] = ..., limit_bytes: _Optional[int] = ..., evictions: _Optional[int] = ...) -> None: ...
+
 class Cancel(_message.Message):
     __slots__ = ["request_id"]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -120,7 +132,8 @@ class Rejected(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ["content_type", "format", "height", "info", "notes", "request_id", "stage", "terminal", "width"]
+    __slots__ = ["cached", "content_type", "format", "height", "info", "notes", "request_id", "stage", "terminal", "width"]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
     CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +143,7 @@ class Result(_message.Message):
     STAGE_FIELD_NUMBER: _ClassVar[int]
     TERMINAL_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FIELD_NUMBER: _ClassVar[int]
+    cached: bool
     content_type: str
     format: _common_pb2.ImageFormat
     height: int
@@ -139,7 +153,7 @@ class Result(_message.Message):
     stage: _common_pb2.Stage
     terminal: bool
     width: int
-    def __init__(self, request_id: _Optional[str] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ..., content_type: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ..., content_type: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., cached: bool = ...) -> None: ...
 
 class Started(_message.Message):
     __slots__ = ["attempt", "request_id"]
@@ -150,7 +164,8 @@ class Started(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ["client_bytes_waiting", "clients", "in_flight", "queue_depth", "queue_limit", "totals", "uptime_ms", "workers"]
+    __slots__ = ["cache", "client_bytes_waiting", "clients", "in_flight", "queue_depth", "queue_limit", "totals", "uptime_ms", "workers"]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
     CLIENTS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_BYTES_WAITING_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +174,7 @@ class StatusReply(_message.Message):
     TOTALS_FIELD_NUMBER: _ClassVar[int]
     UPTIME_MS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
+    cache: CacheStatus
     client_bytes_waiting: int
     clients: int
     in_flight: int
@@ -167,23 +183,25 @@ class StatusReply(_message.Message):
     totals: Totals
     uptime_ms: int
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., queue_depth: _Optional[int] = ..., queue_limit: _Optional[int] = ..., in_flight: _Optional[int] = ..., clients: _Optional[int] = ..., uptime_ms: _Optional[int] = ..., totals: _Optional[_Union[Totals, _Mapping]] = ..., client_bytes_waiting: _Optional[int] = ...) -> None: ...
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., queue_depth: _Optional[int] = ..., queue_limit: _Optional[int] = ..., in_flight: _Optional[int] = ..., clients: _Optional[int] = ..., uptime_ms: _Optional[int] = ..., totals: _Optional[_Union[Totals, _Mapping]] = ..., client_bytes_waiting: _Optional[int] = ..., cache: _Optional[_Union[CacheStatus, _Mapping]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
 class Submit(_message.Message):
-    __slots__ = ["deadline_ms", "delivery", "request_id", "spec"]
+    __slots__ = ["deadline_ms", "delivery", "request_id", "source", "spec"]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     deadline_ms: int
     delivery: _common_pb2.Delivery
     request_id: str
+    source: _common_pb2.ImageSource
     spec: _common_pb2.ResizeSpec
-    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., deadline_ms: _Optional[int] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ...) -> None: ...
 
 class Sync(_message.Message):
     __slots__ = ["nonce", "request_ids"]
@@ -204,8 +222,10 @@ class SyncReply(_message.Message):
     def __init__(self, unknown_request_ids: _Optional[_Iterable[str]] = ..., nonce: _Optional[int] = ..., broker_instance: _Optional[int] = ...) -> None: ...
 
 class Totals(_message.Message):
-    __slots__ = ["accepted", "cancel_acks_timed_out", "cancelled", "client_sends_deferred", "clients_vanished", "deadlines_exceeded", "duplicate_ids", "failed", "finished", "jobs_quarantined", "jobs_requeued", "late_results_dropped", "malformed_dropped", "protocol_breaches", "rejected", "submitted", "unroutable", "workers_disconnected", "workers_lost"]
+    __slots__ = ["accepted", "cache_hits", "cache_misses", "cancel_acks_timed_out", "cancelled", "client_sends_deferred", "clients_vanished", "deadlines_exceeded", "duplicate_ids", "failed", "finished", "jobs_quarantined", "jobs_requeued", "jobs_shared", "late_results_dropped", "malformed_dropped", "protocol_breaches", "rejected", "submitted", "unroutable", "workers_disconnected", "workers_lost"]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_MISSES_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
     CANCEL_ACKS_TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
     CLIENTS_VANISHED_FIELD_NUMBER: _ClassVar[int]
@@ -216,6 +236,7 @@ class Totals(_message.Message):
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     JOBS_QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     JOBS_REQUEUED_FIELD_NUMBER: _ClassVar[int]
+    JOBS_SHARED_FIELD_NUMBER: _ClassVar[int]
     LATE_RESULTS_DROPPED_FIELD_NUMBER: _ClassVar[int]
     MALFORMED_DROPPED_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_BREACHES_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +246,8 @@ class Totals(_message.Message):
     WORKERS_DISCONNECTED_FIELD_NUMBER: _ClassVar[int]
     WORKERS_LOST_FIELD_NUMBER: _ClassVar[int]
     accepted: int
+    cache_hits: int
+    cache_misses: int
     cancel_acks_timed_out: int
     cancelled: int
     client_sends_deferred: int
@@ -235,6 +258,7 @@ class Totals(_message.Message):
     finished: int
     jobs_quarantined: int
     jobs_requeued: int
+    jobs_shared: int
     late_results_dropped: int
     malformed_dropped: int
     protocol_breaches: int
@@ -243,7 +267,7 @@ class Totals(_message.Message):
     unroutable: int
     workers_disconnected: int
     workers_lost: int
-    def __init__(self, submitted: _Optional[int] = ..., accepted: _Optional[int] = ..., finished: _Optional[int] = ..., failed: _Optional[int] = ..., cancelled: _Optional[int] = ..., rejected: _Optional[int] = ..., duplicate_ids: _Optional[int] = ..., late_results_dropped: _Optional[int] = ..., malformed_dropped: _Optional[int] = ..., workers_lost: _Optional[int] = ..., workers_disconnected: _Optional[int] = ..., jobs_requeued: _Optional[int] = ..., clients_vanished: _Optional[int] = ..., unroutable: _Optional[int] = ..., cancel_acks_timed_out: _Optional[int] = ..., deadlines_exceeded: _Optional[int] = ..., client_sends_deferred: _Optional[int] = ..., jobs_quarantined: _Optional[int] = ..., protocol_breaches: _Optional[int] = ...) -> None: ...
+    def __init__(self, submitted: _Optional[int] = ..., accepted: _Optional[int] = ..., finished: _Optional[int] = ..., failed: _Optional[int] = ..., cancelled: _Optional[int] = ..., rejected: _Optional[int] = ..., duplicate_ids: _Optional[int] = ..., late_results_dropped: _Optional[int] = ..., malformed_dropped: _Optional[int] = ..., workers_lost: _Optional[int] = ..., workers_disconnected: _Optional[int] = ..., jobs_requeued: _Optional[int] = ..., clients_vanished: _Optional[int] = ..., unroutable: _Optional[int] = ..., cancel_acks_timed_out: _Optional[int] = ..., deadlines_exceeded: _Optional[int] = ..., client_sends_deferred: _Optional[int] = ..., jobs_quarantined: _Optional[int] = ..., protocol_breaches: _Optional[int] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., jobs_shared: _Optional[int] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
     __slots__ = ["capacity", "id", "in_flight", "last_seen_ms_ago", "name", "pid"]

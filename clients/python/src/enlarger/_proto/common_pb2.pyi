@@ -2,7 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from typing import ClassVar as _ClassVar, Iterable as _Iterable, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 CHROMA_YUV420: Chroma
 CHROMA_YUV444: Chroma
@@ -15,6 +15,7 @@ ERROR_CODE_BROKER_SHUTDOWN: ErrorCode
 ERROR_CODE_CLIENT_SILENT: ErrorCode
 ERROR_CODE_CORRUPT: ErrorCode
 ERROR_CODE_DEADLINE_EXCEEDED: ErrorCode
+ERROR_CODE_DIGEST_MISMATCH: ErrorCode
 ERROR_CODE_DUPLICATE_ID: ErrorCode
 ERROR_CODE_EMPTY: ErrorCode
 ERROR_CODE_ENCODE_FAILED: ErrorCode
@@ -86,6 +87,18 @@ class ImageInfo(_message.Message):
     progressive: bool
     width: int
     def __init__(self, format: _Optional[str] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., orientation: _Optional[int] = ..., channels: _Optional[int] = ..., has_alpha: bool = ..., bit_depth: _Optional[int] = ..., color_space: _Optional[str] = ..., profile_description: _Optional[str] = ..., profile_bytes: _Optional[int] = ..., progressive: bool = ..., has_embedded_thumbnail: bool = ..., byte_size: _Optional[int] = ...) -> None: ...
+
+class ImageSource(_message.Message):
+    __slots__ = ["inline"]
+    INLINE_FIELD_NUMBER: _ClassVar[int]
+    inline: InlineSource
+    def __init__(self, inline: _Optional[_Union[InlineSource, _Mapping]] = ...) -> None: ...
+
+class InlineSource(_message.Message):
+    __slots__ = ["sha256"]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    sha256: bytes
+    def __init__(self, sha256: _Optional[bytes] = ...) -> None: ...
 
 class ResizeSpec(_message.Message):
     __slots__ = ["accept", "background", "chroma", "enlarge", "fail_on", "fit", "flatten", "format", "height", "keep_profile", "lossless", "progressive", "quality", "width"]
