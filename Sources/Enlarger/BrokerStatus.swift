@@ -39,6 +39,10 @@ public struct BrokerStatus: Sendable, Equatable {
         public var cacheHits: UInt64
         public var cacheMisses: UInt64
         public var jobsShared: UInt64
+        /// Batches that ended, by outcome.
+        public var batchesCompleted: UInt64
+        public var batchesFailed: UInt64
+        public var batchesCancelled: UInt64
     }
 
     /// The broker's result cache: results held and their bytes, its limit (0: off), and
@@ -87,7 +91,8 @@ public struct BrokerStatus: Sendable, Equatable {
             cancelAcksTimedOut: totals.cancelAcksTimedOut, deadlinesExceeded: totals.deadlinesExceeded,
             clientSendsDeferred: totals.clientSendsDeferred, jobsQuarantined: totals.jobsQuarantined,
             protocolBreaches: totals.protocolBreaches, cacheHits: totals.cacheHits, cacheMisses: totals.cacheMisses,
-            jobsShared: totals.jobsShared)
+            jobsShared: totals.jobsShared, batchesCompleted: totals.batchesCompleted, batchesFailed: totals.batchesFailed,
+            batchesCancelled: totals.batchesCancelled)
         cache = Cache(entries: Int(reply.cache.entries), bytes: reply.cache.bytes, limitBytes: reply.cache.limitBytes,
                       evictions: reply.cache.evictions)
     }

@@ -62,6 +62,10 @@ extension ClientCore {
         case .error:
             // A sign of life only: an Error names no request, so there is nobody to tell.
             break
+        case .batchEnded:
+            // A batch's outcome is read from its items' own ends, which the broker keeps
+            // consistent with it (see `EnlargerClient.resize(batch:)`).
+            break
         }
         noteBusy(now: now)
         return actions

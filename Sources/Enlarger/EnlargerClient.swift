@@ -1,5 +1,6 @@
 // A producer needs only `import Enlarger`: the request and result types come with it.
 @_exported import ImageModel
+import EnlargerProtocol
 import Foundation
 import ZeroMQ
 
@@ -136,6 +137,90 @@ public final class EnlargerClient: Sendable {
         throw .cancelled
     }
 
+    /// Runs `requests` as one batch: all of them, or none. Returns their terminal results in
+    /// input order once every item has its result.
+    ///
+    /// Nothing is sent unless every request is valid (ids unique within the batch, options
+    /// within range). As soon as one item fails, the broker cancels the others and this
+    /// throws `.batchFailed(index:id:reason:)` naming the first item to fail (the lowest
+    /// index when several fail at once) and how it failed. An item cancelled from another
+    /// connection cancels the batch: this throws `.cancelled`. Cancelling the calling task
+    /// cancels every item (strictly: nothing more of them is delivered) and throws
+    /// `.cancelled`. At most 1024 items; `id` names the batch (1 to 64 bytes of UTF-8,
+    /// unique among this principal's live batches).
+    public func resize(
+        batch requests: [ResizeRequest], id batchID: String = UUID().uuidString
+    ) async throws(EnlargerClientError) -> [EncodedImage] {
+        guard (1...Int(WireLimits.maxBatchSize)).contains(requests.count) else {
+            throw .rejected(.invalidArgument, "a batch has 1 to \(WireLimits.maxBatchSize) items, got \(requests.count)")
+        }
+        do throws(EnlargerClientError) {
+            try ResizeRequest.validate(id: batchID)
+        } catch {
+            throw .invalidRequestID("batch id: \(error)")
+        }
+        var seen: [String: Int] = [:]
+        for (index, request) in requests.enumerated() {
+            do throws(EnlargerClientError) {
+                try request.check()
+            } catch {
+                throw .batchFailed(index: index, id: request.id, reason: error)
+            }
+            if let first = seen.updateValue(index, forKey: request.id) {
+                throw .batchFailed(index: index, id: request.id,
+                                   reason: .duplicateID("request id \(request.id) is also item \(first) of the batch"))
+            }
+        }
+        let items = requests.enumerated().map { index, request in
+            var item = request
+            item.batch = (batchID, index, requests.count)
+            return item
+        }
+        let outcomes = await withTaskGroup(of: BatchItemOutcome.self) { group in
+            for (index, item) in items.enumerated() {
+                group.addTask {
+                    do throws(EnlargerClientError) {
+                        return BatchItemOutcome(index: index, result: .success(try await self.resize(item)))
+                    } catch {
+                        return BatchItemOutcome(index: index, result: .failure(error))
+                    }
+                }
+            }
+            var outcomes: [Result<EncodedImage, EnlargerClientError>?] = Array(repeating: nil, count: items.count)
+            var failing = false
+            while let outcome = await group.next() {
+                outcomes[outcome.index] = outcome.result
+                // The broker cancels the rest of a failed batch; stop waiting for them here too.
+                if case .failure(let error) = outcome.result, !failing, Self.failsBatch(error) {
+                    failing = true
+                    for (other, item) in items.enumerated() where outcomes[other] == nil { try? cancelNow(item.id) }
+                }
+            }
+            return outcomes.map { $0! }
+        }
+        var images: [EncodedImage] = []
+        var firstFailure: (Int, EnlargerClientError)?
+        for (index, outcome) in outcomes.enumerated() {
+            switch outcome {
+            case .success(let image): images.append(image)
+            case .failure(let error):
+                if firstFailure == nil, Self.failsBatch(error) { firstFailure = (index, error) }
+            }
+        }
+        if let (index, error) = firstFailure { throw .batchFailed(index: index, id: items[index].id, reason: error) }
+        guard images.count == items.count else { throw .cancelled }
+        return images
+    }
+
+    /// Whether an item's error is what ended its batch, rather than the batch's end reaching
+    /// it (a cancel, a refusal for a batch already ended).
+    private static func failsBatch(_ error: EnlargerClientError) -> Bool {
+        switch error {
+        case .cancelled, .rejected(.batchEnded, _): false
+        default: true
+        }
+    }
+
     /// What `image`'s header says (size, orientation, colour, profile, thumbnail), read by a
     /// worker without decoding pixels. Fails like a resize would for an input in none of the
     /// formats the worker reads, damaged (as `failOn` says) or over the limits.
@@ -181,4 +266,10 @@ public func withEnlargerClient<Result>(
         await client.close()
         throw error
     }
+}
+
+/// One item of a batch, as its task ended.
+private struct BatchItemOutcome: Sendable {
+    let index: Int
+    let result: Result<EncodedImage, EnlargerClientError>
 }

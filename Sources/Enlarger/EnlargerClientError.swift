@@ -26,6 +26,9 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
     case closed
     /// The client's socket failed; the client is closed.
     case transport(ZMQError)
+    /// A batch (`EnlargerClient.resize(batch:)`) failed: `reason` is how its item at `index`
+    /// (request id `id`) failed, the first to fail; the other items were cancelled.
+    indirect case batchFailed(index: Int, id: String, reason: EnlargerClientError)
 
     /// The broker's machine-readable reason, as in common.proto's `ErrorCode`.
     ///
@@ -36,7 +39,7 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
     public enum Code: String, Sendable, Equatable {
         case duplicateID, workerLost, overloaded, malformed, invalidArgument, notJPEG, empty, truncated,
              corrupt, unsupported, tooLarge, tooManyScans, encodeFailed, `internal`, brokerShutdown,
-             deadlineExceeded, clientSilent, requestLost, unauthorized, digestMismatch
+             deadlineExceeded, clientSilent, requestLost, unauthorized, digestMismatch, batchEnded
         /// A code this version of the library does not know.
         case unknown
     }
@@ -65,6 +68,7 @@ extension EnlargerClientError.Code {
         case .requestLost: self = .requestLost
         case .unauthorized: self = .unauthorized
         case .digestMismatch: self = .digestMismatch
+        case .batchEnded: self = .batchEnded
         case .unspecified, .UNRECOGNIZED: self = .unknown
         }
     }

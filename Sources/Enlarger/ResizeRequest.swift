@@ -23,6 +23,9 @@ public struct ResizeRequest: Sendable {
     /// checks the digest before its result is shared). On by default; hashing costs the
     /// caller about a millisecond per 2 MB.
     public var sharesResults = true
+    /// The batch it is an item of (`EnlargerClient.resize(batch:)`): its id, this item's
+    /// place and the batch's size.
+    var batch: (id: String, index: Int, size: Int)?
     /// Only the header's facts are asked for (`EnlargerClient.info`): of the options only
     /// `failOn` counts.
     var infoOnly = false
@@ -39,12 +42,7 @@ public struct ResizeRequest: Sendable {
 
     /// The Submit header, or the error the request fails with before anything is sent.
     func wireSubmit() throws(EnlargerClientError) -> Enlarger_V1_Submit {
-        try Self.validate(id: id)
-        do throws(ImagingError) {
-            if !infoOnly { try options.validate() }
-        } catch {
-            throw .rejected(.invalidArgument, error.message)
-        }
+        try check()
         var submit = Enlarger_V1_Submit()
         submit.requestID = id
         // `validate()` has bounded every number to the wire's ranges.
@@ -84,13 +82,28 @@ public struct ResizeRequest: Sendable {
         }
         if infoOnly { submit.delivery = .info }
         if sharesResults { submit.source.inline.sha256 = Data(SHA256.hash(data: image)) }
-        if let timeout {
-            guard timeout > .zero, timeout.milliseconds <= UInt64(UInt32.max) else {
-                throw .rejected(.invalidArgument, "timeout must be positive and at most \(UInt32.max) ms")
+        if let timeout { submit.deadlineMs = UInt32(max(timeout.milliseconds, 1)) }
+        if let batch {
+            submit.batch = .with {
+                $0.batchID = batch.id
+                $0.index = UInt32(batch.index)
+                $0.size = UInt32(batch.size)
             }
-            submit.deadlineMs = UInt32(max(timeout.milliseconds, 1))
         }
         return submit
+    }
+
+    /// What `wireSubmit` checks before building anything: the id, the options, the timeout.
+    func check() throws(EnlargerClientError) {
+        try Self.validate(id: id)
+        do throws(ImagingError) {
+            if !infoOnly { try options.validate() }
+        } catch {
+            throw .rejected(.invalidArgument, error.message)
+        }
+        if let timeout, !(timeout > .zero && timeout.milliseconds <= UInt64(UInt32.max)) {
+            throw .rejected(.invalidArgument, "timeout must be positive and at most \(UInt32.max) ms")
+        }
     }
 
     /// Throws `.invalidRequestID` unless `id` is 1 to 64 bytes of UTF-8 (a Swift string

@@ -65,7 +65,7 @@ struct BenchShare: AsyncParsableCommand {
         for _ in 0..<clients { connections.append(try EnlargerClient(brokerEndpoint: endpoint)) }
 
         print("\(clients) clients ask for \(input) (\(photo.count) bytes) at once, width \(width); \(workers) workers")
-        print(String(format: "%-6s %-10s %10s %10s %8s", "round", "mode", "wall_ms", "jobs", "finals"))
+        print("round  mode          wall_ms       jobs   finals")
         var sharedWalls: [Double] = [], separateWalls: [Double] = []
         for round in 1...rounds {
             for shares in [true, false] {
@@ -88,7 +88,8 @@ struct BenchShare: AsyncParsableCommand {
                 let jobs = (after.accepted - before.accepted) - (after.jobsShared - before.jobsShared)
                     - (after.cacheHits - before.cacheHits)
                 (shares ? { sharedWalls.append(wall) } : { separateWalls.append(wall) })()
-                print(String(format: "%-6d %-10s %10.1f %10d %8d", round, shares ? "shared" : "separate", wall, jobs, finals))
+                let mode = shares ? "shared  " : "separate"
+                print(String(format: "%-6d ", round) + mode + String(format: "  %10.1f %10d %8d", wall, Int(jobs), finals))
                 guard finals == clients else { throw CLIError("only \(finals) of \(clients) clients got their final") }
             }
         }

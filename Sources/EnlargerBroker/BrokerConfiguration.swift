@@ -56,6 +56,10 @@ public struct BrokerConfiguration: Sendable {
     /// image was asked for before).
     public var shareAcrossPrincipals = false
 
+    /// Batches that may be live at once; an item starting one more is `Rejected{OVERLOADED}`.
+    /// (A batch lives at most until its first item's deadline.)
+    public var maxLiveBatches: Int = 4096
+
     public init() {}
 
     /// Silence after which a peer is considered gone.

@@ -75,8 +75,26 @@ extension BrokerCore {
         counters.submitted += 1
         let requestID = submit.requestID
         let key = RequestKey(principal: principal, id: requestID)
+        let place: BatchPlace?
+        switch batchPlace(of: submit, principal: principal, now: now) {
+        case .success(let found):
+            place = found
+        case .failure(let refusal):
+            reject(requestID, refusal.code, refusal.message, to: peer, &actions)
+            if let failed = refusal.place {
+                batchItemRefused(failed, requestID: requestID, size: submit.batch.size, from: peer, code: refusal.code,
+                                 message: refusal.message)
+            }
+            return
+        }
+        // Any refusal of an item fails its batch.
+        func refuseItem(_ code: Enlarger_V1_ErrorCode, _ message: String) {
+            guard let place else { return }
+            batchItemRefused(place, requestID: requestID, size: submit.batch.size, from: peer, code: code, message: message)
+        }
         if let (code, message) = refusal(of: submit, image: image) {
             reject(requestID, code, message, to: peer, &actions)
+            refuseItem(code, message)
             return
         }
         guard requests[key] == nil else {
@@ -86,6 +104,7 @@ extension BrokerCore {
             failed.code = .duplicateID
             failed.message = "a request with this id is already live; it is unaffected"
             send(.failed(failed), to: peer, &actions)
+            refuseItem(.duplicateID, failed.message)
             return
         }
         let lifetime = submit.deadlineMs == 0
@@ -93,6 +112,10 @@ extension BrokerCore {
         let shareKey = shareKey(of: submit, principal: principal)
         if let shareKey, let hit = cache.lookup(shareKey.cacheKey) {
             answerFromCache(key, hit, bytesIn: image.count, lifetime: lifetime, to: peer, now: now, &actions)
+            if let place {
+                batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: true,
+                                  deadline: now + lifetime)
+            }
             return
         }
         if shareKey != nil { counters.cacheMisses += 1 }
@@ -113,6 +136,7 @@ extension BrokerCore {
             }
         if let overload {
             reject(requestID, .overloaded, overload, to: peer, &actions)
+            refuseItem(.overloaded, overload)
             return
         }
 
@@ -133,6 +157,10 @@ extension BrokerCore {
         }
         requests[key] = Request(key: key, client: peer, jobID: jobID, acceptedAt: now, bytesIn: image.count)
         deadlines.insert(key, at: now + lifetime)
+        if let place {
+            batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: false,
+                              deadline: now + lifetime)
+        }
         var client = clients[peer] ?? Client(principal: principal, lastSeen: now)
         client.requests.insert(key)
         client.waitingBytes = clientBytesWaiting[peer] ?? 0
@@ -323,6 +351,7 @@ extension BrokerCore {
         client.waitingBytes = clientBytesWaiting[peer] ?? 0
         clients[peer] = client
         requests[key]?.client = peer
+        if let place = request.batch { batches[place.batch]?.client = peer }
     }
 
     // MARK: Vanished clients

@@ -45,6 +45,7 @@ extension BrokerCore {
         }
 
         endedRequests.expire(at: now)
+        endedBatches.expire(at: now)
 
         for worker in workers {
             actions.append(.sendToWorker(worker.id, BrokerToWorkerMessage<Payload>.heartbeat.encoded()))

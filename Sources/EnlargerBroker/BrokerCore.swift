@@ -50,6 +50,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         let bytesIn: Int
         /// Bytes of results sent toward its client.
         var bytesOut = 0
+        /// The batch it is an item of, and its place there.
+        var batch: BatchPlace?
 
         var requestID: String { key.id }
     }
@@ -137,6 +139,13 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// Live jobs that identical requests may join.
     var sharedJobs: [ShareKey: UInt64] = [:]
     var cache: ResultCache<Payload>
+    /// Live batches, by principal and batch id (see Batches).
+    var batches: [RequestKey: Batch] = [:]
+    /// Batches whose end was decided during the current event, to settle before it returns.
+    var unsettledBatches: [RequestKey] = []
+    var batchDeadlines = DeadlineHeap<RequestKey, MonotonicInstant>()
+    /// Recently ended batches, so a late item is refused rather than starting the batch anew.
+    var endedBatches: EndedRequests
     var queue: JobQueue
     /// Jobs that must run alone on a worker, oldest first (see Quarantine).
     var quarantine: JobQueue
@@ -163,7 +172,7 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// When `tick` next has work to do (heartbeats, liveness checks, deadlines). The I/O
     /// loop polls for at most the time until then.
     public var nextDeadline: MonotonicInstant {
-        min(nextHousekeeping, deadlines.earliest ?? nextHousekeeping)
+        min(nextHousekeeping, deadlines.earliest ?? nextHousekeeping, batchDeadlines.earliest ?? nextHousekeeping)
     }
 
     public init(configuration: BrokerConfiguration = BrokerConfiguration(), now: MonotonicInstant) {
@@ -172,6 +181,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         queue = JobQueue(capacity: min(configuration.queueLimit, 4096))
         quarantine = JobQueue(capacity: 16)
         cache = ResultCache(limit: configuration.resultCacheBytes)
+        endedBatches = EndedRequests(
+            limit: configuration.endedRequestMemoryLimit, lifetime: configuration.endedRequestMemoryDuration)
         endedRequests = EndedRequests(
             limit: configuration.endedRequestMemoryLimit, lifetime: configuration.endedRequestMemoryDuration)
         lastActivity = now
@@ -189,6 +200,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         var actions: [Action] = []
         noteActivity(now)
         handleClientFrames(from: peer, principal: principal, frames, now: now, &actions)
+        settleBatches(now: now, &actions)
         return actions
     }
 
@@ -199,6 +211,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         var actions: [Action] = []
         noteActivity(now)
         handleWorkerFrames(from: peer, frames, now: now, &actions)
+        settleBatches(now: now, &actions)
         return actions
     }
 
@@ -209,10 +222,12 @@ public struct BrokerCore<Payload: FrameBytes> {
         var actions: [Action] = []
         noteActivity(now)
         expireDeadlines(now: now, &actions)
+        expireBatchDeadlines(now: now, &actions)
         if now >= nextHousekeeping {
             housekeeping(now: now, &actions)
             nextHousekeeping = now + configuration.heartbeatInterval
         }
+        settleBatches(now: now, &actions)
         return actions
     }
 
@@ -238,6 +253,7 @@ public struct BrokerCore<Payload: FrameBytes> {
             releaseHeldJobs(reading.sorted())
         }
         dispatch(now: now, &actions)
+        settleBatches(now: now, &actions)
         return actions
     }
 
@@ -248,6 +264,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         counters.unroutable += 1
         clientBytesWaiting[peer] = nil
         clientVanished(peer, reason: "the broker could not reach the client", now: now, &actions)
+        settleBatches(now: now, &actions)
         return actions
     }
 
@@ -258,6 +275,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         if let index = workerIndex[peer] {
             loseWorker(at: index, reason: "unreachable", now: now, &actions)
         }
+        settleBatches(now: now, &actions)
         return actions
     }
 
@@ -277,6 +295,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         }
         workers.removeAll()
         workerIndex.removeAll()
+        failLiveBatches(code: .brokerShutdown, message: "the broker is shutting down")
+        settleBatches(now: now, &actions)
         return actions
     }
 
@@ -310,7 +330,8 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// True when no request is live and no worker holds a credit for a cancelled job: all
     /// per-request state has been freed.
     public var isIdle: Bool {
-        requests.isEmpty && jobs.isEmpty && sharedJobs.isEmpty && queue.isEmpty && quarantine.isEmpty && clients.isEmpty
+        requests.isEmpty && jobs.isEmpty && sharedJobs.isEmpty && batches.isEmpty && unsettledBatches.isEmpty
+            && batchDeadlines.isEmpty && queue.isEmpty && quarantine.isEmpty && clients.isEmpty
             && deadlines.isEmpty && workers.allSatisfy { $0.inFlight == 0 && !$0.reserved }
     }
 
@@ -377,6 +398,7 @@ public struct BrokerCore<Payload: FrameBytes> {
             clients[request.client] = client.requests.isEmpty ? nil : client
         }
         endedRequests.remember(key, at: now)
+        if let place = request.batch { batchItemEnded(place, request: key, outcome) }
         return request
     }
 

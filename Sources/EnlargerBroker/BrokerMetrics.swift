@@ -82,6 +82,9 @@ final class BrokerMetrics {
             total("cache_hits", "Requests answered from the result cache (no worker ran).", \.cacheHits),
             total("cache_misses", "Requests with a digest that the result cache could not answer.", \.cacheMisses),
             total("jobs_shared", "Requests that joined an identical request's live job.", \.jobsShared),
+            total("batches_completed", "Batches whose every item got its result.", \.batchesCompleted),
+            total("batches_failed", "Batches ended by an item that failed or was refused.", \.batchesFailed),
+            total("batches_cancelled", "Batches ended by a cancelled item.", \.batchesCancelled),
         ]
     }
 

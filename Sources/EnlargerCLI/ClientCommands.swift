@@ -16,6 +16,8 @@ extension EnlargerClientError {
         case .brokerLost: ("brokerLost", "the broker stopped answering while the request was live")
         case .closed: ("closed", "the client was closed")
         case .transport(let error): ("transport", "\(error)")
+        case .batchFailed(let index, let id, let reason):
+            (reason.codeAndMessage.code, "item \(index) (\(id)): \(reason.codeAndMessage.message)")
         }
     }
 
@@ -57,7 +59,8 @@ struct StatusCommand: AsyncParsableCommand {
             ("cancel_acks_timed_out", t.cancelAcksTimedOut), ("deadlines_exceeded", t.deadlinesExceeded),
             ("client_sends_deferred", t.clientSendsDeferred), ("jobs_quarantined", t.jobsQuarantined),
             ("protocol_breaches", t.protocolBreaches), ("cache_hits", t.cacheHits), ("cache_misses", t.cacheMisses),
-            ("jobs_shared", t.jobsShared),
+            ("jobs_shared", t.jobsShared), ("batches_completed", t.batchesCompleted), ("batches_failed", t.batchesFailed),
+            ("batches_cancelled", t.batchesCancelled),
         ]
         if json {
             var object = JSONLine()

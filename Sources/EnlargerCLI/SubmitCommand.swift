@@ -29,6 +29,12 @@ struct SubmitCommand: AsyncParsableCommand {
             ids and exits with status 130; a second Ctrl-C exits without waiting. The exit code \
             is 1 if any request failed.
 
+            With --batch, the inputs are one all-or-nothing batch: every input is read and \
+            checked before anything is sent; the finals are written (in input order) only once \
+            all of them have arrived; if one fails, the others are cancelled, nothing is \
+            written, and the failing input and its code are printed (exit code 1). With --json \
+            the batch prints one object per final and then {"batch": ID, "outcome": ...}.
+
             Example: enlarger submit photos/* --width 720 --height 588 --accept image/avif,image/jpeg --id-prefix batch7 --out thumbs --json
             """
     )
@@ -61,6 +67,9 @@ struct SubmitCommand: AsyncParsableCommand {
         discussion: "A request still running then fails with deadlineExceeded and its worker is told to stop."))
     var timeout: Double?
 
+    @Flag(help: "Submit the inputs as one all-or-nothing batch: every final written, or none (see below).")
+    var batch = false
+
     @Flag(help: ArgumentHelp(
         "Send no image digest: never answered from the broker's result cache, never sharing a job.",
         discussion: "By default each image's SHA-256 goes with it, so an identical request in flight or recently "
@@ -92,6 +101,7 @@ struct SubmitCommand: AsyncParsableCommand {
 
     func run() async throws {
         try OutputDirectory.prepare(out)
+        if batch { return try await runBatch() }
         let configuration = try service.clientConfiguration()
         let endpoint = service.clientEndpoint
         let display = SubmitDisplay(total: inputs.count, showsProgress: !json && isatty(STDERR_FILENO) != 0)
@@ -152,6 +162,113 @@ struct SubmitCommand: AsyncParsableCommand {
         }
         if let signal { throw ExitCode(128 + signal) }
         if summary.failed > 0 { throw ExitCode(1) }
+    }
+
+    /// `--batch`: reads every input, runs them as one batch, writes every final or none.
+    private func runBatch() async throws {
+        let display = SubmitDisplay(total: inputs.count, showsProgress: false)
+        let batchID = idPrefix ?? UUID().uuidString
+        guard inputs.count <= 1024 else { throw CLIError("--batch takes at most 1024 inputs, got \(inputs.count)") }
+        var requests: [ResizeRequest] = []
+        for (index, input) in inputs.enumerated() {
+            let bytes: [UInt8]
+            do {
+                bytes = try InputSource.read(input, maxBytes: maxBytes)
+            } catch {
+                throw CLIError("\(input): \(error.message) (nothing was sent)")
+            }
+            if let problem = InputSource.notAnImage(bytes, input: input) {
+                throw CLIError("\(input): \(problem.message) (nothing was sent)")
+            }
+            requests.append(ResizeRequest(
+                id: idPrefix.map { "\($0)-\(index)" } ?? UUID().uuidString, image: bytes, options: image.resizeOptions,
+                delivery: .final, timeout: timeout.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) },
+                sharesResults: !noShare))
+        }
+        let start = ContinuousClock.now
+        // Ctrl-C cancels the batch (every item at the broker) and exits 130.
+        let work = Task { [requests] () async -> Result<[EncodedImage], EnlargerClientError> in
+            do {
+                return .success(try await withEnlargerClient(
+                    brokerEndpoint: service.clientEndpoint, configuration: try service.clientConfiguration()
+                ) { client in try await client.resize(batch: requests, id: batchID) })
+            } catch let error as EnlargerClientError {
+                return .failure(error)
+            } catch {
+                return .failure(.failed(.internal, "\(error)"))
+            }
+        }
+        let interrupted = Lock<Int32?>(nil)
+        let signals = onTerminationSignals { number in
+            if interrupted.withLock({ seen in defer { seen = number }; return seen != nil }) { _exit(128 + number) }
+            work.cancel()
+        }
+        defer { signals.forEach { $0.cancel() } }
+        let outcome = await work.value
+        let wall = milliseconds(ContinuousClock.now - start)
+        func summary(_ outcome: String, _ fill: (inout JSONLine) -> Void = { _ in }) {
+            guard json else { return }
+            var line = JSONLine()
+            line.add("batch", batchID)
+            line.add("outcome", outcome)
+            line.add("items", inputs.count)
+            line.add("wall_ms", wall)
+            fill(&line)
+            display.line(line.text)
+        }
+        switch outcome {
+        case .success(let images):
+            for (index, result) in images.enumerated() {
+                let path = (out as NSString).appendingPathComponent(
+                    "\(InputSource.outputName(inputs[index])).\(result.format.fileExtension)")
+                do {
+                    try OutputFile.write(result.bytes, to: path)
+                } catch {
+                    throw CLIError("\(path): \(error.message)")
+                }
+                if json {
+                    var line = JSONLine()
+                    line.add("id", requests[index].id)
+                    line.add("input", inputs[index])
+                    line.add("event", "final")
+                    line.add("index", index)
+                    line.add("width", result.width)
+                    line.add("height", result.height)
+                    line.add("bytes", result.bytes.count)
+                    line.add("content_type", result.format.contentType)
+                    if result.cached { line.add("cached", true) }
+                    line.add("path", path)
+                    display.line(line.text)
+                } else {
+                    display.line("\(inputs[index]) -> \(path) \(result.width)x\(result.height)")
+                }
+            }
+            summary("completed")
+            if !json { display.error("batch \(batchID): \(images.count) of \(inputs.count) done in \(Int(wall)) ms") }
+        case .failure(.batchFailed(let index, let id, let reason)):
+            let (code, message) = reason.codeAndMessage
+            summary("failed") {
+                $0.add("index", index)
+                $0.add("id", id)
+                $0.add("input", inputs[index])
+                $0.add("code", code)
+                $0.add("message", message)
+            }
+            if !json {
+                display.error("batch \(batchID) failed: item \(index) (\(inputs[index])): \(code): \(message); "
+                              + "the others were cancelled and nothing was written")
+            }
+            throw ExitCode(1)
+        case .failure(let error):
+            let (code, message) = error.codeAndMessage
+            let signal = interrupted.withLock { $0 }
+            summary(signal != nil || error == .cancelled ? "cancelled" : "failed") {
+                $0.add("code", code)
+                $0.add("message", message)
+            }
+            if !json { display.error("batch \(batchID): \(signal != nil ? "interrupted, cancelled" : message); nothing was written") }
+            throw ExitCode(signal.map { 128 + $0 } ?? 1)
+        }
     }
 
     /// Submits every input, at most `inFlight` at a time, until all have ended or the run stops.

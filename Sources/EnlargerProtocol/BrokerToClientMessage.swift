@@ -15,6 +15,8 @@ public enum BrokerToClientMessage<Payload> {
     case pong(Enlarger_V1_Pong)
     case error(Enlarger_V1_Error)
     case syncReply(Enlarger_V1_SyncReply)
+    /// A batch's one terminal event; about no single request.
+    case batchEnded(Enlarger_V1_BatchEnded)
 
     /// The request the message is about; `nil` for status, pong and error.
     public var requestID: String? {
@@ -26,7 +28,7 @@ public enum BrokerToClientMessage<Payload> {
         case .cancelled(let message): message.requestID
         case .rejected(let message): message.requestID
         case .cancelAck(let message): message.requestID
-        case .statusReply, .pong, .error, .syncReply: nil
+        case .statusReply, .pong, .error, .syncReply, .batchEnded: nil
         }
     }
 
@@ -47,6 +49,7 @@ public enum BrokerToClientMessage<Payload> {
         case .pong(let message): header.pong = message
         case .error(let message): header.error = message
         case .syncReply(let message): header.syncReply = message
+        case .batchEnded(let message): header.batchEnded = message
         }
         return OutgoingMessage(tag: .client, header: header, payload: payload)
     }
@@ -71,6 +74,9 @@ extension BrokerToClientMessage where Payload: FrameBytes {
         case .pong(let pong)?: self = try .checked(.pong(pong), frames)
         case .error(let error)?: self = try .checked(.error(error), frames)
         case .syncReply(let reply)?: self = try .checked(.syncReply(reply), frames)
+        case .batchEnded(let ended)?:
+            try FrameDecoding.checkRequestID(ended.batchID)
+            self = try .checked(.batchEnded(ended), frames)
         case nil: throw FrameDecoding.unknownKind(header)
         }
     }
@@ -99,6 +105,7 @@ extension BrokerToClientMessage {
         case .pong: "Pong"
         case .error: "Error"
         case .syncReply: "SyncReply"
+        case .batchEnded: "BatchEnded"
         }
     }
 }

@@ -24,6 +24,7 @@ extension Enlarger_V1_ErrorCode {
         case .requestLost: "REQUEST_LOST"
         case .unauthorized: "UNAUTHORIZED"
         case .digestMismatch: "DIGEST_MISMATCH"
+        case .batchEnded: "BATCH_ENDED"
         case .UNRECOGNIZED(let number): "UNKNOWN_\(number)"
         }
     }

@@ -34,6 +34,8 @@ public enum WireLimits {
     public static let maxWorkerNameBytes = 256
     /// `Sync.request_ids`: ids per Sync (a client with more sends several).
     public static let maxSyncRequestIDs = 512
+    /// Items in one batch (BatchItem.size).
+    public static let maxBatchSize: UInt32 = 1024
     /// `ResizeSpec.quality` when it is 0.
     public static let defaultQuality: UInt32 = 80
 }

@@ -170,6 +170,37 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(status.totals.submitted, 0, "the GIF was sent")
     }
 
+    func testSubmitBatchWritesEveryFinalOrNone() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let directory = try temporaryDirectory()
+        let good = ["sharp_flowers.jpeg", "ljt_testorig.jpg"].map { Corpus.root.appendingPathComponent("good/\($0)").path }
+        let out = directory.appendingPathComponent("whole").path
+        let whole = try run(["submit"] + good + ["--batch", "--width", "64", "--out", out, "--json",
+                                                 "--id-prefix", "b1", "--broker", cluster.clientsEndpoint])
+        XCTAssertEqual(whole.status, 0, whole.stderr)
+        let lines = whole.stdout.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines.count, 3, whole.stdout)
+        XCTAssert(lines[0].contains("\"id\":\"b1-0\"") && lines[0].contains("\"index\":0"), lines[0])
+        XCTAssert(lines[2].hasPrefix("{\"batch\":\"b1\",\"outcome\":\"completed\""), lines[2])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: out).sorted(),
+                       ["ljt_testorig.jpg", "sharp_flowers.jpg"])
+
+        let bad = Corpus.root.appendingPathComponent("bad/sharp_truncated.jpg").path
+        let none = directory.appendingPathComponent("none").path
+        let broken = try run(["submit"] + good + [bad, "--batch", "--width", "64", "--out", none,
+                                                  "--broker", cluster.clientsEndpoint])
+        XCTAssertEqual(broken.status, 1)
+        XCTAssert(broken.stderr.contains("failed: item 2 (\(bad)): truncated"), broken.stderr)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: none), [], "nothing is written")
+
+        let client = try cluster.client()
+        let status = try await cluster.waitUntilIdle(client: client)
+        XCTAssertEqual(status.totals.batchesCompleted, 1)
+        XCTAssertEqual(status.totals.batchesFailed, 1)
+        await client.close()
+    }
+
     // MARK: - Input and output
 
     func testDashReadsStandardInput() async throws {

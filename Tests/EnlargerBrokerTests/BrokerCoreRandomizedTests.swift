@@ -22,7 +22,7 @@ final class BrokerCoreRandomizedTests: XCTestCase {
         print("BrokerCore randomized test: ENLARGER_BROKER_SEED=\(seed), \(runs) runs of \(steps) steps")
 
         var totalAccepted: UInt64 = 0
-        var shared: UInt64 = 0, cached: UInt64 = 0
+        var shared: UInt64 = 0, cached: UInt64 = 0, completed: UInt64 = 0, failed: UInt64 = 0
         for run in 0..<runs {
             let runSeed = seed &+ UInt64(run)
             let simulation = Simulation(seed: runSeed)
@@ -30,6 +30,8 @@ final class BrokerCoreRandomizedTests: XCTestCase {
             totalAccepted += simulation.broker.totals.accepted
             shared += simulation.broker.totals.jobsShared
             cached += simulation.broker.totals.cacheHits
+            completed += simulation.broker.totals.batchesCompleted
+            failed += simulation.broker.totals.batchesFailed + simulation.broker.totals.batchesCancelled
             if !simulation.problems.isEmpty {
                 let shown = simulation.problems.prefix(10).joined(separator: "\n  ")
                 XCTFail("run \(run) failed; replay with ENLARGER_BROKER_SEED=\(runSeed) ENLARGER_BROKER_RUNS=1\n  \(shown)")
@@ -39,7 +41,10 @@ final class BrokerCoreRandomizedTests: XCTestCase {
         XCTAssertGreaterThan(totalAccepted, UInt64(runs), "the simulation should accept plenty of requests")
         XCTAssertGreaterThan(shared, UInt64(runs), "requests should often share a job")
         XCTAssertGreaterThan(cached, UInt64(runs), "requests should often be answered from the cache")
-        print("  \(totalAccepted) accepted, \(shared) joined a live job, \(cached) answered from the cache")
+        XCTAssertGreaterThan(completed, UInt64(runs) / 2, "batches should often complete")
+        XCTAssertGreaterThan(failed, UInt64(runs) / 2, "batches should often fail or be cancelled")
+        print("  \(totalAccepted) accepted, \(shared) joined a live job, \(cached) answered from the cache, "
+              + "\(completed) batches completed, \(failed) failed or cancelled")
     }
 }
 
@@ -103,6 +108,13 @@ private final class Simulation {
     /// The image of the Submit being sent, and of each live request.
     var submitting: Bytes = []
     var images: [String: Bytes] = [:]
+    /// The batch the Submit being sent names, if any, and each live request's batch.
+    var submittingBatch: (id: String, size: UInt32)?
+    var batchOf: [String: String] = [:]
+    /// Batches with an accepted item and no BatchEnded yet: their size, and how many of
+    /// their items ended with a result.
+    var openBatches: [String: (size: UInt32, finished: Int)] = [:]
+    var batchesEnded = 0
     var expectedErrors: [PeerID: Int] = [:]
     var accepted = 0
     var endedLoudly = 0
@@ -125,6 +137,8 @@ private final class Simulation {
         configuration.cancelAckTimeout = .seconds(2)
         configuration.endedRequestMemoryLimit = 8
         configuration.endedRequestMemoryDuration = .seconds(1)
+        // Batches with missing items end at their first item's deadline: soon, in the drain.
+        configuration.defaultDeadline = .seconds(5)
         broker = BrokerCore(configuration: configuration, now: now)
         clients = (0..<3).map { SimClient(peer: PeerID(Array("client-\($0)".utf8))) }
     }
@@ -193,6 +207,19 @@ private final class Simulation {
             cacheKeys[requestID] = "\(named) \(delivery == .degraded ? "degraded" : "final")"
         } else {
             cacheKeys[requestID] = nil
+        }
+        // Now and then an item of one of two batches, at a random place (sometimes one that
+        // does not fit).
+        submittingBatch = nil
+        if rng.chance(0.25) {
+            let batchID = ["B0", "B1"].randomElement(using: &rng)!
+            let size = UInt32.random(in: 1...3, using: &rng)
+            submit.batch = .with {
+                $0.batchID = batchID
+                $0.size = size
+                $0.index = UInt32.random(in: 0..<(rng.chance(0.05) ? size + 1 : size), using: &rng)
+            }
+            submittingBatch = (batchID, size)
         }
         pendingSubmits.append((client.peer, requestID, delivery))
         submitting = image
@@ -457,6 +484,8 @@ private final class Simulation {
             if owner != nil { problem("\(id) accepted while live for \(owner!)") }
             answeredFromCache = 0
             images[id] = submitting
+            batchOf[id] = submittingBatch?.id
+            if let batch = submittingBatch, openBatches[batch.id] == nil { openBatches[batch.id] = (batch.size, 0) }
             live[id] = (peer, Track(delivery: pending.delivery))
             accepted += 1
         case .rejected(let rejected):
@@ -490,6 +519,8 @@ private final class Simulation {
             }
             live[id] = nil
             endedLoudly += 1
+            if case .result = event, let batch = batchOf[id] { openBatches[batch]?.finished += 1 }
+            batchOf[id] = nil
             switch event {
             case .failed(let failed): toldEnds.append("\(id) failed \(failed.code.contractName)")
             case .cancelled: toldEnds.append("\(id) cancelled OK")
@@ -500,6 +531,20 @@ private final class Simulation {
             expectedErrors[peer] = expectedErrors[peer]! - 1 == 0 ? nil : expectedErrors[peer]! - 1
         case .cancelAck, .statusReply, .pong, .syncReply:
             break
+        case .batchEnded(let ended):
+            batchesEnded += 1
+            let stillLive = batchOf.filter { $0.value == ended.batchID && live[$0.key] != nil }.keys.sorted()
+            if !stillLive.isEmpty { problem("batch \(ended.batchID) ended before its items \(stillLive)") }
+            if let open = openBatches.removeValue(forKey: ended.batchID) {
+                if ended.outcome == .completed && open.finished != Int(open.size) {
+                    problem("batch \(ended.batchID) completed with \(open.finished) of \(open.size) results")
+                }
+                if ended.outcome != .completed && open.finished == Int(open.size) {
+                    problem("batch \(ended.batchID) had all \(open.size) results but ended \(ended.outcome)")
+                }
+            } else if ended.outcome == .completed {
+                problem("batch \(ended.batchID) completed, but none of its items was accepted")
+            }
         }
     }
 
@@ -641,6 +686,9 @@ private final class Simulation {
         guard problems.isEmpty else { return }
         if !broker.isIdle { problem("broker not idle at the end: \(broker.status(now: now))") }
         if !live.isEmpty { problem("requests never ended: \(live.keys.sorted())") }
+        if !openBatches.isEmpty { problem("batches never ended: \(openBatches.keys.sorted())") }
+        let batchTotals = broker.totals.batchesCompleted + broker.totals.batchesFailed + broker.totals.batchesCancelled
+        if batchTotals != UInt64(batchesEnded) { problem("\(batchesEnded) BatchEnded seen, totals say \(batchTotals)") }
         if accepted != endedLoudly {
             problem("\(accepted) accepted but \(endedLoudly) ended with a terminal event")
         }

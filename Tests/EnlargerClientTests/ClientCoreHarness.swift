@@ -230,6 +230,7 @@ struct ClientCoreHarness {
         case .brokerLost: "brokerLost"
         case .closed: "closed"
         case .transport: "transport"
+        case .batchFailed(let index, _, let reason): "batchFailed \(index) \(summary(reason))"
         }
     }
 

@@ -556,7 +556,7 @@ struct ClientSimulation {
         case .brokerUnreachable: totals.brokerUnreachable += 1
         case .cancelled:
             if !requests[token]!.cancelCalled { violations.append("\(token) cancelled, but nobody cancelled it") }
-        case .invalidRequestID, .closed, .transport:
+        case .invalidRequestID, .closed, .transport, .batchFailed:
             violations.append("\(token) failed \(error), which this run never causes")
         }
         if let message, message.hasPrefix("token "), let owner = UInt64(message.split(separator: " ")[1]),
@@ -786,6 +786,7 @@ struct ClientSimulation {
         case .accepted(let accepted): "accepted \(accepted.requestID) by instance \(accepted.brokerInstance)"
         case .pong(let pong): "pong from instance \(pong.brokerInstance)"
         case .syncReply(let reply): "sync reply #\(reply.nonce) unknown \(reply.unknownRequestIds) from instance \(reply.brokerInstance)"
+        case .batchEnded(let ended): "batch \(ended.batchID) ended \(ended.outcome)"
         default: "\(message.kindName) \(message.requestID ?? "")"
         }
     }

@@ -104,6 +104,25 @@
 // job only when its payload is byte-for-byte the job's, so a wrong digest harms only the
 // request that sent it.
 //
+// BATCHES
+//
+// A producer that needs a set of images whole (all of them, or none) submits them as the
+// items of one batch: each item is an ordinary Submit with its own request id and events,
+// naming the batch id, its index and the batch's size. The batch ends exactly once, with a
+// BatchEnded of its own after its items' terminal events:
+// - COMPLETED when every item has its terminal Result;
+// - FAILED as soon as one item fails or is refused (Rejected, Failed): the BatchEnded names
+//   that item (the lowest index, if several fail at once) and its code; every item still live
+//   is cancelled (it ends with Cancelled), and items of the batch submitted afterwards are
+//   Rejected{BATCH_ENDED};
+// - CANCELLED when one of its items is cancelled (by a Cancel with that item's id, from any
+//   connection that may cancel it): the others are cancelled with it. So cancelling any item
+//   cancels the whole batch.
+// An item whose index is taken or out of range, or whose size differs from the batch's, is
+// Rejected{INVALID_ARGUMENT} and fails the batch. A batch whose items have not all arrived by
+// the deadline of its first item fails with DEADLINE_EXCEEDED, naming the first missing
+// index. Results are delivered as they come; a client library puts them in input order.
+//
 // SIZE
 //
 // A Submit whose image is over the broker's input limit (Pong.max_input_bytes) is answered
@@ -233,11 +252,41 @@ public nonisolated struct Enlarger_V1_Submit: @unchecked Sendable {
   /// Clears the value of `source`. Subsequent reads from it will return its default value.
   public mutating func clearSource() {_uniqueStorage()._source = nil}
 
+  /// Makes the request one item of a batch (see BATCHES).
+  public var batch: Enlarger_V1_BatchItem {
+    get {_storage._batch ?? Enlarger_V1_BatchItem()}
+    set {_uniqueStorage()._batch = newValue}
+  }
+  /// Returns true if `batch` has been explicitly set.
+  public var hasBatch: Bool {_storage._batch != nil}
+  /// Clears the value of `batch`. Subsequent reads from it will return its default value.
+  public mutating func clearBatch() {_uniqueStorage()._batch = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// A request's place in a batch.
+public nonisolated struct Enlarger_V1_BatchItem: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Names the batch: 1 to 64 bytes of UTF-8, unique among the principal's live batches.
+  public var batchID: String = String()
+
+  /// This item's place, 0 to size - 1; each place is taken by one request.
+  public var index: UInt32 = 0
+
+  /// How many items the batch has, 1 to 1024; the same in every item.
+  public var size: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 /// Cancels a live request, whichever connection submitted it. Answered with CancelAck to the
@@ -391,6 +440,14 @@ public nonisolated struct Enlarger_V1_BrokerToClient: Sendable {
     set {kind = .syncReply(newValue)}
   }
 
+  public var batchEnded: Enlarger_V1_BatchEnded {
+    get {
+      if case .batchEnded(let v)? = kind {return v}
+      return Enlarger_V1_BatchEnded()
+    }
+    set {kind = .batchEnded(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -405,6 +462,7 @@ public nonisolated struct Enlarger_V1_BrokerToClient: Sendable {
     case pong(Enlarger_V1_Pong)
     case error(Enlarger_V1_Error)
     case syncReply(Enlarger_V1_SyncReply)
+    case batchEnded(Enlarger_V1_BatchEnded)
 
   }
 
@@ -885,6 +943,22 @@ public nonisolated struct Enlarger_V1_Totals: @unchecked Sendable {
     set {_uniqueStorage()._jobsShared = newValue}
   }
 
+  /// Batches that ended, by outcome (see BATCHES).
+  public var batchesCompleted: UInt64 {
+    get {_storage._batchesCompleted}
+    set {_uniqueStorage()._batchesCompleted = newValue}
+  }
+
+  public var batchesFailed: UInt64 {
+    get {_storage._batchesFailed}
+    set {_uniqueStorage()._batchesFailed = newValue}
+  }
+
+  public var batchesCancelled: UInt64 {
+    get {_storage._batchesCancelled}
+    set {_uniqueStorage()._batchesCancelled = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -912,6 +986,85 @@ public nonisolated struct Enlarger_V1_Pong: Sendable {
   public var maxInputBytes: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The one terminal event of a batch (see BATCHES), sent to the connection that submitted
+/// its latest item, after the terminal events of every item that ended with it.
+public nonisolated struct Enlarger_V1_BatchEnded: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var batchID: String = String()
+
+  public var outcome: Enlarger_V1_BatchEnded.Outcome = .unspecified
+
+  /// The item that ended the batch: its index and request id, and how it ended. For a batch
+  /// whose items did not all arrive before its deadline: the first missing index, no request
+  /// id, DEADLINE_EXCEEDED.
+  public var index: UInt32 = 0
+
+  public var requestID: String = String()
+
+  public var code: Enlarger_V1_ErrorCode = .unspecified
+
+  public var message: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public nonisolated enum Outcome: SwiftProtobuf.Enum, Swift.CaseIterable {
+    public typealias RawValue = Int
+
+    /// Never sent.
+    case unspecified // = 0
+
+    /// Every item ended with its terminal Result.
+    case completed // = 1
+
+    /// An item failed or was refused (or the batch ran out of time): the fields below name
+    /// it; the items still live were cancelled.
+    case failed // = 2
+
+    /// An item was cancelled: the fields below name it (code unset); the items still live
+    /// were cancelled.
+    case cancelled // = 3
+    case UNRECOGNIZED(Int)
+
+    public init() {
+      self = .unspecified
+    }
+
+    public init?(rawValue: Int) {
+      switch rawValue {
+      case 0: self = .unspecified
+      case 1: self = .completed
+      case 2: self = .failed
+      case 3: self = .cancelled
+      default: self = .UNRECOGNIZED(rawValue)
+      }
+    }
+
+    public var rawValue: Int {
+      switch self {
+      case .unspecified: return 0
+      case .completed: return 1
+      case .failed: return 2
+      case .cancelled: return 3
+      case .UNRECOGNIZED(let i): return i
+      }
+    }
+
+    // The compiler won't synthesize support with the UNRECOGNIZED case.
+    public static let allCases: [Enlarger_V1_BatchEnded.Outcome] = [
+      .unspecified,
+      .completed,
+      .failed,
+      .cancelled,
+    ]
+
+  }
 
   public init() {}
 }
@@ -1062,7 +1215,7 @@ nonisolated extension Enlarger_V1_ClientToBroker: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Submit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{3}deadline_ms\0\u{1}source\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{3}deadline_ms\0\u{1}source\0\u{1}batch\0")
 
   fileprivate class _StorageClass {
     var _requestID: String = String()
@@ -1070,6 +1223,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
     var _delivery: Enlarger_V1_Delivery = .progressive
     var _deadlineMs: UInt32 = 0
     var _source: Enlarger_V1_ImageSource? = nil
+    var _batch: Enlarger_V1_BatchItem? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1085,6 +1239,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
       _delivery = source._delivery
       _deadlineMs = source._deadlineMs
       _source = source._source
+      _batch = source._batch
     }
   }
 
@@ -1108,6 +1263,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
         case 3: try { try decoder.decodeSingularEnumField(value: &_storage._delivery) }()
         case 4: try { try decoder.decodeSingularUInt32Field(value: &_storage._deadlineMs) }()
         case 5: try { try decoder.decodeSingularMessageField(value: &_storage._source) }()
+        case 6: try { try decoder.decodeSingularMessageField(value: &_storage._batch) }()
         default: break
         }
       }
@@ -1135,6 +1291,9 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
       try { if let v = _storage._source {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
       } }()
+      try { if let v = _storage._batch {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1149,10 +1308,51 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._delivery != rhs_storage._delivery {return false}
         if _storage._deadlineMs != rhs_storage._deadlineMs {return false}
         if _storage._source != rhs_storage._source {return false}
+        if _storage._batch != rhs_storage._batch {return false}
         return true
       }
       if !storagesAreEqual {return false}
     }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_BatchItem: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BatchItem"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}batch_id\0\u{1}index\0\u{1}size\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.batchID) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.index) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.size) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.batchID.isEmpty {
+      try visitor.visitSingularStringField(value: self.batchID, fieldNumber: 1)
+    }
+    if self.index != 0 {
+      try visitor.visitSingularUInt32Field(value: self.index, fieldNumber: 2)
+    }
+    if self.size != 0 {
+      try visitor.visitSingularUInt32Field(value: self.size, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_BatchItem, rhs: Enlarger_V1_BatchItem) -> Bool {
+    if lhs.batchID != rhs.batchID {return false}
+    if lhs.index != rhs.index {return false}
+    if lhs.size != rhs.size {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1263,7 +1463,7 @@ nonisolated extension Enlarger_V1_Sync: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension Enlarger_V1_BrokerToClient: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".BrokerToClient"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}accepted\0\u{1}started\0\u{1}result\0\u{1}failed\0\u{1}cancelled\0\u{1}rejected\0\u{3}cancel_ack\0\u{3}status_reply\0\u{1}pong\0\u{1}error\0\u{3}sync_reply\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}accepted\0\u{1}started\0\u{1}result\0\u{1}failed\0\u{1}cancelled\0\u{1}rejected\0\u{3}cancel_ack\0\u{3}status_reply\0\u{1}pong\0\u{1}error\0\u{3}sync_reply\0\u{3}batch_ended\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1414,6 +1614,19 @@ nonisolated extension Enlarger_V1_BrokerToClient: SwiftProtobuf.Message, SwiftPr
           self.kind = .syncReply(v)
         }
       }()
+      case 12: try {
+        var v: Enlarger_V1_BatchEnded?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .batchEnded(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .batchEnded(v)
+        }
+      }()
       default: break
       }
     }
@@ -1468,6 +1681,10 @@ nonisolated extension Enlarger_V1_BrokerToClient: SwiftProtobuf.Message, SwiftPr
     case .syncReply?: try {
       guard case .syncReply(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+    }()
+    case .batchEnded?: try {
+      guard case .batchEnded(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
     }()
     case nil: break
     }
@@ -2019,7 +2236,7 @@ nonisolated extension Enlarger_V1_WorkerStatus: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Totals"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}submitted\0\u{1}accepted\0\u{1}finished\0\u{1}failed\0\u{1}cancelled\0\u{1}rejected\0\u{3}duplicate_ids\0\u{3}late_results_dropped\0\u{3}malformed_dropped\0\u{3}workers_lost\0\u{3}workers_disconnected\0\u{3}jobs_requeued\0\u{3}clients_vanished\0\u{1}unroutable\0\u{3}cancel_acks_timed_out\0\u{3}deadlines_exceeded\0\u{3}client_sends_deferred\0\u{3}jobs_quarantined\0\u{3}protocol_breaches\0\u{3}cache_hits\0\u{3}cache_misses\0\u{3}jobs_shared\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}submitted\0\u{1}accepted\0\u{1}finished\0\u{1}failed\0\u{1}cancelled\0\u{1}rejected\0\u{3}duplicate_ids\0\u{3}late_results_dropped\0\u{3}malformed_dropped\0\u{3}workers_lost\0\u{3}workers_disconnected\0\u{3}jobs_requeued\0\u{3}clients_vanished\0\u{1}unroutable\0\u{3}cancel_acks_timed_out\0\u{3}deadlines_exceeded\0\u{3}client_sends_deferred\0\u{3}jobs_quarantined\0\u{3}protocol_breaches\0\u{3}cache_hits\0\u{3}cache_misses\0\u{3}jobs_shared\0\u{3}batches_completed\0\u{3}batches_failed\0\u{3}batches_cancelled\0")
 
   fileprivate class _StorageClass {
     var _submitted: UInt64 = 0
@@ -2044,6 +2261,9 @@ nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._
     var _cacheHits: UInt64 = 0
     var _cacheMisses: UInt64 = 0
     var _jobsShared: UInt64 = 0
+    var _batchesCompleted: UInt64 = 0
+    var _batchesFailed: UInt64 = 0
+    var _batchesCancelled: UInt64 = 0
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -2076,6 +2296,9 @@ nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._
       _cacheHits = source._cacheHits
       _cacheMisses = source._cacheMisses
       _jobsShared = source._jobsShared
+      _batchesCompleted = source._batchesCompleted
+      _batchesFailed = source._batchesFailed
+      _batchesCancelled = source._batchesCancelled
     }
   }
 
@@ -2116,6 +2339,9 @@ nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._
         case 20: try { try decoder.decodeSingularUInt64Field(value: &_storage._cacheHits) }()
         case 21: try { try decoder.decodeSingularUInt64Field(value: &_storage._cacheMisses) }()
         case 22: try { try decoder.decodeSingularUInt64Field(value: &_storage._jobsShared) }()
+        case 23: try { try decoder.decodeSingularUInt64Field(value: &_storage._batchesCompleted) }()
+        case 24: try { try decoder.decodeSingularUInt64Field(value: &_storage._batchesFailed) }()
+        case 25: try { try decoder.decodeSingularUInt64Field(value: &_storage._batchesCancelled) }()
         default: break
         }
       }
@@ -2190,6 +2416,15 @@ nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._
       if _storage._jobsShared != 0 {
         try visitor.visitSingularUInt64Field(value: _storage._jobsShared, fieldNumber: 22)
       }
+      if _storage._batchesCompleted != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._batchesCompleted, fieldNumber: 23)
+      }
+      if _storage._batchesFailed != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._batchesFailed, fieldNumber: 24)
+      }
+      if _storage._batchesCancelled != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._batchesCancelled, fieldNumber: 25)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -2221,6 +2456,9 @@ nonisolated extension Enlarger_V1_Totals: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._cacheHits != rhs_storage._cacheHits {return false}
         if _storage._cacheMisses != rhs_storage._cacheMisses {return false}
         if _storage._jobsShared != rhs_storage._jobsShared {return false}
+        if _storage._batchesCompleted != rhs_storage._batchesCompleted {return false}
+        if _storage._batchesFailed != rhs_storage._batchesFailed {return false}
+        if _storage._batchesCancelled != rhs_storage._batchesCancelled {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -2268,6 +2506,65 @@ nonisolated extension Enlarger_V1_Pong: SwiftProtobuf.Message, SwiftProtobuf._Me
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
+}
+
+nonisolated extension Enlarger_V1_BatchEnded: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BatchEnded"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}batch_id\0\u{1}outcome\0\u{1}index\0\u{3}request_id\0\u{1}code\0\u{1}message\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.batchID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.outcome) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.index) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.requestID) }()
+      case 5: try { try decoder.decodeSingularEnumField(value: &self.code) }()
+      case 6: try { try decoder.decodeSingularStringField(value: &self.message) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.batchID.isEmpty {
+      try visitor.visitSingularStringField(value: self.batchID, fieldNumber: 1)
+    }
+    if self.outcome != .unspecified {
+      try visitor.visitSingularEnumField(value: self.outcome, fieldNumber: 2)
+    }
+    if self.index != 0 {
+      try visitor.visitSingularUInt32Field(value: self.index, fieldNumber: 3)
+    }
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularStringField(value: self.requestID, fieldNumber: 4)
+    }
+    if self.code != .unspecified {
+      try visitor.visitSingularEnumField(value: self.code, fieldNumber: 5)
+    }
+    if !self.message.isEmpty {
+      try visitor.visitSingularStringField(value: self.message, fieldNumber: 6)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_BatchEnded, rhs: Enlarger_V1_BatchEnded) -> Bool {
+    if lhs.batchID != rhs.batchID {return false}
+    if lhs.outcome != rhs.outcome {return false}
+    if lhs.index != rhs.index {return false}
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.code != rhs.code {return false}
+    if lhs.message != rhs.message {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_BatchEnded.Outcome: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0OUTCOME_UNSPECIFIED\0\u{1}OUTCOME_COMPLETED\0\u{1}OUTCOME_FAILED\0\u{1}OUTCOME_CANCELLED\0")
 }
 
 nonisolated extension Enlarger_V1_SyncReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {

@@ -459,6 +459,10 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
   /// Failed: the payload's SHA-256 is not the digest its Submit named (ImageSource). The
   /// worker checks before it decodes; nothing made from those bytes is shared or cached.
   case digestMismatch // = 20
+
+  /// Rejected: the Submit is an item of a batch that has already ended (an item failed or was
+  /// cancelled); the batch stays ended.
+  case batchEnded // = 21
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -488,6 +492,7 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     case 18: self = .requestLost
     case 19: self = .unauthorized
     case 20: self = .digestMismatch
+    case 21: self = .batchEnded
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -515,6 +520,7 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     case .requestLost: return 18
     case .unauthorized: return 19
     case .digestMismatch: return 20
+    case .batchEnded: return 21
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -542,6 +548,7 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     .requestLost,
     .unauthorized,
     .digestMismatch,
+    .batchEnded,
   ]
 
 }
@@ -760,7 +767,7 @@ nonisolated extension Enlarger_V1_FailOn: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension Enlarger_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0\u{1}ERROR_CODE_DIGEST_MISMATCH\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0\u{1}ERROR_CODE_DIGEST_MISMATCH\0\u{1}ERROR_CODE_BATCH_ENDED\0")
 }
 
 nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {

@@ -190,6 +190,10 @@ class Totals:
     cache_hits: int = 0
     cache_misses: int = 0
     jobs_shared: int = 0
+    #: Batches that ended, by outcome.
+    batches_completed: int = 0
+    batches_failed: int = 0
+    batches_cancelled: int = 0
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,42 @@ class Accepted(_message.Message):
     request_id: str
     def __init__(self, request_id: _Optional[str] = ..., broker_instance: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
 
+class BatchEnded(_message.Message):
+    __slots__ = ["batch_id", "code", "index", "message", "outcome", "request_id"]
+    class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = []
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_CANCELLED: BatchEnded.Outcome
+    OUTCOME_COMPLETED: BatchEnded.Outcome
+    OUTCOME_FAILED: BatchEnded.Outcome
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_UNSPECIFIED: BatchEnded.Outcome
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    code: _common_pb2.ErrorCode
+    index: int
+    message: str
+    outcome: BatchEnded.Outcome
+    request_id: str
+    def __init__(self, batch_id: _Optional[str] = ..., outcome: _Optional[_Union[BatchEnded.Outcome, str]] = ..., index: _Optional[int] = ..., request_id: _Optional[str] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class BatchItem(_message.Message):
+    __slots__ = ["batch_id", "index", "size"]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    index: int
+    size: int
+    def __init__(self, batch_id: _Optional[str] = ..., index: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+
 class BrokerToClient(_message.Message):
-    __slots__ = ["accepted", "cancel_ack", "cancelled", "error", "failed", "pong", "rejected", "result", "started", "status_reply", "sync_reply"]
+    __slots__ = ["accepted", "batch_ended", "cancel_ack", "cancelled", "error", "failed", "pong", "rejected", "result", "started", "status_reply", "sync_reply"]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ENDED_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
     CANCEL_ACK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +66,7 @@ class BrokerToClient(_message.Message):
     STATUS_REPLY_FIELD_NUMBER: _ClassVar[int]
     SYNC_REPLY_FIELD_NUMBER: _ClassVar[int]
     accepted: Accepted
+    batch_ended: BatchEnded
     cancel_ack: CancelAck
     cancelled: Cancelled
     error: _common_pb2.Error
@@ -43,7 +77,7 @@ class BrokerToClient(_message.Message):
     started: Started
     status_reply: StatusReply
     sync_reply: SyncReply
-    def __init__(self, accepted: _Optional[_Union[Accepted, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., failed: _Optional[_Union[Failed, _Mapping]] = ..., cancelled: _Optional[_Union[Cancelled, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., cancel_ack: _Optional[_Union[CancelAck, _Mapping]] = ..., status_reply: _Optional[_Union[StatusReply, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., sync_reply: _Optional[_Union[SyncReply, _Mapping]] = ...) -> None: ...
+    def __init__(self, accepted: _Optional[_Union[Accepted, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., failed: _Optional[_Union[Failed, _Mapping]] = ..., cancelled: _Optional[_Union[Cancelled, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., cancel_ack: _Optional[_Union[CancelAck, _Mapping]] = ..., status_reply: _Optional[_Union[StatusReply, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., sync_reply: _Optional[_Union[SyncReply, _Mapping]] = ..., batch_ended: _Optional[_Union[BatchEnded, _Mapping]] = ...) -> None: ...
 
 class CacheStatus(_message.Message):
     __slots__ = ["bytes", "entries", "evictions", "limit_bytes"]
@@ -190,18 +224,20 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Submit(_message.Message):
-    __slots__ = ["deadline_ms", "delivery", "request_id", "source", "spec"]
+    __slots__ = ["batch", "deadline_ms", "delivery", "request_id", "source", "spec"]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    batch: BatchItem
     deadline_ms: int
     delivery: _common_pb2.Delivery
     request_id: str
     source: _common_pb2.ImageSource
     spec: _common_pb2.ResizeSpec
-    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., deadline_ms: _Optional[int] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., deadline_ms: _Optional[int] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ..., batch: _Optional[_Union[BatchItem, _Mapping]] = ...) -> None: ...
 
 class Sync(_message.Message):
     __slots__ = ["nonce", "request_ids"]
@@ -222,8 +258,11 @@ class SyncReply(_message.Message):
     def __init__(self, unknown_request_ids: _Optional[_Iterable[str]] = ..., nonce: _Optional[int] = ..., broker_instance: _Optional[int] = ...) -> None: ...
 
 class Totals(_message.Message):
-    __slots__ = ["accepted", "cache_hits", "cache_misses", "cancel_acks_timed_out", "cancelled", "client_sends_deferred", "clients_vanished", "deadlines_exceeded", "duplicate_ids", "failed", "finished", "jobs_quarantined", "jobs_requeued", "jobs_shared", "late_results_dropped", "malformed_dropped", "protocol_breaches", "rejected", "submitted", "unroutable", "workers_disconnected", "workers_lost"]
+    __slots__ = ["accepted", "batches_cancelled", "batches_completed", "batches_failed", "cache_hits", "cache_misses", "cancel_acks_timed_out", "cancelled", "client_sends_deferred", "clients_vanished", "deadlines_exceeded", "duplicate_ids", "failed", "finished", "jobs_quarantined", "jobs_requeued", "jobs_shared", "late_results_dropped", "malformed_dropped", "protocol_breaches", "rejected", "submitted", "unroutable", "workers_disconnected", "workers_lost"]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FAILED_FIELD_NUMBER: _ClassVar[int]
     CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
     CACHE_MISSES_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
@@ -246,6 +285,9 @@ class Totals(_message.Message):
     WORKERS_DISCONNECTED_FIELD_NUMBER: _ClassVar[int]
     WORKERS_LOST_FIELD_NUMBER: _ClassVar[int]
     accepted: int
+    batches_cancelled: int
+    batches_completed: int
+    batches_failed: int
     cache_hits: int
     cache_misses: int
     cancel_acks_timed_out: int
@@ -267,7 +309,7 @@ class Totals(_message.Message):
     unroutable: int
     workers_disconnected: int
     workers_lost: int
-    def __init__(self, submitted: _Optional[int] = ..., accepted: _Optional[int] = ..., finished: _Optional[int] = ..., failed: _Optional[int] = ..., cancelled: _Optional[int] = ..., rejected: _Optional[int] = ..., duplicate_ids: _Optional[int] = ..., late_results_dropped: _Optional[int] = ..., malformed_dropped: _Optional[int] = ..., workers_lost: _Optional[int] = ..., workers_disconnected: _Optional[int] = ..., jobs_requeued: _Optional[int] = ..., clients_vanished: _Optional[int] = ..., unroutable: _Optional[int] = ..., cancel_acks_timed_out: _Optional[int] = ..., deadlines_exceeded: _Optional[int] = ..., client_sends_deferred: _Optional[int] = ..., jobs_quarantined: _Optional[int] = ..., protocol_breaches: _Optional[int] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., jobs_shared: _Optional[int] = ...) -> None: ...
+    def __init__(self, submitted: _Optional[int] = ..., accepted: _Optional[int] = ..., finished: _Optional[int] = ..., failed: _Optional[int] = ..., cancelled: _Optional[int] = ..., rejected: _Optional[int] = ..., duplicate_ids: _Optional[int] = ..., late_results_dropped: _Optional[int] = ..., malformed_dropped: _Optional[int] = ..., workers_lost: _Optional[int] = ..., workers_disconnected: _Optional[int] = ..., jobs_requeued: _Optional[int] = ..., clients_vanished: _Optional[int] = ..., unroutable: _Optional[int] = ..., cancel_acks_timed_out: _Optional[int] = ..., deadlines_exceeded: _Optional[int] = ..., client_sends_deferred: _Optional[int] = ..., jobs_quarantined: _Optional[int] = ..., protocol_breaches: _Optional[int] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., jobs_shared: _Optional[int] = ..., batches_completed: _Optional[int] = ..., batches_failed: _Optional[int] = ..., batches_cancelled: _Optional[int] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
     __slots__ = ["capacity", "id", "in_flight", "last_seen_ms_ago", "name", "pid"]
