@@ -43,6 +43,7 @@ class ErrorCode(enum.IntEnum):
     REQUEST_LOST = 18
     UNAUTHORIZED = 19
     DIGEST_MISMATCH = 20
+    BATCH_ENDED = 21
 
     #: No broker answered at the endpoint within the silence limit (none listening, or the
     #: CURVE handshake failed).
