@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Imaging
 import Locking
 import Synchronization
 import Telemetry
@@ -58,6 +59,8 @@ public final class WorkerService: Sendable {
     public init(configuration: WorkerConfiguration) throws {
         if let problem = configuration.problem { preconditionFailure("invalid worker configuration: \(problem)") }
         self.configuration = configuration
+        // Its thread starts now, before any job brings the process near its memory cap.
+        BufferReaper.start()
         let mailbox = try Mailbox<WorkerMail>()
         self.mailbox = mailbox
         if let address = configuration.metricsAddress {

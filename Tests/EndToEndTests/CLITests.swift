@@ -541,6 +541,53 @@ final class CLITests: XCTestCase {
         watcher.waitUntilExit()
     }
 
+    /// Changes the notifications cannot tell (the kernel's queue overflowed while the watcher
+    /// was stopped) are caught by a full rescan.
+    func testSyncWatchRescansEverythingWhenItsNotificationsOverflow() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let source = try temporaryDirectory(), out = try temporaryDirectory()
+        try Data(try SampleImages.bytes("png-rgb8.png")).write(to: source.appendingPathComponent("a.png"))
+        try Data(try SampleImages.bytes("webp-lossy.webp")).write(to: source.appendingPathComponent("b.webp"))
+        func exists(_ name: String) -> Bool { FileManager.default.fileExists(atPath: out.appendingPathComponent(name).path) }
+        let process = Process()
+        process.executableURL = Cluster.enlargerBinary
+        process.arguments = ["sync", source.path, "--out", out.path, "--width", "24", "--broker", cluster.clientsEndpoint,
+                             "--watch", "--json"]
+        process.environment = Self.environment([:])
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        let text = SharedText()
+        pipe.fileHandleForReading.readabilityHandler = { handle in text.append(handle.availableData) }
+        try process.run()
+        func fullPasses() -> Int { text.value.components(separatedBy: "\"pass\":\"full\"").count - 1 }
+        func eventually(_ what: String, _ condition: () -> Bool) {
+            let deadline = ContinuousClock.now + .seconds(20)
+            while !condition() && ContinuousClock.now < deadline { usleep(20_000) }
+            XCTAssertTrue(condition(), "\(what): \(text.value)")
+        }
+        eventually("the first pass") { fullPasses() == 1 }
+
+        // Stopped, the watcher reads nothing: more events than the kernel queues for it.
+        kill(process.processIdentifier, SIGSTOP)
+        let limit = (try? String(contentsOfFile: "/proc/sys/fs/inotify/max_queued_events", encoding: .utf8))
+            .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? 16384
+        for index in 0..<(limit / 2 + 64) {
+            // Hidden, so never mirrored: only their notifications matter.
+            _ = FileManager.default.createFile(atPath: source.appendingPathComponent(".n\(index)").path, contents: nil)
+        }
+        try Data(try SampleImages.bytes("avif-rgb.avif")).write(to: source.appendingPathComponent("c.avif"))
+        try FileManager.default.removeItem(at: source.appendingPathComponent("a.png"))
+        kill(process.processIdentifier, SIGCONT)
+
+        eventually("a full rescan after the overflow") { fullPasses() == 2 }
+        eventually("the rescan's changes") { exists("c.jpg") && !exists("a.jpg") && exists("b.jpg") }
+        process.terminate()
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0, text.value)
+    }
+
     // MARK: - Operators
 
     /// `serve` with its metrics port from the environment: health checks pass, the broker's
