@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import Foundation
 
 // MARK: - Clients
 //
@@ -206,7 +207,10 @@ extension BrokerCore {
 
     static func sameBytes(_ a: Payload, _ b: Payload) -> Bool {
         guard a.count == b.count else { return false }
-        return a.withUnsafeBytes { a in b.withUnsafeBytes { b in a.elementsEqual(b) } }
+        guard a.count > 0 else { return true }
+        // libc's memcmp: several GB/s, where a byte loop would hold the loop up for
+        // milliseconds per image in an unoptimised build.
+        return a.withUnsafeBytes { a in b.withUnsafeBytes { b in memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 } }
     }
 
     /// A cached result answers the request on the spot: Accepted, then the terminal Result.

@@ -494,20 +494,7 @@ final class CLITests: XCTestCase {
             while !condition() && ContinuousClock.now < deadline { usleep(20_000) }
             XCTAssertTrue(condition(), what)
         }
-        func start() throws -> (Process, SharedText) {
-            let process = Process()
-            process.executableURL = Cluster.enlargerBinary
-            process.arguments = ["sync", source.path, "--out", out.path, "--width", "32", "--broker", cluster.clientsEndpoint,
-                                 "--watch", "--json"]
-            process.environment = Self.environment([:])
-            let pipe = Pipe()
-            process.standardOutput = pipe
-            process.standardError = pipe
-            let text = SharedText()
-            pipe.fileHandleForReading.readabilityHandler = { handle in text.append(handle.availableData) }
-            try process.run()
-            return (process, text)
-        }
+        func start() throws -> (Process, SharedText) { try startSyncWatch(source, out, cluster: cluster) }
         var (watcher, text) = try start()
         eventually("the first pass") { text.value.contains("\"pass\":\"full\"") }
         XCTAssertTrue(exists("a.jpg") && exists("sub/c.jpg"), text.value)
@@ -550,17 +537,7 @@ final class CLITests: XCTestCase {
         try Data(try SampleImages.bytes("png-rgb8.png")).write(to: source.appendingPathComponent("a.png"))
         try Data(try SampleImages.bytes("webp-lossy.webp")).write(to: source.appendingPathComponent("b.webp"))
         func exists(_ name: String) -> Bool { FileManager.default.fileExists(atPath: out.appendingPathComponent(name).path) }
-        let process = Process()
-        process.executableURL = Cluster.enlargerBinary
-        process.arguments = ["sync", source.path, "--out", out.path, "--width", "24", "--broker", cluster.clientsEndpoint,
-                             "--watch", "--json"]
-        process.environment = Self.environment([:])
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        let text = SharedText()
-        pipe.fileHandleForReading.readabilityHandler = { handle in text.append(handle.availableData) }
-        try process.run()
+        let (process, text) = try startSyncWatch(source, out, cluster: cluster)
         func fullPasses() -> Int { text.value.components(separatedBy: "\"pass\":\"full\"").count - 1 }
         func eventually(_ what: String, _ condition: () -> Bool) {
             let deadline = ContinuousClock.now + .seconds(20)
@@ -586,6 +563,23 @@ final class CLITests: XCTestCase {
         process.terminate()
         process.waitUntilExit()
         XCTAssertEqual(process.terminationStatus, 0, text.value)
+    }
+
+    /// `enlarger sync SOURCE --out OUT --watch --json` against the cluster; its output
+    /// (standard output and error together) collects in the returned text.
+    private func startSyncWatch(_ source: URL, _ out: URL, cluster: Cluster) throws -> (Process, SharedText) {
+        let process = Process()
+        process.executableURL = Cluster.enlargerBinary
+        process.arguments = ["sync", source.path, "--out", out.path, "--width", "32", "--broker", cluster.clientsEndpoint,
+                             "--watch", "--json"]
+        process.environment = Self.environment([:])
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        let text = SharedText()
+        pipe.fileHandleForReading.readabilityHandler = { handle in text.append(handle.availableData) }
+        try process.run()
+        return (process, text)
     }
 
     // MARK: - Operators

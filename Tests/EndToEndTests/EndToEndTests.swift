@@ -67,7 +67,7 @@ final class EndToEndTests: XCTestCase {
         try cluster.startThreadWorkers(1, concurrency: 1)
         let probe = try cluster.client()
         try await cluster.waitForWorkers(1, client: probe)
-        let photo = try Corpus.good("bimg_test_exif_full.jpg")
+        let photo = try Corpus.good("sharp_2569067123_aca715a2ee_o.jpg")
         let options = ResizeOptions(width: 640)
         var clients: [EnlargerClient] = []
         for _ in 0..<20 { clients.append(try cluster.client()) }
