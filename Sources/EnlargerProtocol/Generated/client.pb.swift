@@ -119,9 +119,10 @@
 //   connection that may cancel it): the others are cancelled with it. So cancelling any item
 //   cancels the whole batch.
 // An item whose index is taken or out of range, or whose size differs from the batch's, is
-// Rejected{INVALID_ARGUMENT} and fails the batch. A batch whose items have not all arrived by
-// the deadline of its first item fails with DEADLINE_EXCEEDED, naming the first missing
-// index. Results are delivered as they come; a client library puts them in input order.
+// Rejected{INVALID_ARGUMENT} and fails the batch. A batch not complete by the deadline of its
+// first item fails with DEADLINE_EXCEEDED, naming the first place without a result (a place
+// whose item never arrived first). Results are delivered as they come; a client library puts
+// them in input order.
 //
 // SIZE
 //
@@ -1002,8 +1003,8 @@ public nonisolated struct Enlarger_V1_BatchEnded: Sendable {
   public var outcome: Enlarger_V1_BatchEnded.Outcome = .unspecified
 
   /// The item that ended the batch: its index and request id, and how it ended. For a batch
-  /// whose items did not all arrive before its deadline: the first missing index, no request
-  /// id, DEADLINE_EXCEEDED.
+  /// not complete by its deadline: the first place without a result, its request id (empty
+  /// when its item never arrived), DEADLINE_EXCEEDED.
   public var index: UInt32 = 0
 
   public var requestID: String = String()
