@@ -25,6 +25,8 @@ let package = Package(
         // C: libzmq, imported as a system library (no pkg-config: its flags are unusable here).
         .systemLibrary(name: "CZeroMQ"),
 
+        // C: openat2(2), to open a file source beneath the worker's files root.
+        .target(name: "CFiles"),
         // A pthread mutex with Mutex's API: ThreadSanitizer sees its synchronisation.
         .target(name: "Locking"),
         // Deadline bookkeeping shared by the broker and client cores.
@@ -67,7 +69,7 @@ let package = Package(
         .target(
             name: "EnlargerWorker",
             dependencies: [
-                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Imaging", "Locking", "Telemetry",
+                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Imaging", "Locking", "Telemetry", "CFiles",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),

@@ -34,6 +34,10 @@ extension ClientCore {
             actions.append(.deliver(route.token, .started(attempt: Int(started.attempt)), terminal: false))
         case .result(let result, let image):
             self.result(result, image: image, &actions)
+        case .download(let download):
+            guard let route = acceptedRoute(download.requestID), !route.ended,
+                  let progress = DownloadProgress(download) else { break }
+            actions.append(.deliver(route.token, .download(progress), terminal: false))
         case .failed(let failed) where failed.code == .duplicateID:
             guard let route = routes[failed.requestID]?.first, route.sentSerial != nil, !route.accepted else { break }
             endRoute(failed.requestID, .duplicateID(failed.message), &actions)
@@ -268,5 +272,20 @@ extension ImageInfo {
                   colorSpace: info.colorSpace, profileDescription: info.profileDescription.isEmpty ? nil : info.profileDescription,
                   profileBytes: Int(info.profileBytes), progressive: info.progressive,
                   hasEmbeddedThumbnail: info.hasEmbeddedThumbnail_p, byteSize: Int(clamping: info.byteSize))
+    }
+}
+
+extension DownloadProgress {
+    /// The wire's Download, or nil for a phase this client does not know.
+    init?(_ download: Enlarger_V1_Download) {
+        let phase: Phase
+        switch download.phase {
+        case .started: phase = .started
+        case .progress: phase = .progress
+        case .finished: phase = .finished
+        case .unspecified, .UNRECOGNIZED: return nil
+        }
+        self.init(phase: phase, bytes: Int(clamping: download.bytes),
+                  expectedBytes: download.expectedBytes > 0 ? Int(clamping: download.expectedBytes) : nil)
     }
 }

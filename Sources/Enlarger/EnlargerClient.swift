@@ -131,7 +131,7 @@ public final class EnlargerClient: Sendable {
             switch event {
             case .final(let result): return result
             case .degraded(let result) where request.delivery == .degraded: return result
-            case .accepted, .started, .degraded, .info: continue
+            case .accepted, .started, .degraded, .info, .download: continue
             }
         }
         throw .cancelled
@@ -226,7 +226,14 @@ public final class EnlargerClient: Sendable {
     /// formats the worker reads, damaged (as `failOn` says) or over the limits.
     public func info(_ image: [UInt8], failOn: FailOn = .error, id: String = UUID().uuidString,
                      timeout: Duration? = nil) async throws(EnlargerClientError) -> ImageInfo {
-        var request = ResizeRequest(id: id, image: image, options: ResizeOptions(failOn: failOn), delivery: .final,
+        try await info(source: .bytes(image), failOn: failOn, id: id, timeout: timeout)
+    }
+
+    /// What the header of the image at `source` says. A worker reads no more of a file or a
+    /// download than the header needs.
+    public func info(source: ImageSource, failOn: FailOn = .error, id: String = UUID().uuidString,
+                     timeout: Duration? = nil) async throws(EnlargerClientError) -> ImageInfo {
+        var request = ResizeRequest(id: id, source: source, options: ResizeOptions(failOn: failOn), delivery: .final,
                                     timeout: timeout)
         request.infoOnly = true
         for try await event in submit(request) {

@@ -39,7 +39,8 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
     public enum Code: String, Sendable, Equatable {
         case duplicateID, workerLost, overloaded, malformed, invalidArgument, notJPEG, empty, truncated,
              corrupt, unsupported, tooLarge, tooManyScans, encodeFailed, `internal`, brokerShutdown,
-             deadlineExceeded, clientSilent, requestLost, unauthorized, digestMismatch, batchEnded
+             deadlineExceeded, clientSilent, requestLost, unauthorized, digestMismatch, batchEnded, sourceRefused,
+             sourceUnavailable
         /// A code this version of the library does not know.
         case unknown
     }
@@ -69,6 +70,8 @@ extension EnlargerClientError.Code {
         case .unauthorized: self = .unauthorized
         case .digestMismatch: self = .digestMismatch
         case .batchEnded: self = .batchEnded
+        case .sourceRefused: self = .sourceRefused
+        case .sourceUnavailable: self = .sourceUnavailable
         case .unspecified, .UNRECOGNIZED: self = .unknown
         }
     }

@@ -15,6 +15,30 @@ public enum RequestEvent: Sendable, Equatable {
     case final(EncodedImage)
     /// What the image's header says: the one result (and last event) of `EnlargerClient.info`.
     case info(ImageInfo)
+    /// How the download of a URL source is going: `.started`, `.progress` (at most a few a
+    /// second), `.finished`, all before the results. Never the last event.
+    case download(DownloadProgress)
+}
+
+/// A step of a URL source's download (`RequestEvent.download`).
+public struct DownloadProgress: Sendable, Equatable {
+    public enum Phase: Sendable, Equatable {
+        case started
+        case progress
+        case finished
+    }
+
+    public var phase: Phase
+    /// Bytes received so far.
+    public var bytes: Int
+    /// The response's Content-Length, when it has one.
+    public var expectedBytes: Int?
+
+    public init(phase: Phase, bytes: Int, expectedBytes: Int?) {
+        self.phase = phase
+        self.bytes = bytes
+        self.expectedBytes = expectedBytes
+    }
 }
 
 /// The events of one submitted request, in order: `.accepted`, `.started`…, at most one

@@ -3,13 +3,31 @@ import EnlargerProtocol
 import Foundation
 import ImageModel
 
+/// Where a request's image comes from.
+public enum ImageSource: Sendable, Equatable {
+    /// The image itself (JPEG, PNG, WebP, HEIC or AVIF), sent with the request.
+    case bytes([UInt8])
+    /// A file under the worker's files root (`enlarger worker --files-root DIR`), by its
+    /// path relative to that root; the worker refuses paths that leave it.
+    case file(path: String)
+    /// An http or https URL the worker downloads, reporting `.download` events; the worker
+    /// refuses addresses its operator did not allow (loopback, private networks, ...).
+    case url(String)
+}
+
 /// One image to resize, as submitted to the broker.
 public struct ResizeRequest: Sendable {
     /// Chosen by the producer: 1 to 64 bytes of UTF-8, unique among the broker's live
     /// requests. A random UUID by default.
     public var id: String
-    /// The source image (JPEG, PNG, WebP, HEIC or AVIF).
-    public var image: [UInt8]
+    /// Where the image comes from.
+    public var source: ImageSource
+    /// The source image, when it is sent with the request (JPEG, PNG, WebP, HEIC or AVIF);
+    /// empty for a file or URL source. Setting it makes the source `.bytes`.
+    public var image: [UInt8] {
+        get { if case .bytes(let bytes) = source { bytes } else { [] } }
+        set { source = .bytes(newValue) }
+    }
     public var options: ResizeOptions
     public var delivery: Delivery
     /// How long the request may take from acceptance to its end; `nil` leaves it to the
@@ -21,7 +39,8 @@ public struct ResizeRequest: Sendable {
     /// Sends the image's SHA-256 with it, so that the broker may answer from its result
     /// cache, or let this request share one job with identical ones in flight (the worker
     /// checks the digest before its result is shared). On by default; hashing costs the
-    /// caller about a millisecond per 2 MB.
+    /// caller about a millisecond per 2 MB. For a file or URL source the worker names the
+    /// version it reads instead (file identity, URL validator); `false` opts out the same.
     public var sharesResults = true
     /// The batch it is an item of (`EnlargerClient.resize(batch:)`): its id, this item's
     /// place and the batch's size.
@@ -32,8 +51,14 @@ public struct ResizeRequest: Sendable {
 
     public init(id: String = UUID().uuidString, image: [UInt8], options: ResizeOptions,
                 delivery: Delivery = .progressive, timeout: Duration? = nil, sharesResults: Bool = true) {
+        self.init(id: id, source: .bytes(image), options: options, delivery: delivery, timeout: timeout,
+                  sharesResults: sharesResults)
+    }
+
+    public init(id: String = UUID().uuidString, source: ImageSource, options: ResizeOptions,
+                delivery: Delivery = .progressive, timeout: Duration? = nil, sharesResults: Bool = true) {
         self.id = id
-        self.image = image
+        self.source = source
         self.options = options
         self.delivery = delivery
         self.timeout = timeout
@@ -81,7 +106,16 @@ public struct ResizeRequest: Sendable {
         case .degraded: .degraded
         }
         if infoOnly { submit.delivery = .info }
-        if sharesResults { submit.source.inline.sha256 = Data(SHA256.hash(data: image)) }
+        switch source {
+        case .bytes(let image):
+            if sharesResults { submit.source.inline.sha256 = Data(SHA256.hash(data: image)) }
+        case .file(let path):
+            submit.source.file.path = path
+            submit.source.noShare = !sharesResults
+        case .url(let url):
+            submit.source.url.url = url
+            submit.source.noShare = !sharesResults
+        }
         if let timeout { submit.deadlineMs = UInt32(max(timeout.milliseconds, 1)) }
         if let batch {
             submit.batch = .with {
@@ -93,9 +127,22 @@ public struct ResizeRequest: Sendable {
         return submit
     }
 
-    /// What `wireSubmit` checks before building anything: the id, the options, the timeout.
+    /// What `wireSubmit` checks before building anything: the id, the source, the options,
+    /// the timeout.
     func check() throws(EnlargerClientError) {
         try Self.validate(id: id)
+        switch source {
+        case .bytes:
+            break
+        case .file(let path):
+            guard (1...WireLimits.maxSourcePathBytes).contains(path.utf8.count), !path.utf8.contains(0) else {
+                throw .rejected(.invalidArgument, "a file path must be 1 to \(WireLimits.maxSourcePathBytes) bytes, without NUL")
+            }
+        case .url(let url):
+            guard (1...WireLimits.maxSourceURLBytes).contains(url.utf8.count), !url.utf8.contains(0) else {
+                throw .rejected(.invalidArgument, "a URL must be 1 to \(WireLimits.maxSourceURLBytes) bytes, without NUL")
+            }
+        }
         do throws(ImagingError) {
             if !infoOnly { try options.validate() }
         } catch {

@@ -111,7 +111,7 @@ extension BrokerCore {
         let lifetime = submit.deadlineMs == 0
             ? configuration.defaultDeadline : min(.milliseconds(submit.deadlineMs), configuration.maxDeadline)
         let shareKey = shareKey(of: submit, principal: principal)
-        if let shareKey, let hit = cache.lookup(shareKey.cacheKey) {
+        if let shareKey, shareKey.namesVersion, let hit = cache.lookup(shareKey.cacheKey) {
             answerFromCache(key, hit, bytesIn: image.count, lifetime: lifetime, to: peer, now: now, &actions)
             if let place {
                 batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: true,
@@ -119,7 +119,7 @@ extension BrokerCore {
             }
             return
         }
-        if shareKey != nil { counters.cacheMisses += 1 }
+        if shareKey?.namesVersion == true { counters.cacheMisses += 1 }
         let joining = shareKey.flatMap { configuration.shareJobs ? sharedJobs[$0] : nil }.flatMap { jobID in
             jobs[jobID].map { Self.sameBytes($0.image, image) } == true ? jobID : nil
         }
@@ -150,7 +150,7 @@ extension BrokerCore {
             jobID = nextJobID
             nextJobID += 1
             jobs[jobID] = Job(
-                spec: submit.spec, delivery: submit.delivery, image: image, digest: submit.source.inline.sha256,
+                spec: submit.spec, delivery: submit.delivery, image: image, source: submit.source,
                 shareKey: shareKey, requests: [key])
             if let shareKey, configuration.shareJobs, sharedJobs[shareKey] == nil { sharedJobs[shareKey] = jobID }
             liveImageBytes += image.count
@@ -195,13 +195,28 @@ extension BrokerCore {
     // stall its one thread) and relies on two checks instead: the worker verifies the job's
     // bytes against the digest before its result may be cached, and a request joins a job
     // only when its bytes equal the job's (a comparison, cheap beside a hash), so a wrong
-    // digest can only ever hurt the request that sent it.
+    // digest can only ever hurt the request that sent it. File and URL requests share by
+    // location until their worker names the version it opened (see File and URL sources).
 
     private func shareKey(of submit: Enlarger_V1_Submit, principal: Principal) -> ShareKey? {
-        let digest = submit.source.inline.sha256
-        guard !digest.isEmpty, configuration.shareJobs || configuration.resultCacheBytes > 0 else { return nil }
+        guard configuration.shareJobs || configuration.resultCacheBytes > 0 else { return nil }
+        let kind: ShareKey.Kind
+        let source: Data
+        switch submit.source.kind {
+        case .inline(let inline)?:
+            guard !inline.sha256.isEmpty else { return nil }
+            (kind, source) = (.digest, inline.sha256)
+        case .file(let file)?:
+            guard !submit.source.noShare else { return nil }
+            (kind, source) = (.location, Data("file\u{0}\(file.path)".utf8))
+        case .url(let url)?:
+            guard !submit.source.noShare else { return nil }
+            (kind, source) = (.location, Data("url\u{0}\(url.url)".utf8))
+        case nil:
+            return nil
+        }
         return ShareKey(
-            scope: configuration.shareAcrossPrincipals ? nil : principal.name, digest: digest,
+            scope: configuration.shareAcrossPrincipals ? nil : principal.name, kind: kind, source: source,
             spec: submit.spec.normalisedForSharing(delivery: submit.delivery), delivery: submit.delivery)
     }
 
@@ -248,13 +263,35 @@ extension BrokerCore {
         } catch {
             return (.invalidArgument, error.message)
         }
-        let digest = submit.source.inline.sha256
-        if !digest.isEmpty && digest.count != 32 {
-            return (.invalidArgument, "source.inline.sha256 must be 32 bytes (SHA-256), got \(digest.count)")
+        switch submit.source.kind {
+        case .inline(let inline)?:
+            if !inline.sha256.isEmpty && inline.sha256.count != 32 {
+                return (.invalidArgument, "source.inline.sha256 must be 32 bytes (SHA-256), got \(inline.sha256.count)")
+            }
+        case .file(let file)?:
+            if let problem = Self.placeProblem(file.path, "source.file.path", limit: WireLimits.maxSourcePathBytes) {
+                return (.invalidArgument, problem)
+            }
+            if image.count > 0 { return (.invalidArgument, "a file source's Submit carries no image (\(image.count) bytes)") }
+        case .url(let url)?:
+            if let problem = Self.placeProblem(url.url, "source.url.url", limit: WireLimits.maxSourceURLBytes) {
+                return (.invalidArgument, problem)
+            }
+            if image.count > 0 { return (.invalidArgument, "a URL source's Submit carries no image (\(image.count) bytes)") }
+        case nil:
+            break
         }
         if image.count > configuration.maxInputBytes {
             return (.tooLarge, "input of \(image.count) bytes exceeds the limit of \(configuration.maxInputBytes)")
         }
+        return nil
+    }
+
+    /// Why a file path or URL cannot even be passed on; the worker judges the rest.
+    private static func placeProblem(_ text: String, _ field: String, limit: Int) -> String? {
+        if text.isEmpty { return "\(field) is empty" }
+        if text.utf8.count > limit { return "\(field) is longer than \(limit) bytes" }
+        if text.utf8.contains(0) { return "\(field) contains a NUL byte" }
         return nil
     }
 

@@ -48,6 +48,10 @@ extension BrokerCore {
             jobFailed(failed, workerAt: index, now: now, &actions)
         case (.jobCancelled(let cancelled), .some(let index)):
             jobCancelled(cancelled, workerAt: index, now: now, &actions)
+        case (.jobSourceOpened(let opened), .some(let index)):
+            sourceOpened(opened, workerAt: index, now: now, &actions)
+        case (.jobDownload(let download), .some(let index)):
+            jobDownload(download, workerAt: index, &actions)
         }
     }
 
@@ -55,13 +59,14 @@ extension BrokerCore {
         _ peer: PeerID, _ message: WorkerToBrokerMessage<Payload>, _ actions: inout [Action]
     ) {
         switch message {
-        case .jobStarted, .jobResult, .jobFailed, .jobCancelled: counters.lateResultsDropped += 1
+        case .jobStarted, .jobResult, .jobFailed, .jobCancelled, .jobSourceOpened, .jobDownload:
+            counters.lateResultsDropped += 1
         case .ready, .heartbeat, .disconnect: break
         }
         actions.append(.sendToWorker(peer, BrokerToWorkerMessage<Payload>.disconnect.encoded()))
     }
 
-    private mutating func workerSentMalformed(_ peer: PeerID, _ reason: String, _ actions: inout [Action]) {
+    mutating func workerSentMalformed(_ peer: PeerID, _ reason: String, _ actions: inout [Action]) {
         counters.malformedDropped += 1
         actions.append(.report(.malformed(peer, role: .worker, reason: reason)))
         var error = Enlarger_V1_Error()
@@ -199,7 +204,7 @@ extension BrokerCore {
                 workers[index].jobs[jobID] = nil
                 // Only a result whose worker checked the bytes against the digest may be
                 // handed to requests that never sent those bytes.
-                if let shareKey = job.shareKey, result.digestVerified {
+                if let shareKey = job.shareKey, shareKey.namesVersion, result.digestVerified {
                     event.requestID = ""
                     cache.store(event, payload: image, for: shareKey.cacheKey)
                 }
@@ -223,7 +228,7 @@ extension BrokerCore {
     /// done and never send its terminal frame, so the request must not wait for one. It ends
     /// with `Failed{INTERNAL}`, and the job becomes a tombstone on the worker (told to stop,
     /// its credit back once it acknowledges), like a cancelled one.
-    private mutating func abandonBrokenJob(
+    mutating func abandonBrokenJob(
         _ jobID: UInt64, workerAt index: Int, reason: String, now: MonotonicInstant, _ actions: inout [Action]
     ) {
         workerSentMalformed(workers[index].id, reason, &actions)
@@ -261,7 +266,7 @@ extension BrokerCore {
     /// client, which must be able to treat every Failed as terminal: it becomes INTERNAL.
     static var workerFailureCodes: Set<Enlarger_V1_ErrorCode> {
         [.notJpeg, .empty, .truncated, .corrupt, .unsupported, .tooLarge, .tooManyScans, .invalidArgument,
-         .encodeFailed, .internal, .digestMismatch]
+         .encodeFailed, .internal, .digestMismatch, .sourceRefused, .sourceUnavailable]
     }
 
     private mutating func jobCancelled(
@@ -428,7 +433,10 @@ extension BrokerCore {
         message.requestID = job.owner.id
         message.spec = job.spec
         message.delivery = job.degradedSent ? .final : job.delivery
-        if !job.digest.isEmpty { message.source.inline.sha256 = job.digest }
+        // An inline image without a digest needs no source at all.
+        if job.source.kind != nil && !(Self.isInline(job.source) && job.source.inline.sha256.isEmpty) {
+            message.source = job.source
+        }
         actions.append(.sendToWorker(workers[index].id, BrokerToWorkerMessage.job(message, image: job.image).encoded()))
     }
 

@@ -30,7 +30,7 @@ public struct BrokerCore<Payload: FrameBytes> {
     // A request is what a client sees: one accepted Submit, keyed by the producer's request
     // id within its principal, live until its terminal event. A job is the work behind it,
     // keyed by the job id the broker gave it (stable across retries). Identical requests (same
-    // digest, spec, delivery and sharing scope) share one job; every other job has exactly
+    // source, spec, delivery and sharing scope) share one job; every other job has exactly
     // one request. A job is either waiting (in `queue`, `quarantine` or its owner's held-back
     // list) or held by one worker, whose `jobs` map names the attempt it holds. A job whose
     // last request ended before the worker finished is no longer a job at all: it is a
@@ -41,7 +41,8 @@ public struct BrokerCore<Payload: FrameBytes> {
     struct Request {
         let key: RequestKey
         var client: PeerID
-        let jobID: UInt64
+        /// Changes only when a file or URL job merges into another reading the same version.
+        var jobID: UInt64
         /// When it was accepted.
         let acceptedAt: MonotonicInstant
         /// The attempt the client was last told had started.
@@ -60,10 +61,13 @@ public struct BrokerCore<Payload: FrameBytes> {
         let spec: Enlarger_V1_ResizeSpec
         let delivery: Enlarger_V1_Delivery
         let image: Payload
-        /// The digest the first Submit named, passed to the worker to check.
-        let digest: Data
-        /// Set when identical requests may share this job and its result may be cached.
-        let shareKey: ShareKey?
+        /// As the first Submit named it: the worker checks a digest, opens a file, downloads
+        /// a URL.
+        let source: Enlarger_V1_ImageSource
+        /// Set when identical requests may share this job (and, naming a version, its result
+        /// may be cached). A file or URL job's key names its location until the worker reports
+        /// the version it opened.
+        var shareKey: ShareKey?
         /// Its requests in the order they came; the first owns it (its id names the job to
         /// the worker, and the job is held back on its client's list).
         var requests: [RequestKey]

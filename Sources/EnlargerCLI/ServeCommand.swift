@@ -43,6 +43,7 @@ struct ServeCommand: ParsableCommand {
 
     @OptionGroup var brokerOptions: BrokerOptions
     @OptionGroup var limitOptions: LimitOptions
+    @OptionGroup var sources: SourceOptions
     @Option(help: ArgumentHelp(
         "Serve /metrics, /healthz and /readyz over HTTP: the broker on HOST:PORT, worker i on HOST:PORT+1+i "
             + "(off by default; no authentication on that port, so keep it on 127.0.0.1 or an operators' network).",
@@ -97,6 +98,7 @@ struct ServeCommand: ParsableCommand {
              "--name", "serve-\(index)", "--heartbeat-ms", "\(brokerOptions.heartbeatMs)",
              "--max-pixels", "\(limitOptions.maxPixels)", "--max-bytes", "\(limitOptions.maxBytes)",
              "--max-scans", "\(limitOptions.maxScans)", "--parent-pid", "\(getpid())"] + logArguments
+                + sources.arguments
                 + (metrics.map { ["--metrics", MetricsOption.address($0, offset: index + 1)] } ?? [])
         }
         try supervisor.start()

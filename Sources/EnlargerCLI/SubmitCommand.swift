@@ -35,6 +35,8 @@ struct SubmitCommand: AsyncParsableCommand {
             written, and the failing input and its code are printed (exit code 1). With --json \
             the batch prints one object per final and then {"batch": ID, "outcome": ...}.
 
+            With --source file, each input is a path the worker reads under its own files root             (enlarger worker --files-root DIR); with --source url, an http(s) URL the worker             downloads (--json then also prints download events: phase, bytes, expected_bytes).             Either way nothing is read here, and a changed file or URL is never answered from             the broker's cache.
+
             Example: enlarger submit photos/* --width 720 --height 588 --accept image/avif,image/jpeg --id-prefix batch7 --out thumbs --json
             """
     )
@@ -46,6 +48,11 @@ struct SubmitCommand: AsyncParsableCommand {
 
     @Option(help: "progressive (degraded then final), final, or degraded.")
     var delivery: Delivery = .progressive
+
+    @Option(help: ArgumentHelp(
+        "What the inputs are: local (files read here and sent), file (paths under the worker's files root), or url.",
+        valueName: "kind"))
+    var source: SourceKind = .local
 
     @Option(help: "Request ids P-0, P-1, … in input order (default: random UUIDs).")
     var idPrefix: String?
@@ -86,12 +93,15 @@ struct SubmitCommand: AsyncParsableCommand {
         if let timeout, !(timeout > 0 && timeout <= 4_000_000) {
             throw ValidationError("--timeout must be a positive number of seconds (at most 4000000)")
         }
+        if source != .local, inputs.contains(InputSource.standardInput) {
+            throw ValidationError("standard input (-) needs --source local")
+        }
         if inputs.filter({ $0 == InputSource.standardInput }).count > 1 {
             throw ValidationError("standard input (-) can be given only once")
         }
         var seen: [String: String] = [:]
         for input in inputs {
-            let name = InputSource.outputName(input)
+            let name = source.outputName(input)
             if let other = seen[name] {
                 throw ValidationError("'\(other)' and '\(input)' would both write '\(name)' in the output directory")
             }
@@ -171,17 +181,24 @@ struct SubmitCommand: AsyncParsableCommand {
         guard inputs.count <= 1024 else { throw CLIError("--batch takes at most 1024 inputs, got \(inputs.count)") }
         var requests: [ResizeRequest] = []
         for (index, input) in inputs.enumerated() {
-            let bytes: [UInt8]
-            do {
-                bytes = try InputSource.read(input, maxBytes: maxBytes)
-            } catch {
-                throw CLIError("\(input): \(error.message) (nothing was sent)")
-            }
-            if let problem = InputSource.notAnImage(bytes, input: input) {
-                throw CLIError("\(input): \(problem.message) (nothing was sent)")
+            let imageSource: ImageSource
+            switch source {
+            case .local:
+                let bytes: [UInt8]
+                do {
+                    bytes = try InputSource.read(input, maxBytes: maxBytes)
+                } catch {
+                    throw CLIError("\(input): \(error.message) (nothing was sent)")
+                }
+                if let problem = InputSource.notAnImage(bytes, input: input) {
+                    throw CLIError("\(input): \(problem.message) (nothing was sent)")
+                }
+                imageSource = .bytes(bytes)
+            case .file: imageSource = .file(path: input)
+            case .url: imageSource = .url(input)
             }
             requests.append(ResizeRequest(
-                id: idPrefix.map { "\($0)-\(index)" } ?? UUID().uuidString, image: bytes, options: image.resizeOptions,
+                id: idPrefix.map { "\($0)-\(index)" } ?? UUID().uuidString, source: imageSource, options: image.resizeOptions,
                 delivery: .final, timeout: timeout.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) },
                 sharesResults: !noShare))
         }
@@ -220,7 +237,7 @@ struct SubmitCommand: AsyncParsableCommand {
         case .success(let images):
             for (index, result) in images.enumerated() {
                 let path = (out as NSString).appendingPathComponent(
-                    "\(InputSource.outputName(inputs[index])).\(result.format.fileExtension)")
+                    "\(source.outputName(inputs[index])).\(result.format.fileExtension)")
                 do {
                     try OutputFile.write(result.bytes, to: path)
                 } catch {
@@ -324,19 +341,26 @@ struct SubmitCommand: AsyncParsableCommand {
             if !json { display.error("\(shownInput) [\(id)]: \(event) \(code): \(message)") }
             return .failed(code: code)
         }
-        let bytes: [UInt8]
-        do {
-            bytes = try InputSource.read(input, maxBytes: maxBytes)
-        } catch {
-            return fail("failed", code: error.code.rawValue, message: error.message)
+        let imageSource: ImageSource
+        switch source {
+        case .local:
+            let bytes: [UInt8]
+            do {
+                bytes = try InputSource.read(input, maxBytes: maxBytes)
+            } catch {
+                return fail("failed", code: error.code.rawValue, message: error.message)
+            }
+            if let problem = InputSource.notAnImage(bytes, input: input) {
+                return fail("failed", code: problem.code.rawValue, message: problem.message)
+            }
+            imageSource = .bytes(bytes)
+        case .file: imageSource = .file(path: input)
+        case .url: imageSource = .url(input)
         }
-        if let problem = InputSource.notAnImage(bytes, input: input) {
-            return fail("failed", code: problem.code.rawValue, message: problem.message)
-        }
-        let name = InputSource.outputName(input)
+        let name = source.outputName(input)
         var timings: [String] = []
         var startedAt: ContinuousClock.Instant?
-        var request = ResizeRequest(id: id, image: bytes, options: options, delivery: delivery,
+        var request = ResizeRequest(id: id, source: imageSource, options: options, delivery: delivery,
                                     timeout: timeout.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) })
         request.sharesResults = !noShare
         guard let events = live.begin(id, { client.submit(request) }) else { return .notSent }
@@ -384,6 +408,12 @@ struct SubmitCommand: AsyncParsableCommand {
                                           + "\(timings.joined(separator: ", ")))"))
                     }
                     if isFinal || delivery == .degraded { return .done(queued: queued, processing: processing) }
+                case .download(let progress):
+                    report("download") {
+                        $0.add("phase", progress.phase.name)
+                        $0.add("bytes", progress.bytes)
+                        if let expected = progress.expectedBytes { $0.add("expected_bytes", expected) }
+                    }
                 case .info:
                     // Only `EnlargerClient.info` asks for one; a resize never gets it.
                     return fail("failed", code: "internal", message: "the service answered a resize with an info result")
@@ -439,6 +469,36 @@ final class LiveRequests: Sendable {
         state.withLock { state in
             state.stopped = true
             return state.ids.sorted()
+        }
+    }
+}
+
+/// What `submit`'s inputs name (`--source`).
+enum SourceKind: String, ExpressibleByArgument, CaseIterable, Sendable {
+    case local
+    case file
+    case url
+
+    /// The result's file name without extension: the input's last path component without its
+    /// extension (for a URL, of its path; `download` when it has none).
+    func outputName(_ input: String) -> String {
+        switch self {
+        case .local, .file:
+            return InputSource.outputName(input)
+        case .url:
+            let path = URLComponents(string: input)?.path ?? ""
+            let name = ((path as NSString).lastPathComponent as NSString).deletingPathExtension
+            return name.isEmpty || name == "/" ? "download" : name
+        }
+    }
+}
+
+extension DownloadProgress.Phase {
+    var name: String {
+        switch self {
+        case .started: "started"
+        case .progress: "progress"
+        case .finished: "finished"
         }
     }
 }

@@ -25,6 +25,9 @@ struct WorkerCommand: ParsableCommand {
             SIGTERM stops it gracefully: it tells the broker it is leaving, so its jobs are \
             re-queued at once, and exits.
 
+            Besides images sent with the request, a worker reads files under --files-root \
+            (opened with openat2 beneath it: nothing outside can be reached).
+
             \(EnvironmentOptions.rule)
 
             Example: enlarger worker --broker ipc:///run/enlarger/workers.sock --concurrency 4
@@ -54,6 +57,7 @@ struct WorkerCommand: ParsableCommand {
     var parentPid: Int32?
 
     @OptionGroup var limitOptions: LimitOptions
+    @OptionGroup var sources: SourceOptions
 
     @OptionGroup var auth: PeerAuthOptions
     @OptionGroup var metrics: MetricsOption
@@ -78,6 +82,7 @@ struct WorkerCommand: ParsableCommand {
         var configuration = workerConfiguration
         configuration.curve = try auth.credentials(for: broker)
         configuration.metricsAddress = metrics.metrics
+        sources.apply(to: &configuration)
         let service = try WorkerService(configuration: configuration)
         if let address = service.metricsAddress {
             Logger(label: "enlarger.worker").info("metrics", metadata: ["url": "http://\(address)/metrics"])
@@ -104,4 +109,22 @@ func parseMemoryBudget(_ text: String) throws -> Int {
         throw ValidationError("--memory-budget must be a positive byte count such as 536870912, 512M or 2G, got '\(text)'")
     }
     return bytes
+}
+
+/// Where a worker may read images from besides the Submit itself (file and URL sources).
+struct SourceOptions: ParsableArguments {
+    @Option(help: ArgumentHelp(
+        "Serve file sources: requests name paths relative to DIR and cannot leave it (.., absolute paths and "
+            + "symbolic links out are refused). Without it, file sources are refused.",
+        valueName: "dir"))
+    var filesRoot: String?
+
+    /// The options again, for a worker started by `serve`.
+    var arguments: [String] {
+        filesRoot.map { ["--files-root", ($0 as NSString).standardizingPath] } ?? []
+    }
+
+    func apply(to configuration: inout WorkerConfiguration) {
+        configuration.filesRoot = filesRoot
+    }
 }

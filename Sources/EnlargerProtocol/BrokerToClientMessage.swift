@@ -17,6 +17,8 @@ public enum BrokerToClientMessage<Payload> {
     case syncReply(Enlarger_V1_SyncReply)
     /// A batch's one terminal event; about no single request.
     case batchEnded(Enlarger_V1_BatchEnded)
+    /// Progress of a URL source's download; not terminal.
+    case download(Enlarger_V1_Download)
 
     /// The request the message is about; `nil` for status, pong and error.
     public var requestID: String? {
@@ -28,6 +30,7 @@ public enum BrokerToClientMessage<Payload> {
         case .cancelled(let message): message.requestID
         case .rejected(let message): message.requestID
         case .cancelAck(let message): message.requestID
+        case .download(let message): message.requestID
         case .statusReply, .pong, .error, .syncReply, .batchEnded: nil
         }
     }
@@ -50,6 +53,7 @@ public enum BrokerToClientMessage<Payload> {
         case .error(let message): header.error = message
         case .syncReply(let message): header.syncReply = message
         case .batchEnded(let message): header.batchEnded = message
+        case .download(let message): header.download = message
         }
         return OutgoingMessage(tag: .client, header: header, payload: payload)
     }
@@ -74,6 +78,7 @@ extension BrokerToClientMessage where Payload: FrameBytes {
         case .pong(let pong)?: self = try .checked(.pong(pong), frames)
         case .error(let error)?: self = try .checked(.error(error), frames)
         case .syncReply(let reply)?: self = try .checked(.syncReply(reply), frames)
+        case .download(let download)?: self = try .checked(.download(download), frames)
         case .batchEnded(let ended)?:
             try FrameDecoding.checkRequestID(ended.batchID)
             self = try .checked(.batchEnded(ended), frames)
@@ -106,6 +111,7 @@ extension BrokerToClientMessage {
         case .error: "Error"
         case .syncReply: "SyncReply"
         case .batchEnded: "BatchEnded"
+        case .download: "Download"
         }
     }
 }

@@ -25,6 +25,8 @@ extension Enlarger_V1_ErrorCode {
         case .unauthorized: "UNAUTHORIZED"
         case .digestMismatch: "DIGEST_MISMATCH"
         case .batchEnded: "BATCH_ENDED"
+        case .sourceRefused: "SOURCE_REFUSED"
+        case .sourceUnavailable: "SOURCE_UNAVAILABLE"
         case .UNRECOGNIZED(let number): "UNKNOWN_\(number)"
         }
     }

@@ -36,6 +36,12 @@ public enum WireLimits {
     public static let maxSyncRequestIDs = 512
     /// Items in one batch (BatchItem.size).
     public static let maxBatchSize: UInt32 = 1024
+    /// `FileSource.path`, in bytes of UTF-8.
+    public static let maxSourcePathBytes = 1024
+    /// `URLSource.url`, in bytes.
+    public static let maxSourceURLBytes = 2048
+    /// `JobSourceOpened.identity`.
+    public static let maxSourceIdentityBytes = 4096
     /// `ResizeSpec.quality` when it is 0.
     public static let defaultQuality: UInt32 = 80
 }

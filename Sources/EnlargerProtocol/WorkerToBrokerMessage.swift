@@ -10,6 +10,10 @@ public enum WorkerToBrokerMessage<Payload> {
     case jobFailed(Enlarger_V1_JobFailed)
     case jobCancelled(Enlarger_V1_JobCancelled)
     case disconnect
+    /// A file or URL source's version, before its image is read.
+    case jobSourceOpened(Enlarger_V1_JobSourceOpened)
+    /// Progress of a URL source's download.
+    case jobDownload(Enlarger_V1_JobDownload)
 
     public func encoded() -> OutgoingMessage<Payload> {
         var header = Enlarger_V1_WorkerToBroker()
@@ -24,6 +28,8 @@ public enum WorkerToBrokerMessage<Payload> {
         case .jobFailed(let message): header.jobFailed = message
         case .jobCancelled(let message): header.jobCancelled = message
         case .disconnect: header.disconnect = .init()
+        case .jobSourceOpened(let message): header.sourceOpened = message
+        case .jobDownload(let message): header.download = message
         }
         return OutgoingMessage(tag: .worker, header: header, payload: payload)
     }
@@ -55,6 +61,8 @@ extension WorkerToBrokerMessage where Payload: FrameBytes {
         case .jobFailed(let failed)?: message = try .checked(.jobFailed(failed), frames)
         case .jobCancelled(let cancelled)?: message = try .checked(.jobCancelled(cancelled), frames)
         case .disconnect?: message = try .checked(.disconnect, frames)
+        case .sourceOpened(let opened)?: message = try .checked(.jobSourceOpened(opened), frames)
+        case .download(let download)?: message = try .checked(.jobDownload(download), frames)
         case nil: throw FrameDecoding.unknownKind(header)
         }
         return message
@@ -77,6 +85,8 @@ extension Enlarger_V1_WorkerToBroker {
         case .jobResult(let frame)?: FrameError.JobReference(jobID: frame.jobID, attempt: frame.attempt)
         case .jobFailed(let frame)?: FrameError.JobReference(jobID: frame.jobID, attempt: frame.attempt)
         case .jobCancelled(let frame)?: FrameError.JobReference(jobID: frame.jobID, attempt: frame.attempt)
+        case .sourceOpened(let frame)?: FrameError.JobReference(jobID: frame.jobID, attempt: frame.attempt)
+        case .download(let frame)?: FrameError.JobReference(jobID: frame.jobID, attempt: frame.attempt)
         case .ready?, .heartbeat?, .disconnect?, nil: nil
         }
     }
@@ -92,6 +102,8 @@ extension WorkerToBrokerMessage {
         case .jobFailed: "JobFailed"
         case .jobCancelled: "JobCancelled"
         case .disconnect: "Disconnect"
+        case .jobSourceOpened: "JobSourceOpened"
+        case .jobDownload: "JobDownload"
         }
     }
 }

@@ -42,6 +42,11 @@ struct StageFrame: @unchecked Sendable {
 
 /// What the I/O thread's mailbox carries: what job threads learn and produce, and `stop`.
 enum WorkerMail: Sendable {
+    /// The job's file or URL was opened: the version it reads (empty when it has no name).
+    case sourceOpened(JobToken, identity: Data)
+    /// The job's file was read whole; `verified` when it still was the version opened.
+    case sourceRead(JobToken, verified: Bool)
+    case download(JobToken, DownloadProgress)
     /// The job's header was read: its estimated peak memory. It now waits for admission.
     case estimated(JobToken, MemoryEstimate)
     case result(JobToken, StageFrame)
@@ -62,14 +67,14 @@ final class JobThreads: Sendable {
     private let queue: TicketQueue
     private let exited = DispatchGroup()
 
-    init(count: Int, pipeline: ImagePipeline, mailbox: Mailbox<WorkerMail>) {
+    init(count: Int, pipeline: ImagePipeline, sources: SourceAccess, mailbox: Mailbox<WorkerMail>) {
         queue = TicketQueue(consumers: count)
         for index in 0..<count {
             exited.enter()
             let thread = Thread { [queue, exited] in
                 defer { exited.leave() }
                 while let ticket = queue.pop() {
-                    Self.execute(ticket.start, pipeline: pipeline, mailbox: mailbox)
+                    Self.execute(ticket.start, pipeline: pipeline, sources: sources, mailbox: mailbox)
                 }
             }
             thread.name = "enlarger-job-\(index)"
@@ -89,47 +94,138 @@ final class JobThreads: Sendable {
         exited.wait()
     }
 
-    private static func execute(_ job: JobStart<Message>, pipeline: ImagePipeline, mailbox: Mailbox<WorkerMail>) {
+    private static func execute(
+        _ job: JobStart<Message>, pipeline: ImagePipeline, sources: SourceAccess, mailbox: Mailbox<WorkerMail>
+    ) {
         let clock = ContinuousClock()
         let start = clock.now
         var figures = JobFigures()
-        figures.bytesIn = job.image.count
-        let outcome = job.image.withUnsafeBytes { input -> JobOutcome in
-            if let digest = job.digest, !Data(SHA256.hash(data: input)).elementsEqual(digest) {
-                return .digestMismatch("the image's SHA-256 is not the digest its request named")
+        let outcome: JobOutcome
+        switch job.source {
+        case .inline(let digest):
+            figures.bytesIn = job.image.count
+            outcome = job.image.withUnsafeBytes { input -> JobOutcome in
+                if let digest, !Data(SHA256.hash(data: input)).elementsEqual(digest) {
+                    return .digestMismatch("the image's SHA-256 is not the digest its request named")
+                }
+                return run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures)
             }
-            do throws(ImagingError) {
-                if job.infoOnly {
-                    // The header only: no pixel memory, so nothing to reserve, but admission
-                    // still orders it with the other jobs and lets a cancel stop it.
-                    let info = try pipeline.info(of: input, failOn: job.options.failOn)
-                    mailbox.post(.estimated(job.token, MemoryEstimate(bytes: 0, coefficientBytes: 0, decodedBytes: 0)))
-                    guard job.control.waitForAdmission() else {
-                        throw ImagingError(.cancelled, "cancelled before it was admitted")
-                    }
-                    mailbox.post(.result(job.token, StageFrame(info: info)))
-                    return .completed
-                }
-                let prepared = try pipeline.prepare(input, options: job.options, delivery: job.delivery,
-                                                    cancel: job.control.flag)
-                mailbox.post(.estimated(job.token, prepared.memoryEstimate))
-                guard job.control.waitForAdmission() else {
-                    throw ImagingError(.cancelled, "cancelled before it was admitted")
-                }
-                try prepared.run { result throws(ImagingError) in
-                    figures.add(result.timings, bytesOut: result.image.byteCount)
-                    mailbox.post(.result(job.token, try StageFrame(result)))
-                }
-                return .completed
-            } catch {
-                return .failed(error)
-            }
+        case .file(let path):
+            outcome = readFile(path, job, pipeline: pipeline, sources: sources, mailbox: mailbox, figures: &figures)
+        case .url(let url):
+            outcome = download(url, job, pipeline: pipeline, sources: sources, mailbox: mailbox, figures: &figures)
         }
         figures.run = clock.now - start
         mailbox.post(.ended(job.token, outcome, figures))
         // Large buffers are freed off this thread; the job's memory counts until they are.
         let token = job.token
         BufferReaper.afterPendingFrees { mailbox.post(.memoryFreed(token)) }
+    }
+
+    /// The pipeline over the whole image: its estimate, the wait for memory, its results.
+    private static func run(
+        _ job: JobStart<Message>, input: UnsafeRawBufferPointer, pipeline: ImagePipeline,
+        mailbox: Mailbox<WorkerMail>, figures: inout JobFigures
+    ) -> JobOutcome {
+        do throws(ImagingError) {
+            if job.infoOnly {
+                return try answerInfo(job, pipeline.info(of: input, failOn: job.options.failOn), mailbox: mailbox)
+            }
+            let prepared = try pipeline.prepare(input, options: job.options, delivery: job.delivery,
+                                                cancel: job.control.flag)
+            mailbox.post(.estimated(job.token, prepared.memoryEstimate))
+            guard job.control.waitForAdmission() else {
+                throw ImagingError(.cancelled, "cancelled before it was admitted")
+            }
+            try prepared.run { result throws(ImagingError) in
+                figures.add(result.timings, bytesOut: result.image.byteCount)
+                mailbox.post(.result(job.token, try StageFrame(result)))
+            }
+            return .completed
+        } catch {
+            return .failed(error)
+        }
+    }
+
+    /// An info-only job's one result. The header alone needs no pixel memory, so nothing is
+    /// reserved, but admission still orders it with the other jobs and lets a cancel stop it.
+    private static func answerInfo(
+        _ job: JobStart<Message>, _ info: ImageInfo, mailbox: Mailbox<WorkerMail>
+    ) throws(ImagingError) -> JobOutcome {
+        mailbox.post(.estimated(job.token, MemoryEstimate(bytes: 0, coefficientBytes: 0, decodedBytes: 0)))
+        guard job.control.waitForAdmission() else {
+            throw ImagingError(.cancelled, "cancelled before it was admitted")
+        }
+        mailbox.post(.result(job.token, StageFrame(info: info)))
+        return .completed
+    }
+
+    /// A file source: opened beneath the files root, its version reported, then read whole
+    /// (or, for info, only as much of its beginning as the header needs).
+    private static func readFile(
+        _ path: String, _ job: JobStart<Message>, pipeline: ImagePipeline, sources: SourceAccess,
+        mailbox: Mailbox<WorkerMail>, figures: inout JobFigures
+    ) -> JobOutcome {
+        guard let root = sources.files else {
+            return .sourceFailed(.refused("file sources are not enabled on this worker (it has no files root)"))
+        }
+        do throws(SourceFailure) {
+            let file = try root.open(path)
+            mailbox.post(.sourceOpened(job.token, identity: file.identity))
+            if job.infoOnly { return try readInfo(of: file, job, pipeline: pipeline, mailbox: mailbox, figures: &figures) }
+            guard file.size <= sources.maxInputBytes else {
+                return .failed(ImagingError(.tooLarge, "\(path) has \(file.size) bytes, over the limit of \(sources.maxInputBytes)"))
+            }
+            let bytes = try file.read(upTo: file.size, cancel: job.control.flag)
+            figures.bytesIn = bytes.count
+            // A file rewritten while it was read may be neither this version nor the next:
+            // its results are delivered, but not cached or shared.
+            mailbox.post(.sourceRead(job.token, verified: bytes.count == file.size && file.isUnchanged))
+            return bytes.withUnsafeBytes { input in
+                run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures)
+            }
+        } catch {
+            return .sourceFailed(error)
+        }
+    }
+
+    /// The header's facts from as little of the file as they need: 64 KiB, then four times
+    /// as much each time the header reaches past what was read.
+    private static func readInfo(
+        of file: OpenedFile, _ job: JobStart<Message>, pipeline: ImagePipeline, mailbox: Mailbox<WorkerMail>,
+        figures: inout JobFigures
+    ) throws(SourceFailure) -> JobOutcome {
+        var count = min(file.size, Self.infoPrefixBytes)
+        while true {
+            let bytes = try file.read(upTo: count, cancel: job.control.flag)
+            figures.bytesIn = bytes.count
+            let attempt = bytes.withUnsafeBytes { input in
+                Result { () throws(ImagingError) in try pipeline.info(of: input, failOn: job.options.failOn) }
+            }
+            switch attempt {
+            case .success(var info):
+                info.byteSize = file.size
+                do throws(ImagingError) {
+                    return try answerInfo(job, info, mailbox: mailbox)
+                } catch {
+                    return .failed(error)
+                }
+            case .failure(let error):
+                // Only the whole file's failure is the image's.
+                guard bytes.count == count, count < file.size else { return .failed(error) }
+                count = min(file.size, count * 4)
+            }
+        }
+    }
+
+    static let infoPrefixBytes = 64 << 10
+
+    /// A URL source (see `URLSources`).
+    private static func download(
+        _ url: String, _ job: JobStart<Message>, pipeline: ImagePipeline, sources: SourceAccess,
+        mailbox: Mailbox<WorkerMail>, figures: inout JobFigures
+    ) -> JobOutcome {
+        .sourceFailed(.refused("URL sources are not enabled on this worker"))
     }
 }
 

@@ -80,7 +80,8 @@ extension Outbox.Importance {
     init<Payload>(of message: WorkerToBrokerMessage<Payload>) {
         switch message {
         case .heartbeat: self = .droppable
-        case .jobStarted: self = .optional
+        case .jobStarted, .jobSourceOpened: self = .optional
+        case .jobDownload(let download): self = download.phase == .progress ? .droppable : .optional
         case .jobResult(let result, _): self = result.terminal ? .required : .optional
         case .jobFailed, .jobCancelled, .ready, .disconnect: self = .required
         }

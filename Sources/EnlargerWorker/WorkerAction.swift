@@ -33,9 +33,10 @@ struct JobStart<Payload> {
     let delivery: ImageModel.Delivery
     /// Only the header's facts are asked for (DELIVERY_INFO); `options` then only says fail_on.
     var infoOnly = false
-    /// The SHA-256 the image must have (the Job's source named it); checked before anything
-    /// else is done with the image.
-    var digest: Data?
+    /// Where the image comes from: `image` itself (checked against the digest its source
+    /// named, if any, before anything else is done with it), or a file or URL the job's
+    /// thread reads (`image` is then empty).
+    var source: JobSource = .inline(digest: nil)
     let control: JobControl
 }
 
@@ -125,6 +126,15 @@ enum JobOutcome: Sendable {
     case failed(ImagingError)
     /// The image is not the one its digest names (`DIGEST_MISMATCH`).
     case digestMismatch(String)
+    /// Its file or URL could not be read (`SOURCE_REFUSED`, `SOURCE_UNAVAILABLE`).
+    case sourceFailed(SourceFailure)
+}
+
+/// A URL source's download progress, as a job thread reports it.
+struct DownloadProgress: Sendable, Equatable {
+    var phase: Enlarger_V1_DownloadPhase
+    var bytes: Int
+    var expectedBytes: Int?
 }
 
 /// One result of a job, its image already in the frame type the loop sends.

@@ -30,6 +30,9 @@ public struct WorkerConfiguration: Sendable {
     /// Where to serve `/metrics`, `/healthz` and `/readyz` over HTTP (`HOST:PORT`; port 0
     /// picks one); `nil`: no HTTP port. Ready means registered with a broker.
     public var metricsAddress: String?
+    /// The directory file sources are read from (`FileSource.path` is relative to it, and
+    /// cannot leave it); `nil`: file sources are refused with SOURCE_REFUSED.
+    public var filesRoot: String?
     /// The DEALER's send high-water mark (messages), or nil for libzmq's default; tests
     /// lower it to make the broker connection refuse messages.
     var sendHighWaterMark: Int32?

@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import Foundation
 import ImageModel
 import Imaging
 
@@ -56,8 +57,8 @@ extension WorkerCore {
             result.notes = output.notes
         }
         result.terminal = output.isTerminal
-        // A job thread checks the digest before it produces anything.
-        result.digestVerified = job.checksDigest
+        // A job thread checks the digest (or reads the whole file) before it produces anything.
+        result.digestVerified = job.verified
         return [.send(.jobResult(result, image: output.image))]
     }
 
@@ -88,6 +89,15 @@ extension WorkerCore {
             case (_, .digestMismatch(let message)):
                 sendFailed(job.key, .digestMismatch, message, &actions)
                 ending = .failed(.digestMismatch)
+            case (_, .sourceFailed(let failure)):
+                let code: Enlarger_V1_ErrorCode =
+                    switch failure.kind {
+                    case .refused: .sourceRefused
+                    case .unavailable: .sourceUnavailable
+                    case .cancelled: .internal
+                    }
+                sendFailed(job.key, code, failure.message, &actions)
+                ending = .failed(code)
             case (_, .completed):
                 sendFailed(job.key, .internal, "the pipeline ended without a terminal result", &actions)
                 ending = .failed(.internal)
@@ -121,13 +131,11 @@ extension WorkerCore {
         actions.append(.send(.jobStarted(started)))
         let options: ResizeOptions, delivery: ImageModel.Delivery
         let infoOnly = job.delivery == .info
-        let digest = job.source.inline.sha256
+        let source: JobSource
         do throws(ImagingError) {
             options = try ResizeOptions(job.spec)
             delivery = infoOnly ? .final : try ImageModel.Delivery(job.delivery)
-            guard digest.isEmpty || digest.count == 32 else {
-                throw ImagingError(.invalidArgument, "the source digest must be 32 bytes (SHA-256), got \(digest.count)")
-            }
+            source = try Self.source(of: job, image: image)
         } catch {
             let code = Enlarger_V1_ErrorCode(error.code)
             sendFailed(key, code, error.message, &actions)
@@ -139,11 +147,60 @@ extension WorkerCore {
         }
         lastToken += 1
         let control = JobControl()
-        jobs[lastToken] = Job(key: key, requestID: job.requestID, control: control, checksDigest: !digest.isEmpty)
+        let verified = if case .inline(let digest?) = source { !digest.isEmpty } else { false }
+        jobs[lastToken] = Job(key: key, requestID: job.requestID, control: control, verified: verified)
         tokens[key] = lastToken
         actions.append(.startJob(JobStart(token: lastToken, key: key, image: image, options: options,
-                                          delivery: delivery, infoOnly: infoOnly, digest: digest.isEmpty ? nil : digest,
-                                          control: control)))
+                                          delivery: delivery, infoOnly: infoOnly, source: source, control: control)))
+    }
+
+    /// The Job's source as its thread reads it; a malformed one fails the job.
+    private static func source(of job: Enlarger_V1_Job, image: Payload) throws(ImagingError) -> JobSource {
+        switch job.source.kind {
+        case .inline(let inline)?:
+            let digest = inline.sha256
+            guard digest.isEmpty || digest.count == 32 else {
+                throw ImagingError(.invalidArgument, "the source digest must be 32 bytes (SHA-256), got \(digest.count)")
+            }
+            return .inline(digest: digest.isEmpty ? nil : digest)
+        case .file(let file)?:
+            guard image.count == 0 else { throw ImagingError(.invalidArgument, "a file source's Job carries an image") }
+            return .file(path: file.path)
+        case .url(let url)?:
+            guard image.count == 0 else { throw ImagingError(.invalidArgument, "a URL source's Job carries an image") }
+            return .url(url.url)
+        case nil:
+            return .inline(digest: nil)
+        }
+    }
+
+    /// A job thread opened its file or URL: the broker hears which version, while the job is
+    /// live and not cancelled.
+    mutating func jobSourceOpened(_ token: JobToken, identity: Data) -> [Action] {
+        guard let job = jobs[token], job.isSending else { return [] }
+        var opened = Enlarger_V1_JobSourceOpened()
+        opened.jobID = job.key.jobID
+        opened.attempt = job.key.attempt
+        opened.identity = identity
+        return [.send(.jobSourceOpened(opened))]
+    }
+
+    /// A job thread read its whole file: its results may be cached only if the file did not
+    /// change meanwhile.
+    mutating func jobSourceRead(_ token: JobToken, verified: Bool) -> [Action] {
+        jobs[token]?.verified = verified
+        return []
+    }
+
+    mutating func jobDownload(_ token: JobToken, _ progress: DownloadProgress) -> [Action] {
+        guard let job = jobs[token], job.isSending else { return [] }
+        var download = Enlarger_V1_JobDownload()
+        download.jobID = job.key.jobID
+        download.attempt = job.key.attempt
+        download.phase = progress.phase
+        download.bytes = UInt64(progress.bytes)
+        download.expectedBytes = UInt64(progress.expectedBytes ?? 0)
+        return [.send(.jobDownload(download))]
     }
 
     /// `CancelJob`: stop the job and send nothing more for it but `JobCancelled`. Ignored for

@@ -66,8 +66,10 @@ struct WorkerCore<Payload: FrameBytes> {
         let key: JobKey
         let requestID: String
         let control: JobControl
-        /// Its image is checked against a digest before any result is made.
-        var checksDigest = false
+        /// Its results come from bytes known to be the version its source names: an inline
+        /// image checked against its digest before any result is made, or a file that did not
+        /// change while it was read. Only such results may be cached (`digest_verified`).
+        var verified = false
         /// How it ended for the broker, once its terminal frame went out.
         var ending: JobEnd.Outcome?
         var phase: Phase = .preparing
@@ -75,6 +77,11 @@ struct WorkerCore<Payload: FrameBytes> {
         var reserved = 0
         /// The connection it came on was replaced: nothing more is sent about it.
         var abandoned = false
+
+        /// Frames about it other than its terminal one may still go out.
+        var isSending: Bool {
+            !abandoned && (phase == .preparing || phase == .waitingForMemory || phase == .running)
+        }
     }
 
     // State. Internal rather than private only so that WorkerCore+Jobs.swift can reach it;

@@ -42,7 +42,7 @@ final class WorkerLoop {
     private static let receiveBudget = 256
 
     init(configuration: WorkerConfiguration, mailbox: Mailbox<WorkerMail>, gauges: WorkerGauges,
-         telemetry: WorkerService.Instruments? = nil) throws(ZMQError) {
+         sources: SourceAccess, telemetry: WorkerService.Instruments? = nil) throws(ZMQError) {
         self.configuration = configuration
         self.mailbox = mailbox
         self.gauges = gauges
@@ -55,7 +55,8 @@ final class WorkerLoop {
             missedHeartbeats: configuration.missedHeartbeats, memoryBudget: configuration.memoryBudget))
         outbox = Outbox(optionalLimit: configuration.concurrency)
         jobThreads = JobThreads(
-            count: configuration.concurrency, pipeline: ImagePipeline(limits: configuration.limits), mailbox: mailbox)
+            count: configuration.concurrency, pipeline: ImagePipeline(limits: configuration.limits), sources: sources,
+            mailbox: mailbox)
         rebuildPoller()
     }
 
@@ -112,6 +113,9 @@ final class WorkerLoop {
 
     private func handle(_ mail: WorkerMail) throws(ZMQError) {
         switch mail {
+        case .sourceOpened(let token, let identity): try perform(core.jobSourceOpened(token, identity: identity))
+        case .sourceRead(let token, let verified): try perform(core.jobSourceRead(token, verified: verified))
+        case .download(let token, let progress): try perform(core.jobDownload(token, progress))
         case .estimated(let token, let estimate): try perform(core.jobEstimated(token, estimate))
         case .result(let token, let frame): try perform(core.jobResult(token, frame.output))
         case .ended(let token, let outcome, let figures): try perform(core.jobEnded(token, outcome, figures: figures))

@@ -40,6 +40,7 @@ public final class WorkerService: Sendable {
     private let gauges = WorkerGauges()
     private let hasRun = Atomic<Bool>(false)
     private let telemetry: Instruments?
+    private let sources: SourceAccess
 
     /// What `--metrics` adds: the HTTP port, the loop's probe, and what the loop publishes.
     struct Instruments: Sendable {
@@ -54,13 +55,16 @@ public final class WorkerService: Sendable {
 
     /// Binds the metrics port, if configured; the broker connection is made by `run()`.
     ///
-    /// - Throws: `ZMQError` (no mailbox) or `TelemetryError` (the metrics address).
+    /// - Throws: `ZMQError` (no mailbox), `TelemetryError` (the metrics address) or
+    ///   `WorkerSetupError` (the files root cannot be opened).
     /// - Precondition: `configuration.problem == nil`.
     public init(configuration: WorkerConfiguration) throws {
         if let problem = configuration.problem { preconditionFailure("invalid worker configuration: \(problem)") }
         self.configuration = configuration
         // Its thread starts now, before any job brings the process near its memory cap.
         BufferReaper.start()
+        sources = SourceAccess(files: try configuration.filesRoot.map { path throws(WorkerSetupError) in try FilesRoot(path: path) },
+                               maxInputBytes: configuration.limits.maxInputBytes)
         let mailbox = try Mailbox<WorkerMail>()
         self.mailbox = mailbox
         if let address = configuration.metricsAddress {
@@ -82,7 +86,8 @@ public final class WorkerService: Sendable {
         precondition(!hasRun.exchange(true, ordering: .relaxed), "WorkerService.run() called twice")
         telemetry?.server.start()
         defer { telemetry?.server.stop() }
-        try WorkerLoop(configuration: configuration, mailbox: mailbox, gauges: gauges, telemetry: telemetry).run()
+        try WorkerLoop(configuration: configuration, mailbox: mailbox, gauges: gauges, sources: sources,
+                       telemetry: telemetry).run()
     }
 
     /// The memory budget in use: the sum of the estimated peaks of the jobs admitted and not

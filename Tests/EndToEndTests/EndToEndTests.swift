@@ -435,6 +435,7 @@ extension RequestEvent {
         case .degraded: "degraded"
         case .final: "final"
         case .info: "info"
+        case .download(let progress): "download \(progress.phase)"
         }
     }
 }

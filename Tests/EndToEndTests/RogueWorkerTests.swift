@@ -32,6 +32,7 @@ final class RogueWorkerTests: XCTestCase {
                 case .degraded: ending.events.append("degraded")
                 case .final: ending.events.append("final")
                 case .info: ending.events.append("info")
+                case .download: ending.events.append("download")
                 }
             }
         } catch {

@@ -267,6 +267,8 @@ final class StrictCancelRaceTests: XCTestCase {
                 }
             case .info:
                 outcome.violations.append("an info event for a resize request")
+            case .download:
+                outcome.violations.append("a download event for an inline image")
             }
         }
         await side?.value

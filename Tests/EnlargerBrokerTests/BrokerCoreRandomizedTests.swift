@@ -529,6 +529,8 @@ private final class Simulation {
         case .error:
             if expectedErrors[peer, default: 0] == 0 { problem("unexpected error to client \(peer)") }
             expectedErrors[peer] = expectedErrors[peer]! - 1 == 0 ? nil : expectedErrors[peer]! - 1
+        case .download:
+            problem("\(event.summary) to \(peer): no request here has a URL source")
         case .cancelAck, .statusReply, .pong, .syncReply:
             break
         case .batchEnded(let ended):

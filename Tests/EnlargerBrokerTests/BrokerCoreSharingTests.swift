@@ -320,7 +320,7 @@ final class BrokerCoreSharingTests: XCTestCase {
 
     func testTheCacheDropsTheLeastRecentlyUsedAndSkipsOversizeResults() {
         func shareKey(_ n: UInt8) -> ShareKey {
-            ShareKey(scope: nil, digest: Data(repeating: n, count: 32), spec: [1], delivery: .final)
+            ShareKey(scope: nil, kind: .digest, source: Data(repeating: n, count: 32), spec: [1], delivery: .final)
         }
         let result = Enlarger_V1_Result.with { $0.stage = .final; $0.terminal = true }
         let entryCost = 1000 + result.serializedSizeEstimate + shareKey(0).byteCount

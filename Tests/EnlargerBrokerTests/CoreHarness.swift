@@ -278,6 +278,7 @@ extension BrokerToClientMessage {
         case .pong: "pong"
         case .error(let m): "error \(m.code)"
         case .syncReply(let m): "syncReply \(m.unknownRequestIds)"
+        case .download(let m): "download \(m.requestID) \(m.phase) \(m.bytes)"
         case .batchEnded(let m): "batchEnded \(m.batchID) \(m.outcome)\(m.outcome == .completed ? "" : " \(m.index) \(m.code)")"
         }
     }

@@ -202,6 +202,7 @@ struct ClientCoreHarness {
             case .degraded: terminal ? "degraded (terminal)" : "degraded"
             case .final: terminal ? "final" : "final (not terminal)"
             case .info: terminal ? "info" : "info (not terminal)"
+            case .download(let progress): "download \(progress.phase) \(progress.bytes)"
             }
             return "#\(token.value) \(name)"
         case .fail(let token, let error):

@@ -486,6 +486,8 @@ struct ClientSimulation {
                     break
                 case .info:
                     violations.append("an info event for \(token), which asked for a resize")
+                case .download:
+                    violations.append("a download event for \(token), whose image was sent inline")
                 }
                 if terminal {
                     request.terminalActions += 1

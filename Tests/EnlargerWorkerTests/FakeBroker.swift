@@ -124,6 +124,8 @@ extension WorkerToBrokerMessage {
         case .jobResult(let result, _): result.jobID
         case .jobFailed(let failed): failed.jobID
         case .jobCancelled(let cancelled): cancelled.jobID
+        case .jobSourceOpened(let opened): opened.jobID
+        case .jobDownload(let download): download.jobID
         case .ready, .heartbeat, .disconnect: nil
         }
     }
@@ -133,7 +135,7 @@ extension WorkerToBrokerMessage {
         switch self {
         case .jobResult(let result, _): result.terminal
         case .jobFailed, .jobCancelled: true
-        case .ready, .heartbeat, .jobStarted, .disconnect: false
+        case .ready, .heartbeat, .jobStarted, .disconnect, .jobSourceOpened, .jobDownload: false
         }
     }
 }

@@ -160,6 +160,8 @@ struct WorkerCoreHarness {
         case .jobResult(let m, _): "\(m.stage == .final ? "final" : "degraded")\(m.terminal ? "" : "…") \(m.jobID)"
         case .jobFailed(let m): "failed \(m.jobID) \(m.code)"
         case .jobCancelled(let m): "cancelled \(m.jobID)"
+        case .jobSourceOpened(let m): "opened \(m.jobID)"
+        case .jobDownload(let m): "download \(m.jobID) \(m.phase)"
         }
     }
 

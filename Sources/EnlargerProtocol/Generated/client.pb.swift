@@ -85,24 +85,42 @@
 // nothing about other principals' ids. Admin principals may cancel any request and see
 // worker details in StatusReply.
 //
+// SOURCES
+//
+// A Submit names where its image comes from (ImageSource): inline in its payload frame
+// (the default), a file under the worker's files root, or an http(s) URL the worker
+// downloads. For a URL, Download events (STARTED, PROGRESS at most a few per second,
+// FINISHED) come before the request's results; Cancel during the download stops it. A
+// request for DELIVERY_INFO reads no more of a file or a download than the image's header
+// needs. Sources the worker may not read end the request with Failed{SOURCE_REFUSED}, and
+// sources that cannot be read with Failed{SOURCE_UNAVAILABLE}.
+//
 // CACHE AND SHARED JOBS
 //
-// A Submit whose source names the image's SHA-256 (ImageSource.inline.sha256) can be
-// answered without a new job. Two requests are the same when they have the same digest, the
-// same ResizeSpec once defaults are filled in (quality 0 is 80, ...), the same Delivery, and
-// the same principal (or any principal, where the operator lets results be shared).
+// Two requests are the same when they have the same source version, the same ResizeSpec once
+// defaults are filled in (quality 0 is 80, ...), the same Delivery, and the same principal
+// (or any principal, where the operator lets results be shared). The version of inline bytes
+// is their SHA-256 (ImageSource.inline.sha256), which the client computes; the version of a
+// file or URL is what the worker finds when it opens it (JobSourceOpened in worker.proto):
+// device, inode, size and times of the file; final URL and validator of the response.
 // - Cache: the broker keeps recent terminal results, bounded in bytes (least recently used
-//   first out). A Submit that matches one is answered Accepted, then at once by that Result
-//   with `cached` set: no Started, no degraded result, no worker.
+//   first out). An inline Submit that matches one is answered Accepted, then at once by that
+//   Result with `cached` set: no Started, no degraded result, no worker. A file or URL
+//   request is answered the same way as soon as its worker has opened the source and named
+//   a version the cache holds (the worker stops reading): a changed file or a changed
+//   validator is another version, so a cached result is never stale.
 // - Shared jobs: a Submit that matches a live request joins its job instead of starting
-//   another. Each request keeps its own id, deadline, events and terminal event: a request
-//   that joins late gets the events still to come (a degraded result already sent is not
-//   sent again). Cancelling, or the deadline of, one request ends only that request; the job
-//   is stopped when no request is left on it.
+//   another (file and URL requests join while the job has not opened its source yet, and
+//   jobs that open the same version merge). Each request keeps its own id, deadline, events
+//   and terminal event: a request that joins late gets the events still to come (a degraded
+//   result already sent is not sent again). Cancelling, or the deadline of, one request ends
+//   only that request; the job is stopped when no request is left on it.
 // The worker checks the digest before decoding; if it does not match, every request on the
 // job fails with DIGEST_MISMATCH and nothing is cached. The broker lets a request join a
 // job only when its payload is byte-for-byte the job's, so a wrong digest harms only the
-// request that sent it.
+// request that sent it. A file that changes while it is read, and a response without a
+// validator, give results that are delivered but neither cached nor shared further.
+// ImageSource.no_share opts a file or URL request out of both.
 //
 // BATCHES
 //
@@ -449,6 +467,14 @@ public nonisolated struct Enlarger_V1_BrokerToClient: Sendable {
     set {kind = .batchEnded(newValue)}
   }
 
+  public var download: Enlarger_V1_Download {
+    get {
+      if case .download(let v)? = kind {return v}
+      return Enlarger_V1_Download()
+    }
+    set {kind = .download(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -464,6 +490,7 @@ public nonisolated struct Enlarger_V1_BrokerToClient: Sendable {
     case error(Enlarger_V1_Error)
     case syncReply(Enlarger_V1_SyncReply)
     case batchEnded(Enlarger_V1_BatchEnded)
+    case download(Enlarger_V1_Download)
 
   }
 
@@ -582,6 +609,27 @@ public nonisolated struct Enlarger_V1_Result: @unchecked Sendable {
   public init() {}
 
   fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// Progress of the download of the request's URL source (see SOURCES). Not terminal. A
+/// request that joins a job mid-download gets the phases still to come.
+public nonisolated struct Enlarger_V1_Download: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: String = String()
+
+  public var phase: Enlarger_V1_DownloadPhase = .unspecified
+
+  public var bytes: UInt64 = 0
+
+  /// From the response's Content-Length; 0 when unknown.
+  public var expectedBytes: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 /// The request ended without a result. Terminal, except for code DUPLICATE_ID, which answers
@@ -1464,7 +1512,7 @@ nonisolated extension Enlarger_V1_Sync: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension Enlarger_V1_BrokerToClient: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".BrokerToClient"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}accepted\0\u{1}started\0\u{1}result\0\u{1}failed\0\u{1}cancelled\0\u{1}rejected\0\u{3}cancel_ack\0\u{3}status_reply\0\u{1}pong\0\u{1}error\0\u{3}sync_reply\0\u{3}batch_ended\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}accepted\0\u{1}started\0\u{1}result\0\u{1}failed\0\u{1}cancelled\0\u{1}rejected\0\u{3}cancel_ack\0\u{3}status_reply\0\u{1}pong\0\u{1}error\0\u{3}sync_reply\0\u{3}batch_ended\0\u{1}download\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1628,6 +1676,19 @@ nonisolated extension Enlarger_V1_BrokerToClient: SwiftProtobuf.Message, SwiftPr
           self.kind = .batchEnded(v)
         }
       }()
+      case 13: try {
+        var v: Enlarger_V1_Download?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .download(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .download(v)
+        }
+      }()
       default: break
       }
     }
@@ -1686,6 +1747,10 @@ nonisolated extension Enlarger_V1_BrokerToClient: SwiftProtobuf.Message, SwiftPr
     case .batchEnded?: try {
       guard case .batchEnded(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+    }()
+    case .download?: try {
+      guard case .download(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
     }()
     case nil: break
     }
@@ -1907,6 +1972,51 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
       }
       if !storagesAreEqual {return false}
     }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_Download: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Download"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}phase\0\u{1}bytes\0\u{3}expected_bytes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.phase) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.bytes) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.expectedBytes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularStringField(value: self.requestID, fieldNumber: 1)
+    }
+    if self.phase != .unspecified {
+      try visitor.visitSingularEnumField(value: self.phase, fieldNumber: 2)
+    }
+    if self.bytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.bytes, fieldNumber: 3)
+    }
+    if self.expectedBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.expectedBytes, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_Download, rhs: Enlarger_V1_Download) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.phase != rhs.phase {return false}
+    if lhs.bytes != rhs.bytes {return false}
+    if lhs.expectedBytes != rhs.expectedBytes {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

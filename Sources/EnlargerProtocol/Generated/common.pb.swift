@@ -379,6 +379,49 @@ public nonisolated enum Enlarger_V1_FailOn: SwiftProtobuf.Enum, Swift.CaseIterab
 
 }
 
+/// The phases of a URL source's download (JobDownload, Download).
+public nonisolated enum Enlarger_V1_DownloadPhase: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+  case started // = 1
+  case progress // = 2
+  case finished // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .started
+    case 2: self = .progress
+    case 3: self = .finished
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .started: return 1
+    case .progress: return 2
+    case .finished: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Enlarger_V1_DownloadPhase] = [
+    .unspecified,
+    .started,
+    .progress,
+    .finished,
+  ]
+
+}
+
 /// Machine-readable reason carried by Failed, Rejected and Error. Codes that describe the
 /// input image come from the worker's decoder and map one to one to its error kinds.
 public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
@@ -463,6 +506,15 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
   /// Rejected: the Submit is an item of a batch that has already ended (an item failed or was
   /// cancelled); the batch stays ended.
   case batchEnded // = 21
+
+  /// Failed: the worker may not read this source: file sources are not enabled on it, the
+  /// path leaves its root or is not a regular file, the URL's form, scheme or address is
+  /// refused (see URLSource), or a redirect leads somewhere refused.
+  case sourceRefused // = 22
+
+  /// Failed: the source could not be read: no such file, a DNS or connection failure, an
+  /// HTTP status other than success, a download that stalled or took too long.
+  case sourceUnavailable // = 23
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -493,6 +545,8 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     case 19: self = .unauthorized
     case 20: self = .digestMismatch
     case 21: self = .batchEnded
+    case 22: self = .sourceRefused
+    case 23: self = .sourceUnavailable
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -521,6 +575,8 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     case .unauthorized: return 19
     case .digestMismatch: return 20
     case .batchEnded: return 21
+    case .sourceRefused: return 22
+    case .sourceUnavailable: return 23
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -549,6 +605,8 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     .unauthorized,
     .digestMismatch,
     .batchEnded,
+    .sourceRefused,
+    .sourceUnavailable,
   ]
 
 }
@@ -692,10 +750,33 @@ public nonisolated struct Enlarger_V1_ImageSource: Sendable {
     set {kind = .inline(newValue)}
   }
 
+  public var file: Enlarger_V1_FileSource {
+    get {
+      if case .file(let v)? = kind {return v}
+      return Enlarger_V1_FileSource()
+    }
+    set {kind = .file(newValue)}
+  }
+
+  public var url: Enlarger_V1_URLSource {
+    get {
+      if case .url(let v)? = kind {return v}
+      return Enlarger_V1_URLSource()
+    }
+    set {kind = .url(newValue)}
+  }
+
+  /// File and URL sources: do not share this request's job with others, nor answer it from
+  /// the cache (see CACHE AND SHARED JOBS in client.proto). Inline sources opt out by naming
+  /// no digest.
+  public var noShare: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case inline(Enlarger_V1_InlineSource)
+    case file(Enlarger_V1_FileSource)
+    case url(Enlarger_V1_URLSource)
 
   }
 
@@ -715,6 +796,40 @@ public nonisolated struct Enlarger_V1_InlineSource: Sendable {
 
   /// SHA-256 of the payload frame: 32 bytes, or empty for none.
   public var sha256: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A file under the root directory the worker's operator configured (`--files-root`). The
+/// Submit's payload frame is empty. The path is relative to that root and cannot leave it:
+/// `..`, absolute paths and symbolic links that point outside are refused (SOURCE_REFUSED),
+/// as are paths on a worker with no root configured. At most 1024 bytes of UTF-8.
+public nonisolated struct Enlarger_V1_FileSource: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var path: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// An http or https URL the worker downloads. The Submit's payload frame is empty. The
+/// worker refuses (SOURCE_REFUSED) URLs with userinfo, other schemes, hosts that resolve to
+/// loopback, private, link-local, multicast or cloud-metadata addresses (unless its operator
+/// allows them), and redirects to any of those or from https to http; it follows at most a
+/// few redirects, enforces its input limit while streaming, and reports the download's
+/// progress (Download in client.proto). At most 2048 bytes.
+public nonisolated struct Enlarger_V1_URLSource: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var url: String = String()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -766,8 +881,12 @@ nonisolated extension Enlarger_V1_FailOn: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0FAIL_ON_DEFAULT\0\u{1}FAIL_ON_NONE\0\u{1}FAIL_ON_TRUNCATED\0\u{1}FAIL_ON_ERROR\0\u{1}FAIL_ON_WARNING\0")
 }
 
+nonisolated extension Enlarger_V1_DownloadPhase: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0DOWNLOAD_PHASE_UNSPECIFIED\0\u{1}DOWNLOAD_PHASE_STARTED\0\u{1}DOWNLOAD_PHASE_PROGRESS\0\u{1}DOWNLOAD_PHASE_FINISHED\0")
+}
+
 nonisolated extension Enlarger_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0\u{1}ERROR_CODE_DIGEST_MISMATCH\0\u{1}ERROR_CODE_BATCH_ENDED\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0\u{1}ERROR_CODE_DIGEST_MISMATCH\0\u{1}ERROR_CODE_BATCH_ENDED\0\u{1}ERROR_CODE_SOURCE_REFUSED\0\u{1}ERROR_CODE_SOURCE_UNAVAILABLE\0")
 }
 
 nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -961,7 +1080,7 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Enlarger_V1_ImageSource: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ImageSource"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}inline\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}inline\0\u{1}file\0\u{1}url\0\u{3}no_share\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -982,6 +1101,33 @@ nonisolated extension Enlarger_V1_ImageSource: SwiftProtobuf.Message, SwiftProto
           self.kind = .inline(v)
         }
       }()
+      case 2: try {
+        var v: Enlarger_V1_FileSource?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .file(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .file(v)
+        }
+      }()
+      case 3: try {
+        var v: Enlarger_V1_URLSource?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .url(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .url(v)
+        }
+      }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.noShare) }()
       default: break
       }
     }
@@ -992,14 +1138,30 @@ nonisolated extension Enlarger_V1_ImageSource: SwiftProtobuf.Message, SwiftProto
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
     // https://github.com/apple/swift-protobuf/issues/1182
-    try { if case .inline(let v)? = self.kind {
+    switch self.kind {
+    case .inline?: try {
+      guard case .inline(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
-    } }()
+    }()
+    case .file?: try {
+      guard case .file(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case .url?: try {
+      guard case .url(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case nil: break
+    }
+    if self.noShare != false {
+      try visitor.visitSingularBoolField(value: self.noShare, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Enlarger_V1_ImageSource, rhs: Enlarger_V1_ImageSource) -> Bool {
     if lhs.kind != rhs.kind {return false}
+    if lhs.noShare != rhs.noShare {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1030,6 +1192,66 @@ nonisolated extension Enlarger_V1_InlineSource: SwiftProtobuf.Message, SwiftProt
 
   public static func ==(lhs: Enlarger_V1_InlineSource, rhs: Enlarger_V1_InlineSource) -> Bool {
     if lhs.sha256 != rhs.sha256 {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_FileSource: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FileSource"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}path\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.path) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.path.isEmpty {
+      try visitor.visitSingularStringField(value: self.path, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_FileSource, rhs: Enlarger_V1_FileSource) -> Bool {
+    if lhs.path != rhs.path {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_URLSource: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".URLSource"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}url\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.url) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.url.isEmpty {
+      try visitor.visitSingularStringField(value: self.url, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_URLSource, rhs: Enlarger_V1_URLSource) -> Bool {
+    if lhs.url != rhs.url {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

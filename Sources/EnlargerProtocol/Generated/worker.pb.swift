@@ -75,6 +75,11 @@
 // instance one it had declared dead): the worker must then abandon all its jobs and, to
 // keep serving, wait at least one heartbeat interval and send Ready again.
 
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import SwiftProtobuf
 
 // If the compiler emits an error on this type, it is because this file
@@ -151,6 +156,22 @@ public nonisolated struct Enlarger_V1_WorkerToBroker: Sendable {
     set {kind = .disconnect(newValue)}
   }
 
+  public var sourceOpened: Enlarger_V1_JobSourceOpened {
+    get {
+      if case .sourceOpened(let v)? = kind {return v}
+      return Enlarger_V1_JobSourceOpened()
+    }
+    set {kind = .sourceOpened(newValue)}
+  }
+
+  public var download: Enlarger_V1_JobDownload {
+    get {
+      if case .download(let v)? = kind {return v}
+      return Enlarger_V1_JobDownload()
+    }
+    set {kind = .download(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -161,6 +182,8 @@ public nonisolated struct Enlarger_V1_WorkerToBroker: Sendable {
     case jobFailed(Enlarger_V1_JobFailed)
     case jobCancelled(Enlarger_V1_JobCancelled)
     case disconnect(Enlarger_V1_Disconnect)
+    case sourceOpened(Enlarger_V1_JobSourceOpened)
+    case download(Enlarger_V1_JobDownload)
 
   }
 
@@ -276,7 +299,8 @@ public nonisolated struct Enlarger_V1_JobResult: @unchecked Sendable {
   }
 
   /// The worker checked the payload against the digest the Job named (Job.source), and it
-  /// matched. Only such a result may be cached by the broker.
+  /// matched; for a file source, the file still had the identity JobSourceOpened named after
+  /// it was read. Only such a result may be cached by the broker.
   public var digestVerified: Bool {
     get {_storage._digestVerified}
     set {_uniqueStorage()._digestVerified = newValue}
@@ -287,6 +311,54 @@ public nonisolated struct Enlarger_V1_JobResult: @unchecked Sendable {
   public init() {}
 
   fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// For a file or URL source: the worker has opened the source and names the version it is
+/// reading, before it reads the image. `identity` is opaque to the broker, at most 4096
+/// bytes, and equal for two readings only when they read the same bytes: for a file its
+/// device, inode, size and modification and change times; for a URL the final URL and the
+/// response's validator (ETag, else Last-Modified). Empty when the source has no such name
+/// (a response without a validator): the result is then neither cached nor shared. The
+/// broker uses it to answer from its cache or to merge the job into another reading the
+/// same version. Sent at most once per attempt, before any JobResult.
+public nonisolated struct Enlarger_V1_JobSourceOpened: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var jobID: UInt64 = 0
+
+  public var attempt: UInt32 = 0
+
+  public var identity: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Progress of a URL source's download, forwarded to every request on the job as Download.
+/// At most a few per second; STARTED once the response's head arrived, FINISHED when the
+/// whole body is in.
+public nonisolated struct Enlarger_V1_JobDownload: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var jobID: UInt64 = 0
+
+  public var attempt: UInt32 = 0
+
+  public var phase: Enlarger_V1_DownloadPhase = .unspecified
+
+  public var bytes: UInt64 = 0
+
+  /// From Content-Length; 0 when unknown.
+  public var expectedBytes: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 /// The attempt failed; the request ends with Failed{code, message}. Terminal for the attempt.
@@ -400,7 +472,7 @@ public nonisolated struct Enlarger_V1_BrokerToWorker: Sendable {
   public init() {}
 }
 
-/// Work to do. Carries one payload frame: the source image. `request_id` is the client's id
+/// Work to do. Carries one payload frame: the source image (empty for file and URL sources). `request_id` is the client's id
 /// (of the first request on the job), for logs only. `spec` has been validated by the broker.
 public nonisolated struct Enlarger_V1_Job: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -476,7 +548,7 @@ fileprivate nonisolated let _protobuf_package = "enlarger.v1"
 
 nonisolated extension Enlarger_V1_WorkerToBroker: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".WorkerToBroker"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}ready\0\u{1}heartbeat\0\u{3}job_started\0\u{3}job_result\0\u{3}job_failed\0\u{3}job_cancelled\0\u{1}disconnect\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}ready\0\u{1}heartbeat\0\u{3}job_started\0\u{3}job_result\0\u{3}job_failed\0\u{3}job_cancelled\0\u{1}disconnect\0\u{3}source_opened\0\u{1}download\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -575,6 +647,32 @@ nonisolated extension Enlarger_V1_WorkerToBroker: SwiftProtobuf.Message, SwiftPr
           self.kind = .disconnect(v)
         }
       }()
+      case 8: try {
+        var v: Enlarger_V1_JobSourceOpened?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .sourceOpened(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .sourceOpened(v)
+        }
+      }()
+      case 9: try {
+        var v: Enlarger_V1_JobDownload?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .download(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .download(v)
+        }
+      }()
       default: break
       }
     }
@@ -613,6 +711,14 @@ nonisolated extension Enlarger_V1_WorkerToBroker: SwiftProtobuf.Message, SwiftPr
     case .disconnect?: try {
       guard case .disconnect(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    }()
+    case .sourceOpened?: try {
+      guard case .sourceOpened(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    }()
+    case .download?: try {
+      guard case .download(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
     }()
     case nil: break
     }
@@ -855,6 +961,96 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
       }
       if !storagesAreEqual {return false}
     }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_JobSourceOpened: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".JobSourceOpened"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{1}identity\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.jobID) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.attempt) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.identity) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.jobID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.jobID, fieldNumber: 1)
+    }
+    if self.attempt != 0 {
+      try visitor.visitSingularUInt32Field(value: self.attempt, fieldNumber: 2)
+    }
+    if !self.identity.isEmpty {
+      try visitor.visitSingularBytesField(value: self.identity, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_JobSourceOpened, rhs: Enlarger_V1_JobSourceOpened) -> Bool {
+    if lhs.jobID != rhs.jobID {return false}
+    if lhs.attempt != rhs.attempt {return false}
+    if lhs.identity != rhs.identity {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_JobDownload: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".JobDownload"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{1}phase\0\u{1}bytes\0\u{3}expected_bytes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.jobID) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.attempt) }()
+      case 3: try { try decoder.decodeSingularEnumField(value: &self.phase) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.bytes) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.expectedBytes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.jobID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.jobID, fieldNumber: 1)
+    }
+    if self.attempt != 0 {
+      try visitor.visitSingularUInt32Field(value: self.attempt, fieldNumber: 2)
+    }
+    if self.phase != .unspecified {
+      try visitor.visitSingularEnumField(value: self.phase, fieldNumber: 3)
+    }
+    if self.bytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.bytes, fieldNumber: 4)
+    }
+    if self.expectedBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.expectedBytes, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_JobDownload, rhs: Enlarger_V1_JobDownload) -> Bool {
+    if lhs.jobID != rhs.jobID {return false}
+    if lhs.attempt != rhs.attempt {return false}
+    if lhs.phase != rhs.phase {return false}
+    if lhs.bytes != rhs.bytes {return false}
+    if lhs.expectedBytes != rhs.expectedBytes {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

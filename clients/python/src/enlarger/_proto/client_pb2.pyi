@@ -52,11 +52,12 @@ class BatchItem(_message.Message):
     def __init__(self, batch_id: _Optional[str] = ..., index: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
 
 class BrokerToClient(_message.Message):
-    __slots__ = ["accepted", "batch_ended", "cancel_ack", "cancelled", "error", "failed", "pong", "rejected", "result", "started", "status_reply", "sync_reply"]
+    __slots__ = ["accepted", "batch_ended", "cancel_ack", "cancelled", "download", "error", "failed", "pong", "rejected", "result", "started", "status_reply", "sync_reply"]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     BATCH_ENDED_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
     CANCEL_ACK_FIELD_NUMBER: _ClassVar[int]
+    DOWNLOAD_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     PONG_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +70,7 @@ class BrokerToClient(_message.Message):
     batch_ended: BatchEnded
     cancel_ack: CancelAck
     cancelled: Cancelled
+    download: Download
     error: _common_pb2.Error
     failed: Failed
     pong: Pong
@@ -77,7 +79,7 @@ class BrokerToClient(_message.Message):
     started: Started
     status_reply: StatusReply
     sync_reply: SyncReply
-    def __init__(self, accepted: _Optional[_Union[Accepted, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., failed: _Optional[_Union[Failed, _Mapping]] = ..., cancelled: _Optional[_Union[Cancelled, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., cancel_ack: _Optional[_Union[CancelAck, _Mapping]] = ..., status_reply: _Optional[_Union[StatusReply, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., sync_reply: _Optional[_Union[SyncReply, _Mapping]] = ..., batch_ended: _Optional[_Union[BatchEnded, _Mapping]] = ...) -> None: ...
+    def __init__(self, accepted: _Optional[_Union[Accepted, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., failed: _Optional[_Union[Failed, _Mapping]] = ..., cancelled: _Optional[_Union[Cancelled, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., cancel_ack: _Optional[_Union[CancelAck, _Mapping]] = ..., status_reply: _Optional[_Union[StatusReply, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., sync_reply: _Optional[_Union[SyncReply, _Mapping]] = ..., batch_ended: _Optional[_Union[BatchEnded, _Mapping]] = ..., download: _Optional[_Union[Download, _Mapping]] = ...) -> None: ...
 
 class CacheStatus(_message.Message):
     __slots__ = ["bytes", "entries", "evictions", "limit_bytes"]
@@ -130,6 +132,18 @@ class ClientToBroker(_message.Message):
     submit: Submit
     sync: Sync
     def __init__(self, submit: _Optional[_Union[Submit, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., status_request: _Optional[_Union[StatusRequest, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., sync: _Optional[_Union[Sync, _Mapping]] = ...) -> None: ...
+
+class Download(_message.Message):
+    __slots__ = ["bytes", "expected_bytes", "phase", "request_id"]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    bytes: int
+    expected_bytes: int
+    phase: _common_pb2.DownloadPhase
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ..., phase: _Optional[_Union[_common_pb2.DownloadPhase, str]] = ..., bytes: _Optional[int] = ..., expected_bytes: _Optional[int] = ...) -> None: ...
 
 class Failed(_message.Message):
     __slots__ = ["code", "message", "request_id"]

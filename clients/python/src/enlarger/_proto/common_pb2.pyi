@@ -11,6 +11,10 @@ DELIVERY_FINAL: Delivery
 DELIVERY_INFO: Delivery
 DELIVERY_PROGRESSIVE: Delivery
 DESCRIPTOR: _descriptor.FileDescriptor
+DOWNLOAD_PHASE_FINISHED: DownloadPhase
+DOWNLOAD_PHASE_PROGRESS: DownloadPhase
+DOWNLOAD_PHASE_STARTED: DownloadPhase
+DOWNLOAD_PHASE_UNSPECIFIED: DownloadPhase
 ERROR_CODE_BATCH_ENDED: ErrorCode
 ERROR_CODE_BROKER_SHUTDOWN: ErrorCode
 ERROR_CODE_CLIENT_SILENT: ErrorCode
@@ -26,6 +30,8 @@ ERROR_CODE_MALFORMED: ErrorCode
 ERROR_CODE_NOT_JPEG: ErrorCode
 ERROR_CODE_OVERLOADED: ErrorCode
 ERROR_CODE_REQUEST_LOST: ErrorCode
+ERROR_CODE_SOURCE_REFUSED: ErrorCode
+ERROR_CODE_SOURCE_UNAVAILABLE: ErrorCode
 ERROR_CODE_TOO_LARGE: ErrorCode
 ERROR_CODE_TOO_MANY_SCANS: ErrorCode
 ERROR_CODE_TRUNCATED: ErrorCode
@@ -59,6 +65,12 @@ class Error(_message.Message):
     message: str
     def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
+class FileSource(_message.Message):
+    __slots__ = ["path"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    def __init__(self, path: _Optional[str] = ...) -> None: ...
+
 class ImageInfo(_message.Message):
     __slots__ = ["bit_depth", "byte_size", "channels", "color_space", "format", "has_alpha", "has_embedded_thumbnail", "height", "orientation", "profile_bytes", "profile_description", "progressive", "width"]
     BIT_DEPTH_FIELD_NUMBER: _ClassVar[int]
@@ -90,10 +102,16 @@ class ImageInfo(_message.Message):
     def __init__(self, format: _Optional[str] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., orientation: _Optional[int] = ..., channels: _Optional[int] = ..., has_alpha: bool = ..., bit_depth: _Optional[int] = ..., color_space: _Optional[str] = ..., profile_description: _Optional[str] = ..., profile_bytes: _Optional[int] = ..., progressive: bool = ..., has_embedded_thumbnail: bool = ..., byte_size: _Optional[int] = ...) -> None: ...
 
 class ImageSource(_message.Message):
-    __slots__ = ["inline"]
+    __slots__ = ["file", "inline", "no_share", "url"]
+    FILE_FIELD_NUMBER: _ClassVar[int]
     INLINE_FIELD_NUMBER: _ClassVar[int]
+    NO_SHARE_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    file: FileSource
     inline: InlineSource
-    def __init__(self, inline: _Optional[_Union[InlineSource, _Mapping]] = ...) -> None: ...
+    no_share: bool
+    url: URLSource
+    def __init__(self, inline: _Optional[_Union[InlineSource, _Mapping]] = ..., file: _Optional[_Union[FileSource, _Mapping]] = ..., url: _Optional[_Union[URLSource, _Mapping]] = ..., no_share: bool = ...) -> None: ...
 
 class InlineSource(_message.Message):
     __slots__ = ["sha256"]
@@ -133,6 +151,12 @@ class ResizeSpec(_message.Message):
     width: int
     def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., fit: _Optional[_Union[Fit, str]] = ..., enlarge: bool = ..., quality: _Optional[int] = ..., progressive: bool = ..., chroma: _Optional[_Union[Chroma, str]] = ..., format: _Optional[_Union[ImageFormat, str]] = ..., fail_on: _Optional[_Union[FailOn, str]] = ..., keep_profile: bool = ..., accept: _Optional[_Iterable[str]] = ..., flatten: bool = ..., background: _Optional[int] = ..., lossless: bool = ...) -> None: ...
 
+class URLSource(_message.Message):
+    __slots__ = ["url"]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    def __init__(self, url: _Optional[str] = ...) -> None: ...
+
 class Fit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
@@ -149,6 +173,9 @@ class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class FailOn(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class DownloadPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):

@@ -60,6 +60,20 @@ class JobCancelled(_message.Message):
     job_id: int
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
+class JobDownload(_message.Message):
+    __slots__ = ["attempt", "bytes", "expected_bytes", "job_id", "phase"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    bytes: int
+    expected_bytes: int
+    job_id: int
+    phase: _common_pb2.DownloadPhase
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., phase: _Optional[_Union[_common_pb2.DownloadPhase, str]] = ..., bytes: _Optional[int] = ..., expected_bytes: _Optional[int] = ...) -> None: ...
+
 class JobFailed(_message.Message):
     __slots__ = ["attempt", "code", "job_id", "message"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +112,16 @@ class JobResult(_message.Message):
     width: int
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ..., content_type: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., digest_verified: bool = ...) -> None: ...
 
+class JobSourceOpened(_message.Message):
+    __slots__ = ["attempt", "identity", "job_id"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    identity: bytes
+    job_id: int
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., identity: _Optional[bytes] = ...) -> None: ...
+
 class JobStarted(_message.Message):
     __slots__ = ["attempt", "job_id"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -117,19 +141,23 @@ class Ready(_message.Message):
     def __init__(self, capacity: _Optional[int] = ..., worker_name: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class WorkerToBroker(_message.Message):
-    __slots__ = ["disconnect", "heartbeat", "job_cancelled", "job_failed", "job_result", "job_started", "ready"]
+    __slots__ = ["disconnect", "download", "heartbeat", "job_cancelled", "job_failed", "job_result", "job_started", "ready", "source_opened"]
     DISCONNECT_FIELD_NUMBER: _ClassVar[int]
+    DOWNLOAD_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     JOB_CANCELLED_FIELD_NUMBER: _ClassVar[int]
     JOB_FAILED_FIELD_NUMBER: _ClassVar[int]
     JOB_RESULT_FIELD_NUMBER: _ClassVar[int]
     JOB_STARTED_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_OPENED_FIELD_NUMBER: _ClassVar[int]
     disconnect: Disconnect
+    download: JobDownload
     heartbeat: Heartbeat
     job_cancelled: JobCancelled
     job_failed: JobFailed
     job_result: JobResult
     job_started: JobStarted
     ready: Ready
-    def __init__(self, ready: _Optional[_Union[Ready, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_started: _Optional[_Union[JobStarted, _Mapping]] = ..., job_result: _Optional[_Union[JobResult, _Mapping]] = ..., job_failed: _Optional[_Union[JobFailed, _Mapping]] = ..., job_cancelled: _Optional[_Union[JobCancelled, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ...) -> None: ...
+    source_opened: JobSourceOpened
+    def __init__(self, ready: _Optional[_Union[Ready, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_started: _Optional[_Union[JobStarted, _Mapping]] = ..., job_result: _Optional[_Union[JobResult, _Mapping]] = ..., job_failed: _Optional[_Union[JobFailed, _Mapping]] = ..., job_cancelled: _Optional[_Union[JobCancelled, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ..., source_opened: _Optional[_Union[JobSourceOpened, _Mapping]] = ..., download: _Optional[_Union[JobDownload, _Mapping]] = ...) -> None: ...

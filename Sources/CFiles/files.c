@@ -1,0 +1,30 @@
+#define _GNU_SOURCE
+#include "enlarger_files.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifdef __linux__
+#include <linux/openat2.h>
+#endif
+
+int enlarger_open_beneath(int dirfd, const char *path) {
+#if defined(__linux__) && defined(SYS_openat2)
+    struct open_how how;
+    memset(&how, 0, sizeof how);
+    how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    long fd;
+    do {
+        fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    } while (fd < 0 && errno == EINTR);
+    return fd < 0 ? -errno : (int)fd;
+#else
+    (void)dirfd;
+    (void)path;
+    return -ENOSYS;
+#endif
+}

@@ -1,0 +1,135 @@
+import EnlargerProtocol
+import Foundation
+
+// MARK: - File and URL sources
+//
+// A file or URL request names a place, not a version: the broker cannot know what it will
+// read there. Until its worker opens the source, a job shares by location only (identical
+// requests join it; the cache is not asked). JobSourceOpened then names the version, and the
+// job is treated as if it had been submitted with it:
+// - a cached result for that version answers every request on the job at once, and the job
+//   is withdrawn (its worker stops reading);
+// - a live job already reading that version takes its requests over (each request keeps
+//   its id, events and terminal event), and this one is withdrawn;
+// - otherwise it registers under the version, for later requests to find and for its
+//   result to be cached.
+// A changed file or a changed validator is another version: nothing stale is ever answered.
+
+extension BrokerCore {
+    mutating func sourceOpened(
+        _ opened: Enlarger_V1_JobSourceOpened, workerAt index: Int, now: MonotonicInstant, _ actions: inout [Action]
+    ) {
+        let jobID = opened.jobID
+        switch classify(jobID: jobID, attempt: opened.attempt, workerAt: index) {
+        case .current:
+            guard let job = jobs[jobID] else { return }
+            guard job.source.kind != nil, !Self.isInline(job.source) else {
+                abandonBrokenJob(jobID, workerAt: index, reason: "job \(jobID): JobSourceOpened for an inline source",
+                                 now: now, &actions)
+                return
+            }
+            guard opened.identity.count <= WireLimits.maxSourceIdentityBytes else {
+                abandonBrokenJob(jobID, workerAt: index,
+                                 reason: "job \(jobID): JobSourceOpened.identity is longer than \(WireLimits.maxSourceIdentityBytes) bytes",
+                                 now: now, &actions)
+                return
+            }
+            let versionKey = opened.identity.isEmpty ? nil : job.shareKey?.withVersion(opened.identity)
+            guard job.shareKey != versionKey else { return }
+            if let old = job.shareKey, sharedJobs[old] == jobID { sharedJobs[old] = nil }
+            jobs[jobID]!.shareKey = nil
+            guard let versionKey else { return }
+
+            if let hit = cache.lookup(versionKey.cacheKey) {
+                withdraw(jobID, now: now, &actions)
+                answerJobFromCache(jobID, hit, now: now, &actions)
+                dispatch(now: now, &actions)
+                return
+            }
+            counters.cacheMisses += UInt64(job.requests.count { requests[$0] != nil })
+            guard configuration.shareJobs else {
+                jobs[jobID]!.shareKey = versionKey
+                return
+            }
+            if let other = sharedJobs[versionKey], other != jobID, jobs[other] != nil {
+                withdraw(jobID, now: now, &actions)
+                merge(jobID, into: other, &actions)
+                dispatch(now: now, &actions)
+                return
+            }
+            jobs[jobID]!.shareKey = versionKey
+            sharedJobs[versionKey] = jobID
+        case .cancelled, .late:
+            counters.lateResultsDropped += 1
+        case .malformed(let reason):
+            workerSentMalformed(workers[index].id, reason, &actions)
+        }
+    }
+
+    static func isInline(_ source: Enlarger_V1_ImageSource) -> Bool {
+        if case .inline? = source.kind { return true }
+        return false
+    }
+
+    /// Every request on the job ends with the cached result, as if it had hit at Submit.
+    private mutating func answerJobFromCache(
+        _ jobID: UInt64, _ hit: ResultCache<Payload>.Hit, now: MonotonicInstant, _ actions: inout [Action]
+    ) {
+        let job = removeJob(jobID)
+        var result = hit.result
+        result.cached = true
+        for key in job.requests {
+            guard let request = requests[key] else { continue }
+            counters.cacheHits += 1
+            result.requestID = request.requestID
+            requests[key]!.bytesOut += hit.payload.count
+            send(.result(result, image: hit.payload), to: request.client, &actions)
+            endRequest(key, .finished, job: job, now: now, &actions)
+        }
+    }
+
+    /// Moves the requests of `jobID` (already withdrawn) onto `target`, which reads the same
+    /// version; `jobID` is gone afterwards. Each moved request hears of the target's attempt
+    /// if it has started, and gets the target's events still to come.
+    private mutating func merge(_ jobID: UInt64, into target: UInt64, _ actions: inout [Action]) {
+        let job = removeJob(jobID)
+        let startedAttempt = jobs[target]!.startedAttempt
+        var someoneReads = false
+        for key in job.requests {
+            guard let request = requests[key] else { continue }
+            counters.jobsShared += 1
+            requests[key]!.jobID = target
+            jobs[target]!.requests.append(key)
+            if startedAttempt > 0, request.startedAttempt < startedAttempt {
+                requests[key]!.startedAttempt = startedAttempt
+                send(.started(.with {
+                    $0.requestID = request.requestID
+                    $0.attempt = startedAttempt
+                }), to: request.client, &actions)
+            }
+            if (clients[request.client]?.waitingBytes ?? 0) == 0 { someoneReads = true }
+        }
+        if jobs[target]!.heldBack, someoneReads { releaseHeldJobs([target]) }
+    }
+
+    /// Download progress goes to every request on the job; it ends none of them.
+    mutating func jobDownload(_ download: Enlarger_V1_JobDownload, workerAt index: Int, _ actions: inout [Action]) {
+        switch classify(jobID: download.jobID, attempt: download.attempt, workerAt: index) {
+        case .current:
+            guard let job = jobs[download.jobID] else { return }
+            var event = Enlarger_V1_Download()
+            event.phase = download.phase
+            event.bytes = download.bytes
+            event.expectedBytes = download.expectedBytes
+            for key in job.requests {
+                guard let request = requests[key] else { continue }
+                event.requestID = request.requestID
+                send(.download(event), to: request.client, &actions)
+            }
+        case .cancelled, .late:
+            counters.lateResultsDropped += 1
+        case .malformed(let reason):
+            workerSentMalformed(workers[index].id, reason, &actions)
+        }
+    }
+}
