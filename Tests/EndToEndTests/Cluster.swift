@@ -47,12 +47,14 @@ final class Cluster: @unchecked Sendable {
     }
 
     /// Starts `count` in-process workers.
-    func startThreadWorkers(_ count: Int, concurrency: Int) throws {
+    func startThreadWorkers(_ count: Int, concurrency: Int,
+                            configure: (inout WorkerConfiguration) -> Void = { _ in }) throws {
         var logger = Logger(label: "test.worker")
         logger.logLevel = .error
         for index in 0..<count {
-            let configuration = WorkerConfiguration(brokerEndpoint: workersEndpoint, concurrency: concurrency,
+            var configuration = WorkerConfiguration(brokerEndpoint: workersEndpoint, concurrency: concurrency,
                                                     heartbeatInterval: heartbeat, name: "thread-\(index)", logger: logger)
+            configure(&configuration)
             threadWorkers.append(try WorkerService(configuration: configuration).start())
         }
     }
