@@ -156,13 +156,14 @@ class Service:
     ipc:// by default. `stop()` ends every process it started (and only those)."""
 
     def __init__(self, workers: int = 1, concurrency: int = 2, heartbeat_ms: int = 1000,
-                 broker_args: tuple = (), tcp: bool = False, curve: bool = False) -> None:
+                 broker_args: tuple = (), tcp: bool = False, curve: bool = False, worker_args: tuple = ()) -> None:
         self.directory = tempfile.mkdtemp(prefix="enl-py-")
         self.processes: list[subprocess.Popen] = []
         self.workers = workers
         self.concurrency = concurrency
         self.heartbeat_ms = heartbeat_ms
         self.broker_args = list(broker_args)
+        self.worker_args = list(worker_args)
         self.broker: subprocess.Popen | None = None
         self.curve_files: dict[str, str] = {}
         if tcp:
@@ -222,7 +223,8 @@ class Service:
     def start_workers(self) -> None:
         for index in range(self.workers):
             args = ["worker", "--broker", self.worker_endpoint, "--concurrency", str(self.concurrency),
-                    "--name", f"test-{index}", "--heartbeat-ms", str(self.heartbeat_ms), "--log-level", "warning"]
+                    "--name", f"test-{index}", "--heartbeat-ms", str(self.heartbeat_ms), "--log-level", "warning",
+                    *self.worker_args]
             if self.curve_files:
                 args += ["--server-public-key", self.curve_files["broker.pub"], "--key", self.curve_files["worker.key"]]
             self._spawn(f"worker-{index}", args)

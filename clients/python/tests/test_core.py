@@ -94,6 +94,23 @@ class CoreTest(unittest.TestCase):
         self.assertTrue(h.core.is_idle)
         self.assertIsNone(h.core.next_wakeup())
 
+    def test_download_steps_come_before_the_results_and_never_after_the_end(self):
+        h = self.h
+        h.core.submit(1, submit_header("a"), b"", h.now)
+        h.flush()
+        self.assertEqual(events(h.receive("download", request_id="a", phase=common_pb2.DOWNLOAD_PHASE_STARTED)), [],
+                         "not accepted yet: about another request with the id")
+        h.accept("a")
+        (_, started, terminal), = events(h.receive("download", request_id="a", phase=common_pb2.DOWNLOAD_PHASE_STARTED,
+                                                   expected_bytes=1000))
+        self.assertEqual((started, terminal), (enlarger.Download("a", "started", 0, 1000), False))
+        (_, progress, _), = events(h.receive("download", request_id="a", phase=common_pb2.DOWNLOAD_PHASE_PROGRESS,
+                                             bytes=400))
+        self.assertEqual(progress, enlarger.Download("a", "progress", 400, None), "no Content-Length: None")
+        self.assertEqual(events(h.receive("download", request_id="a", phase=99)), [], "an unknown phase is skipped")
+        h.result("a", common_pb2.STAGE_FINAL, True)
+        self.assertEqual(events(h.receive("download", request_id="a", phase=common_pb2.DOWNLOAD_PHASE_FINISHED)), [])
+
     def test_frames_about_an_unaccepted_id_are_dropped(self):
         h = self.h
         h.core.submit(1, submit_header("a"), b"x", h.now)

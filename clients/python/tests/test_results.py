@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
+import tempfile
 import threading
 import unittest
 
@@ -240,3 +243,47 @@ class ResultsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FileSourceTest(unittest.TestCase):
+    """A worker with a files root: the client names paths, the worker reads them."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="enl-py-files-")
+        with open(os.path.join(cls.root, "photo.jpg"), "wb") as f:
+            f.write(corpus("bimg_test_exif_full.jpg"))
+        cls.service = Service(workers=1, concurrency=2, worker_args=("--files-root", cls.root)).start()
+        cls.client = cls.service.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.service.stop()
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def test_a_file_source_is_read_by_the_worker_and_then_cached(self):
+        events = collect(self.client.submit(file="photo.jpg", width=160))
+        check_life(self, events)
+        final = events[-1]
+        self.assertIsInstance(final, enlarger.Final)
+        self.assertEqual(jpeg_size(final.data), (final.width, final.height))
+        self.assertEqual(final.width, 160)
+        again = collect(self.client.submit(file="photo.jpg", width=160, degraded=False))
+        self.assertTrue(again[-1].cached)
+        self.assertEqual(again[-1].data, final.data)
+        self.assertEqual(self.client.info(file="photo.jpg").width, 3024)
+
+    def test_refused_paths_fail_with_source_refused(self):
+        for path in ("../photo.jpg", "/etc/passwd"):
+            failed = collect(self.client.submit(file=path, width=64))[-1]
+            self.assertIsInstance(failed, enlarger.Failed, path)
+            self.assertEqual(failed.code, enlarger.ErrorCode.SOURCE_REFUSED, path)
+        missing = collect(self.client.submit(file="missing.jpg", width=64))[-1]
+        self.assertEqual(missing.code, enlarger.ErrorCode.SOURCE_UNAVAILABLE)
+
+    def test_exactly_one_source(self):
+        for arguments in ({}, {"image": b"x", "file": "a.jpg"}, {"file": "a.jpg", "url": "http://x/"}, {"file": ""},
+                          {"url": "x" * 2049}, {"file": 7}):
+            with self.assertRaises(enlarger.InvalidArgumentError, msg=str(arguments)):
+                self.client.submit(width=64, **arguments)

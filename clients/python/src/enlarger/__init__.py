@@ -15,7 +15,7 @@ from .codes import CancelOutcome, Chroma, Delivery, ErrorCode, FailOn, Fit, Imag
 from .errors import (BrokerLostError, BrokerUnreachableError, CallFailedError, ClientClosedError,
                      DuplicateRequestIdError, EnlargerError, InputTooLargeError, InvalidArgumentError,
                      InvalidRequestIdError, KeyFileError, RequestError)
-from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Event, Failed, Final, ImageInfo, Info, Rejected,
+from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Download, Event, Failed, Final, ImageInfo, Info, Rejected,
                      Result, Started, Totals, WorkerStatus, CacheStatus)
 from .request import Request
 
@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Request",
-    "Event", "Accepted", "Started", "Result", "Degraded", "Final", "Info", "ImageInfo", "Failed", "Rejected",
+    "Event", "Accepted", "Started", "Download", "Result", "Degraded", "Final", "Info", "ImageInfo", "Failed", "Rejected",
     "Cancelled",
     "BrokerStatus", "WorkerStatus", "Totals", "CacheStatus",
     "ErrorCode", "Fit", "Chroma", "ImageFormat", "FailOn", "Delivery", "CancelOutcome",

@@ -130,7 +130,8 @@ class Client:
 
     # -- Requests -------------------------------------------------------------------------
 
-    def submit(self, image: bytes | bytearray | memoryview, *, width: int | None = None,
+    def submit(self, image: bytes | bytearray | memoryview | None = None, *, file: str | None = None,
+               url: str | None = None, width: int | None = None,
                height: int | None = None, fit: Fit | str = Fit.INSIDE, enlarge: bool = False,
                quality: int | None = None, progressive: bool = False, chroma: Chroma | str = Chroma.YUV420,
                format: ImageFormat | str = ImageFormat.JPEG, fail_on: FailOn | str = FailOn.ERROR,
@@ -140,6 +141,11 @@ class Client:
                timeout: float | None = None, share: bool = True) -> Request:
         """Submits one image (JPEG, PNG, WebP, HEIC or AVIF, recognised by the worker from its
         content) and returns its `Request`, an iterator of events.
+
+        - The image: `image` (its bytes, sent with the request), or `file` (a path relative
+          to the worker's files root, `enlarger worker --files-root`), or `url` (an http or
+          https URL the worker downloads; the request then yields `Download` events before
+          its results). Exactly one.
 
         - `width`, `height`: the output box, 1 to 16384 px; at least one. With only one, the
           other side follows the aspect ratio.
@@ -167,23 +173,24 @@ class Client:
           `Failed(DEADLINE_EXCEEDED)`.
         - `share`: send the image's SHA-256 with it (default), so that the broker may answer
           from its result cache (the `Final` then has `cached` set) or let the request share
-          one job with identical ones in flight; the worker checks the digest.
+          one job with identical ones in flight; the worker checks the digest. For a file or
+          URL the worker names the version it reads instead (file identity, URL validator);
+          False opts out the same.
 
         Never blocks. Raises `InvalidArgumentError` (a `ValueError`) for arguments the
         protocol does not allow, `InputTooLargeError` for an image over the broker's limit
         (`max_input_bytes`), `DuplicateRequestIdError` for an id live in this client, and
         `ClientClosedError` once the client is closed; nothing is sent then.
         """
-        if not isinstance(image, (bytes, bytearray, memoryview)):
-            raise InvalidArgumentError(f"image must be bytes, got {type(image).__name__}")
-        # A copy of mutable buffers: the caller may reuse them while the I/O thread sends.
-        data = image if isinstance(image, bytes) else bytes(image)
+        data = _source_bytes(image, file, url)
         submit = self._build_submit(width=width, height=height, fit=fit, enlarge=enlarge, quality=quality,
                                     progressive=progressive, chroma=chroma, format=format, fail_on=fail_on,
                                     keep_profile=keep_profile, accept=accept, flatten=flatten,
                                     background=background, lossless=lossless, degraded=degraded,
                                     delivery=delivery, request_id=request_id, timeout=timeout)
-        if _flag(share, "share"):
+        shares = _flag(share, "share")
+        _set_source(submit, file, url, shares)
+        if image is not None and shares:
             submit.source.inline.sha256 = hashlib.sha256(data).digest()
         limit = self.max_input_bytes
         if len(data) > limit:
@@ -206,19 +213,20 @@ class Client:
         self._shared.cancel(request_id, future)
         return future
 
-    def info(self, image: bytes | bytearray | memoryview, *, fail_on: FailOn | str = FailOn.ERROR,
+    def info(self, image: bytes | bytearray | memoryview | None = None, *, file: str | None = None,
+             url: str | None = None, fail_on: FailOn | str = FailOn.ERROR,
              request_id: str | None = None, timeout: float | None = None) -> ImageInfo:
-        """What `image`'s header says (size after orientation, colour space, profile description,
-        thumbnail, ...), read by a worker without decoding pixels. Blocks until the answer;
-        raises `RequestError` when the request fails (not a JPEG, damaged as `fail_on` says,
-        over the limits), and the argument errors of `submit`."""
-        if not isinstance(image, (bytes, bytearray, memoryview)):
-            raise InvalidArgumentError(f"image must be bytes, got {type(image).__name__}")
-        data = image if isinstance(image, bytes) else bytes(image)
+        """What the image's header says (size after orientation, colour space, profile
+        description, thumbnail, ...), read by a worker without decoding pixels; of a `file` or
+        `url` it reads no more than the header needs. Blocks until the answer; raises
+        `RequestError` when the request fails (not an image, damaged as `fail_on` says, over
+        the limits, a refused source), and the argument errors of `submit`."""
+        data = _source_bytes(image, file, url)
         submit = client_pb2.Submit()
         submit.request_id = wire.check_request_id(str(uuid.uuid4()) if request_id is None else request_id)
         submit.spec.fail_on = _member(FailOn, fail_on, "fail_on").wire
         submit.delivery = common_pb2.DELIVERY_INFO
+        _set_source(submit, file, url, True)
         if timeout is not None:
             if not _is_number(timeout) or not 0 < timeout * 1000 <= _MAX_DEADLINE_MS:
                 raise InvalidArgumentError(
@@ -355,3 +363,37 @@ def _member(enum_type, value, name: str):
     except ValueError:
         choices = ", ".join(repr(m.value) for m in enum_type)
         raise InvalidArgumentError(f"{name} must be one of {choices}, got {value!r}") from None
+
+
+_MAX_SOURCE_PATH_BYTES = 1024
+_MAX_SOURCE_URL_BYTES = 2048
+
+
+def _source_bytes(image: object, file: object, url: object) -> bytes:
+    """The payload for exactly one of `image`, `file`, `url`: the image's bytes (a copy of a
+    mutable buffer, which the caller may reuse while the I/O thread sends), or nothing."""
+    given = [name for name, value in (("image", image), ("file", file), ("url", url)) if value is not None]
+    if len(given) != 1:
+        raise InvalidArgumentError(f"give exactly one of image, file and url, got {', '.join(given) or 'none'}")
+    if image is not None:
+        if not isinstance(image, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"image must be bytes, got {type(image).__name__}")
+        return image if isinstance(image, bytes) else bytes(image)
+    for name, value, limit in (("file", file, _MAX_SOURCE_PATH_BYTES), ("url", url, _MAX_SOURCE_URL_BYTES)):
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise InvalidArgumentError(f"{name} must be a str, got {type(value).__name__}")
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if not 1 <= size <= limit or "\0" in value:
+            raise InvalidArgumentError(f"{name} must be 1 to {limit} bytes of UTF-8 without NUL, got {size} bytes")
+    return b""
+
+
+def _set_source(submit: client_pb2.Submit, file: str | None, url: str | None, shares: bool) -> None:
+    if file is not None:
+        submit.source.file.path = file
+        submit.source.no_share = not shares
+    elif url is not None:
+        submit.source.url.url = url
+        submit.source.no_share = not shares

@@ -44,6 +44,8 @@ class ErrorCode(enum.IntEnum):
     UNAUTHORIZED = 19
     DIGEST_MISMATCH = 20
     BATCH_ENDED = 21
+    SOURCE_REFUSED = 22
+    SOURCE_UNAVAILABLE = 23
 
     #: No broker answered at the endpoint within the silence limit (none listening, or the
     #: CURVE handshake failed).

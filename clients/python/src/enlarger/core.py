@@ -57,9 +57,15 @@ from typing import NamedTuple, Union
 
 from ._proto import client_pb2, common_pb2
 from .codes import CancelOutcome, ErrorCode, ImageFormat
-from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Event, Failed, Final, ImageInfo, Info, Rejected,
+from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Download, Event, Failed, Final, ImageInfo, Info, Rejected,
                      Started)
 from .wire import MAX_SYNC_REQUEST_IDS
+
+_DOWNLOAD_PHASES = {
+    common_pb2.DOWNLOAD_PHASE_STARTED: "started",
+    common_pb2.DOWNLOAD_PHASE_PROGRESS: "progress",
+    common_pb2.DOWNLOAD_PHASE_FINISHED: "finished",
+}
 
 
 # ---------------------------------------------------------------------------------------
@@ -582,6 +588,13 @@ class ClientCore:
                 actions.append(Deliver(route.token, Started(route.request_id, message.started.attempt), False))
         elif kind == "result":
             self._result(message.result, payload or b"", actions)
+        elif kind == "download":
+            download = message.download
+            route = self._accepted_route(download.request_id)
+            phase = _DOWNLOAD_PHASES.get(download.phase)
+            if route is not None and not route.ended and phase is not None:
+                actions.append(Deliver(route.token, Download(route.request_id, phase, download.bytes,
+                                                             download.expected_bytes or None), False))
         elif kind == "failed" and message.failed.code == common_pb2.ERROR_CODE_DUPLICATE_ID:
             failed = message.failed
             route = self._first_route(failed.request_id)

@@ -1,6 +1,7 @@
 """What a request's iterator yields, and the broker's status.
 
-A request yields, in order: `Accepted`, any number of `Started`, at most one `Degraded`,
+A request yields, in order: `Accepted`, any number of `Started` (and, for a URL source,
+`Download` steps), at most one `Degraded`,
 then exactly one terminal event — `Final`, a terminal `Degraded` (delivery `DEGRADED`),
 `Failed`, `Rejected` or `Cancelled` — and nothing after it. Every event has `terminal`.
 """
@@ -15,6 +16,7 @@ __all__ = [
     "Event",
     "Accepted",
     "Started",
+    "Download",
     "Result",
     "Degraded",
     "Final",
@@ -52,6 +54,17 @@ class Started(Event):
     """A worker began the request; `attempt` grows when it is retried on another worker."""
 
     attempt: int = 1
+
+
+@dataclass(frozen=True)
+class Download(Event):
+    """A step of a URL source's download: `phase` is "started", "progress" (at most a few a
+    second) or "finished"; `bytes` received so far; `expected_bytes` from the response's
+    Content-Length, or None. Never terminal; comes before the results."""
+
+    phase: str = "started"
+    bytes: int = 0
+    expected_bytes: int | None = None
 
 
 @dataclass(frozen=True)
