@@ -201,6 +201,33 @@ final class CLITests: XCTestCase {
         await client.close()
     }
 
+    /// `submit --source file`: the paths are the worker's to read, under its files root;
+    /// a path that leaves it fails with its code, the others are written.
+    func testSubmitFileSourcesAreReadByTheWorker() async throws {
+        let root = try temporaryDirectory().appendingPathComponent("photos")
+        try FileManager.default.createDirectory(at: root.appendingPathComponent("2024"), withIntermediateDirectories: true)
+        try Data(contentsOf: Corpus.root.appendingPathComponent("good/sharp_flowers.jpeg"))
+            .write(to: root.appendingPathComponent("2024/flowers.jpeg"))
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2) { $0.filesRoot = root.path }
+        let out = try temporaryDirectory().appendingPathComponent("thumbs")
+        let result = try run(["submit", "2024/flowers.jpeg", "../outside.jpg", "--source", "file", "--width", "64",
+                              "--delivery", "final", "--json", "--out", out.path, "--broker", cluster.clientsEndpoint])
+        XCTAssertEqual(result.status, 1, "one input failed")
+        let lines = result.stdout.split(separator: "\n").map(String.init)
+        XCTAssert(lines.contains { $0.contains("\"input\":\"2024/flowers.jpeg\"") && $0.contains("\"event\":\"final\"") },
+                  result.stdout)
+        XCTAssert(lines.contains { $0.contains("\"input\":\"../outside.jpg\"") && $0.contains("\"code\":\"sourceRefused\"") },
+                  result.stdout)
+        let written = try Data(contentsOf: out.appendingPathComponent("flowers.jpg"))
+        XCTAssert(written.starts(with: [0xFF, 0xD8, 0xFF]))
+
+        let stdin = try run(["submit", "-", "--source", "url", "--width", "64", "--out", out.path,
+                             "--broker", cluster.clientsEndpoint])
+        XCTAssertNotEqual(stdin.status, 0)
+        XCTAssert(stdin.stderr.contains("needs --source local"), stdin.stderr)
+    }
+
     // MARK: - Input and output
 
     func testDashReadsStandardInput() async throws {
