@@ -78,17 +78,25 @@ public final class URLFetcher: Sendable {
             case .body(let body):
                 return body
             case .redirect(let status, let location):
-                guard redirects < policy.maxRedirects else {
-                    throw .refused("more than \(policy.maxRedirects) redirects (HTTP \(status) from \(current))")
-                }
+                current = try redirectTarget(from: current, status: status, location: location, redirectsSoFar: redirects)
                 redirects += 1
-                let next = try current.resolving(location)
-                if current.scheme == "https", next.scheme == "http" {
-                    throw .refused("redirect from https to http (\(current) → \(next))")
-                }
-                current = next
             }
         }
+    }
+
+    /// Where a redirect leads, if it may be followed: within `maxRedirects`, a URL as strict as
+    /// the first, and never from https down to http. Its address is checked by the next hop.
+    func redirectTarget(
+        from current: SourceURL, status: Int, location: String, redirectsSoFar: Int
+    ) throws(FetchError) -> SourceURL {
+        guard redirectsSoFar < policy.maxRedirects else {
+            throw .refused("more than \(policy.maxRedirects) redirects (HTTP \(status) from \(current))")
+        }
+        let next = try current.resolving(location)
+        if current.scheme == "https", next.scheme == "http" {
+            throw .refused("redirect from https to http (\(current) → \(next))")
+        }
+        return next
     }
 
     /// The address to connect to for `url`, after the policy has passed every address its

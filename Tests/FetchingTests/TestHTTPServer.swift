@@ -155,6 +155,11 @@ final class Connection: Sendable {
         let end: [UInt8] = Array("\r\n\r\n".utf8)
         let deadline = ContinuousClock.now + .seconds(5)
         while received.count < 65536, ContinuousClock.now < deadline {
+            // A TLS ClientHello on this plain port: answer in plain HTTP, as servers do.
+            if received.first == 0x16 {
+                _ = send(Array("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n".utf8))
+                return nil
+            }
             if let range = received.firstRange(of: end) {
                 let text = String(decoding: received[..<range.lowerBound], as: UTF8.self)
                 var lines = text.components(separatedBy: "\r\n")
