@@ -4,12 +4,12 @@ import Locking
 import NIOCore
 import NIOHTTP1
 
-// One hop of a fetch: a single request to a checked address, run as a task on the
-// fetcher's event loop while the calling thread waits. The calling thread alone enforces
-// the total timeout and turns a cancellation into `task.cancel()`; the task ends promptly
-// either way (AsyncHTTPClient aborts the request, and the hop's client is shut down, which
-// closes the connection), and the calling thread returns only after it has ended, so no
-// event is delivered after `fetch` returns.
+// One hop of a fetch: a single request to a checked address. The request runs in a task
+// (its I/O on the fetcher's event loop) while the calling thread waits for it; the task is
+// never left running: the calling thread alone enforces the total timeout and turns a
+// cancellation into `task.cancel()`, the task then ends promptly (AsyncHTTPClient aborts the
+// request, and the hop's client is shut down, which closes the connection), and the calling
+// thread returns only after it has ended, so no event is delivered after `fetch` returns.
 
 extension URLFetcher {
     struct Hop: Sendable {
@@ -46,9 +46,9 @@ extension URLFetcher {
         let token = cancellation.addHandler { stop(.cancelled) }
         defer { cancellation.removeHandler(token) }
 
-        let remaining = hop.deadline - ContinuousClock.now
-        let nanoseconds = max(0, remaining.components.seconds) * 1_000_000_000 + remaining.components.attoseconds / 1_000_000_000
-        if finished.wait(timeout: .now() + .nanoseconds(Int(clamping: nanoseconds))) == .timedOut {
+        let (seconds, attoseconds) = max(.zero, hop.deadline - ContinuousClock.now).components
+        let nanoseconds = min(seconds, 1 << 32) * 1_000_000_000 + attoseconds / 1_000_000_000
+        if finished.wait(timeout: .now() + .nanoseconds(Int(nanoseconds))) == .timedOut {
             stop(totalTimeout)
             finished.wait()
         }
@@ -105,7 +105,9 @@ extension URLFetcher {
         hop.events(.started(head))
 
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(expected ?? 0)
+        // The declared size is reserved only for a whole download: one that `enough` may
+        // stop after a header should not allocate for the rest.
+        if hop.enough == nil { bytes.reserveCapacity(expected ?? 0) }
         var throttle = ProgressThrottle(interval: .milliseconds(250))
         for try await chunk in response.body {
             guard chunk.readableBytes <= policy.maxBytes - bytes.count else {

@@ -46,11 +46,11 @@ public final class URLFetcher: Sendable {
     /// thread, nor a thread of Swift's cooperative pool) until the body is in or the fetch
     /// fails.
     ///
-    /// `events` is called from another thread, in order (see `FetchEvent`); every call has
-    /// returned when `fetch` returns. `enough`, when given, sees the body received so far
-    /// after each chunk; once it returns true the download stops, with no `.finished`, and
-    /// the body comes back with `complete: false` (a caller wanting only an image's header
-    /// reads no more than that).
+    /// `events` is called in order (see `FetchEvent`) from a Swift concurrency thread, so it
+    /// must not block; every call has returned when `fetch` returns. `enough`, when given, is
+    /// called the same way with the body received so far after each chunk; once it returns
+    /// true the download stops, with no `.finished`, and the body comes back with
+    /// `complete: false` (a caller wanting only an image's header reads no more than that).
     ///
     /// `cancellation` aborts the request in flight at once; the fetch then throws
     /// `.cancelled`, even if the body was in.

@@ -224,6 +224,17 @@ final class URLFetcherTests: XCTestCase {
         XCTAssertTrue(reason.contains("without a Location"), reason)
     }
 
+    func testBodyCutShortIsUnavailableNotTruncated() throws {
+        let server = try serve(["/short": { _, connection in
+            guard connection.send(head: 200, reason: "OK", headers: [("Content-Length", "1000")]) else { return }
+            _ = connection.send(body: Self.body.prefix(500))
+        }])
+        let log = EventLog()
+        guard case .unavailable = fetchError(try fetcher().fetch(server.url("/short"), cancellation: .init(), events: log.sink))
+        else { return XCTFail() }
+        XCTAssertFalse(log.events.contains { if case .finished = $0 { true } else { false } })
+    }
+
     func testConnectionRefusedIsUnavailable() throws {
         let port = try FullListener.unusedPort()
         let start = ContinuousClock.now
@@ -244,6 +255,15 @@ final class URLFetcherTests: XCTestCase {
         let lookup = NameLookup { name throws(FetchError) in throw .unavailable("cannot resolve \(name): no such host") }
         XCTAssertEqual(fetchError(try fetcher(lookup: lookup).fetch("http://nowhere.example/", cancellation: .init(), events: { _ in })),
                        .unavailable("cannot resolve nowhere.example: no such host"))
+    }
+
+    func testSystemLookupOfLocalhostIsRefusedByDefault() {
+        let fetcher = URLFetcher()
+        defer { fetcher.shutdown() }
+        guard case .refused(let reason) = fetchError(try fetcher.fetch("http://localhost/", cancellation: .init(), events: { _ in }))
+        else { return XCTFail() }
+        XCTAssertTrue(reason.hasPrefix("localhost resolves to "), reason)
+        XCTAssertTrue(reason.hasSuffix("a loopback address"), reason)
     }
 
     // MARK: Redirects
