@@ -18,6 +18,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         // C: libjpeg-turbo behind setjmp guards (libjpeg's error recovery is longjmp).
@@ -96,6 +98,18 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Downloading a source image over http/https: size limit, timeouts, re-checked redirects
+        // and an address policy applied after name resolution (no rebinding).
+        .target(
+            name: "Fetching",
+            dependencies: [
+                "Locking",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
         // `enlarger-bench`: measures Enlarger itself, kept out of the production binary.
         .executableTarget(
             name: "EnlargerBench",
@@ -116,6 +130,7 @@ let package = Package(
         .testTarget(name: "TimekeepingTests", dependencies: ["Timekeeping", "TestSupport"]),
         .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "TestSupport"]),
         .testTarget(name: "ImageModelTests", dependencies: ["ImageModel"]),
+        .testTarget(name: "FetchingTests", dependencies: ["Fetching", "Locking"]),
         // The test images are read from the source tree (like the corpus), not bundled.
         .testTarget(name: "ImagingTests", dependencies: ["ImageModel", "Imaging", "TestSupport"], exclude: ["Images", "Regressions"]),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "TestSupport"]),
