@@ -72,6 +72,7 @@ let package = Package(
             name: "EnlargerWorker",
             dependencies: [
                 "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Imaging", "Locking", "Telemetry", "CFiles",
+                "Fetching",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -93,7 +94,7 @@ let package = Package(
             name: "EnlargerCLI",
             dependencies: [
                 "ImageModel", "Imaging", "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Locking",
-                "CLISupport", "Telemetry",
+                "CLISupport", "Telemetry", "Fetching",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -125,12 +126,12 @@ let package = Package(
         .executableTarget(name: "ImagingFuzzer", dependencies: ["ImageModel", "Imaging"]),
 
         // Helpers shared by the test targets (ipc endpoints, the corpus, seeded randomness).
-        .target(name: "TestSupport", path: "Tests/Support"),
+        .target(name: "TestSupport", dependencies: ["Locking"], path: "Tests/Support"),
         .testTarget(name: "LockingTests", dependencies: ["Locking"]),
         .testTarget(name: "TimekeepingTests", dependencies: ["Timekeeping", "TestSupport"]),
         .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "TestSupport"]),
         .testTarget(name: "ImageModelTests", dependencies: ["ImageModel"]),
-        .testTarget(name: "FetchingTests", dependencies: ["Fetching", "Locking"]),
+        .testTarget(name: "FetchingTests", dependencies: ["Fetching", "Locking", "TestSupport"]),
         // The test images are read from the source tree (like the corpus), not bundled.
         .testTarget(name: "ImagingTests", dependencies: ["ImageModel", "Imaging", "TestSupport"], exclude: ["Images", "Regressions"]),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "TestSupport"]),
@@ -143,6 +144,7 @@ let package = Package(
             name: "EnlargerWorkerTests",
             dependencies: [
                 "EnlargerWorker", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "ImageModel", "Imaging", "TestSupport",
+                "Fetching",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
@@ -157,7 +159,7 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "EnlargerTransport", "ZeroMQ",
-                "ImageModel", "Imaging", "TestSupport", "Telemetry",
+                "ImageModel", "Imaging", "TestSupport", "Telemetry", "Fetching",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]

@@ -2,6 +2,7 @@ import CLISupport
 import ArgumentParser
 import Dispatch
 import EnlargerWorker
+import Fetching
 import Foundation
 import Logging
 
@@ -26,7 +27,12 @@ struct WorkerCommand: ParsableCommand {
             re-queued at once, and exits.
 
             Besides images sent with the request, a worker reads files under --files-root \
-            (opened with openat2 beneath it: nothing outside can be reached).
+            (opened with openat2 beneath it: nothing outside can be reached) and downloads http \
+            and https URLs: within the input byte limit, with connect, read and total timeouts, \
+            following at most --url-max-redirects redirects, and only from public addresses: \
+            loopback, private, link-local, multicast and cloud metadata addresses are refused \
+            after name resolution (the connection goes to the address checked), unless \
+            --url-allow names them.
 
             \(EnvironmentOptions.rule)
 
@@ -119,12 +125,55 @@ struct SourceOptions: ParsableArguments {
         valueName: "dir"))
     var filesRoot: String?
 
+    @Flag(help: "Refuse URL sources (by default a worker downloads http and https URLs, guarded as below).")
+    var noUrlSources = false
+
+    @Option(help: ArgumentHelp(
+        "Also allow downloads from this network (CIDR such as 10.1.0.0/16 or an address), which the "
+            + "address guard refuses by default (loopback, private, link-local, ...). Repeatable. A cloud "
+            + "metadata address must be named exactly.",
+        valueName: "cidr"),
+            transform: parseNetwork)
+    var urlAllow: [IPNetwork] = []
+
+    @Option(help: ArgumentHelp("Seconds a download may take, redirects included.", valueName: "seconds"))
+    var urlTimeout: Double = 60
+
+    @Option(help: "Redirects a download follows, each checked like the first URL.")
+    var urlMaxRedirects = 5
+
+    func validate() throws {
+        guard urlTimeout > 0 && urlTimeout <= 3600 else { throw ValidationError("--url-timeout must be 0 to 3600 seconds") }
+        guard (0...20).contains(urlMaxRedirects) else { throw ValidationError("--url-max-redirects must be 0 to 20") }
+    }
+
     /// The options again, for a worker started by `serve`.
     var arguments: [String] {
-        filesRoot.map { ["--files-root", ($0 as NSString).standardizingPath] } ?? []
+        var arguments = filesRoot.map { ["--files-root", ($0 as NSString).standardizingPath] } ?? []
+        if noUrlSources { arguments.append("--no-url-sources") }
+        for network in urlAllow { arguments += ["--url-allow", network.description] }
+        arguments += ["--url-timeout", "\(urlTimeout)", "--url-max-redirects", "\(urlMaxRedirects)"]
+        return arguments
     }
 
     func apply(to configuration: inout WorkerConfiguration) {
         configuration.filesRoot = filesRoot
+        if noUrlSources {
+            configuration.urlSources = nil
+        } else {
+            var policy = URLSourcePolicy()
+            policy.addresses = AddressPolicy(allowed: urlAllow)
+            policy.totalTimeout = .milliseconds(Int64((urlTimeout * 1000).rounded(.up)))
+            policy.maxRedirects = urlMaxRedirects
+            configuration.urlSources = policy
+        }
     }
+}
+
+/// Parses `--url-allow`: a network in CIDR notation, or one address.
+func parseNetwork(_ text: String) throws -> IPNetwork {
+    guard let network = IPNetwork(text) else {
+        throw ValidationError("--url-allow takes a network such as 10.1.0.0/16, 127.0.0.1 or fd00::/8, got '\(text)'")
+    }
+    return network
 }

@@ -1,4 +1,5 @@
 import CFiles
+import Fetching
 import Foundation
 import Imaging
 #if canImport(Glibc)
@@ -176,4 +177,6 @@ struct SourceAccess: Sendable {
     var files: FilesRoot?
     /// The largest source read whole (`DecodeLimits.maxInputBytes`).
     var maxInputBytes: Int
+    /// Nil: URL sources are refused.
+    var urls: URLFetcher?
 }

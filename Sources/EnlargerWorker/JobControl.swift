@@ -1,4 +1,5 @@
 import Dispatch
+import Fetching
 import Imaging
 import Synchronization
 
@@ -10,6 +11,8 @@ import Synchronization
 /// memory and stays cancellable.
 final class JobControl: Sendable {
     let flag = CancellationFlag()
+    /// Stops a URL source's download in flight, with the flag.
+    let download = FetchCancellation()
     private let admitted = Atomic<Bool>(false)
     // One signal per admit or cancel, so a wait always ends with one of them true.
     private let wakeup = DispatchSemaphore(value: 0)
@@ -22,6 +25,7 @@ final class JobControl: Sendable {
     /// Idempotent, from any thread.
     func cancel() {
         flag.cancel()
+        download.cancel()
         wakeup.signal()
     }
 

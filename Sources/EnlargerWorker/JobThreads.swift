@@ -1,5 +1,6 @@
 import Crypto
 import Dispatch
+import Fetching
 import Foundation
 import ImageModel
 import Imaging
@@ -220,12 +221,94 @@ final class JobThreads: Sendable {
 
     static let infoPrefixBytes = 64 << 10
 
-    /// A URL source (see `URLSources`).
+    /// A URL source: downloaded by the `URLFetcher` (address policy, redirects, limits),
+    /// its progress posted as it comes, its version (final URL and validator) reported once the
+    /// response's head is in. For info, the download stops as soon as the header can be read.
     private static func download(
         _ url: String, _ job: JobStart<Message>, pipeline: ImagePipeline, sources: SourceAccess,
         mailbox: Mailbox<WorkerMail>, figures: inout JobFigures
     ) -> JobOutcome {
-        .sourceFailed(.refused("URL sources are not enabled on this worker"))
+        guard let fetcher = sources.urls else {
+            return .sourceFailed(.refused("URL sources are not enabled on this worker"))
+        }
+        let token = job.token
+        let expected = Lock<Int?>(nil)
+        let events: @Sendable (FetchEvent) -> Void = { event in
+            switch event {
+            case .started(let head):
+                expected.withLock { $0 = head.expectedBytes }
+                mailbox.post(.sourceOpened(token, identity: Self.identity(of: head)))
+                mailbox.post(.download(token, DownloadProgress(phase: .started, bytes: 0, expectedBytes: head.expectedBytes)))
+            case .progress(let bytes, let expectedBytes):
+                mailbox.post(.download(token, DownloadProgress(phase: .progress, bytes: bytes, expectedBytes: expectedBytes)))
+            case .finished(let bytes):
+                mailbox.post(.download(token, DownloadProgress(phase: .finished, bytes: bytes,
+                                                               expectedBytes: expected.withLock { $0 })))
+            }
+        }
+        let failOn = job.options.failOn
+        // Info: try the header each time the prefix has grown fourfold since the last try.
+        let nextTry = Lock(Self.infoPrefixBytes)
+        let enough: (@Sendable ([UInt8]) -> Bool)?
+        if job.infoOnly {
+            enough = { (bytes: [UInt8]) -> Bool in
+                guard bytes.count >= nextTry.withLock({ $0 }) else { return false }
+                nextTry.withLock { $0 = bytes.count * 4 }
+                return bytes.withUnsafeBytes { (input: UnsafeRawBufferPointer) -> Bool in
+                    do throws(ImagingError) {
+                        _ = try pipeline.info(of: input, failOn: failOn)
+                        return true
+                    } catch {
+                        return false
+                    }
+                }
+            }
+        } else {
+            enough = nil
+        }
+        let body: FetchedBody
+        do throws(FetchError) {
+            body = try fetcher.fetch(url, cancellation: job.control.download, events: events, enough: enough)
+        } catch {
+            return .sourceFailed(error: error)
+        }
+        figures.bytesIn = body.bytes.count
+        if job.infoOnly {
+            return body.bytes.withUnsafeBytes { input in
+                do throws(ImagingError) {
+                    var info = try pipeline.info(of: input, failOn: failOn)
+                    info.byteSize = body.complete ? body.bytes.count : (body.head.expectedBytes ?? body.bytes.count)
+                    return try answerInfo(job, info, mailbox: mailbox)
+                } catch {
+                    return .failed(error)
+                }
+            }
+        }
+        // A response with a validator names its version; only then may the result be cached.
+        mailbox.post(.sourceRead(token, verified: body.complete && body.head.validator != nil))
+        return body.bytes.withUnsafeBytes { input in
+            run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures)
+        }
+    }
+
+    /// The broker's name for the response's version: its final URL and validator; empty (no
+    /// name, so no caching or sharing) without a validator.
+    private static func identity(of head: FetchedHead) -> Data {
+        guard let validator = head.validator else { return Data() }
+        return Data("url\u{0}\(head.finalURL)\u{0}\(validator)".utf8)
+    }
+}
+
+extension JobOutcome {
+    /// A failed download, as the job's end: the address or URL refused, or the source not
+    /// to be had; over the byte limit is TOO_LARGE.
+    static func sourceFailed(error: FetchError) -> JobOutcome {
+        switch error {
+        case .badURL, .refused: .sourceFailed(.refused(error.message))
+        case .unavailable, .timedOut: .sourceFailed(.unavailable(error.message))
+        case .tooLarge: .failed(ImagingError(.tooLarge, error.message))
+        case .cancelled: .sourceFailed(.cancelled(error.message))
+        }
     }
 }
 

@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import Fetching
 import Foundation
 import Imaging
 import Logging
@@ -33,6 +34,10 @@ public struct WorkerConfiguration: Sendable {
     /// The directory file sources are read from (`FileSource.path` is relative to it, and
     /// cannot leave it); `nil`: file sources are refused with SOURCE_REFUSED.
     public var filesRoot: String?
+    /// How URL sources are downloaded: the address policy (public unicast only unless
+    /// allowed), redirects, timeouts. Its byte limit is `limits.maxInputBytes`. `nil`: URL
+    /// sources are refused with SOURCE_REFUSED.
+    public var urlSources: URLSourcePolicy? = URLSourcePolicy()
     /// The DEALER's send high-water mark (messages), or nil for libzmq's default; tests
     /// lower it to make the broker connection refuse messages.
     var sendHighWaterMark: Int32?

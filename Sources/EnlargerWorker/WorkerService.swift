@@ -1,4 +1,5 @@
 import Dispatch
+import Fetching
 import Foundation
 import Imaging
 import Locking
@@ -63,8 +64,13 @@ public final class WorkerService: Sendable {
         self.configuration = configuration
         // Its thread starts now, before any job brings the process near its memory cap.
         BufferReaper.start()
+        let urls = configuration.urlSources.map { policy in
+            var policy = policy
+            policy.maxBytes = configuration.limits.maxInputBytes
+            return URLFetcher(policy: policy)
+        }
         sources = SourceAccess(files: try configuration.filesRoot.map { path throws(WorkerSetupError) in try FilesRoot(path: path) },
-                               maxInputBytes: configuration.limits.maxInputBytes)
+                               maxInputBytes: configuration.limits.maxInputBytes, urls: urls)
         let mailbox = try Mailbox<WorkerMail>()
         self.mailbox = mailbox
         if let address = configuration.metricsAddress {
@@ -86,6 +92,8 @@ public final class WorkerService: Sendable {
         precondition(!hasRun.exchange(true, ordering: .relaxed), "WorkerService.run() called twice")
         telemetry?.server.start()
         defer { telemetry?.server.stop() }
+        // The job threads have all returned by then: no download is running.
+        defer { sources.urls?.shutdown() }
         try WorkerLoop(configuration: configuration, mailbox: mailbox, gauges: gauges, sources: sources,
                        telemetry: telemetry).run()
     }

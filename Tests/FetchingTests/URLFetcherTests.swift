@@ -1,6 +1,7 @@
 import Fetching
 import Foundation
 import Locking
+import TestSupport
 import XCTest
 
 #if canImport(Glibc)

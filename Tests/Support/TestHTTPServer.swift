@@ -7,7 +7,7 @@ import Glibc
 import Musl
 #endif
 
-/// A scripted HTTP/1.1 server on 127.0.0.1 (an ephemeral port) for the fetcher's tests.
+/// A scripted HTTP/1.1 server on 127.0.0.1 (an ephemeral port) for the tests of URL sources.
 ///
 /// Each connection gets a thread that reads one request head and hands it to the route
 /// named by its path; routes write raw bytes, so a test can send exactly what it needs:
@@ -15,20 +15,20 @@ import Musl
 /// accepted and the connections the peer closed under it, so a test can show that the client
 /// stopped a download, not only that it stopped reading. Send buffers are kept small so the
 /// count tracks what the client took in.
-final class TestHTTPServer: Sendable {
-    struct Request: Sendable {
-        var method: String
-        var target: String
-        var headers: [(name: String, value: String)]
+public final class TestHTTPServer: Sendable {
+    public struct Request: Sendable {
+        public var method: String
+        public var target: String
+        public var headers: [(name: String, value: String)]
 
-        func header(_ name: String) -> String? {
+        public func header(_ name: String) -> String? {
             headers.first { $0.name.lowercased() == name.lowercased() }?.value
         }
 
-        var path: String { String(target.prefix { $0 != "?" }) }
+        public var path: String { String(target.prefix { $0 != "?" }) }
     }
 
-    typealias Route = @Sendable (Request, Connection) -> Void
+    public typealias Route = @Sendable (Request, Connection) -> Void
 
     private struct State {
         var requests: [Request] = []
@@ -38,13 +38,13 @@ final class TestHTTPServer: Sendable {
         var stopping = false
     }
 
-    let port: Int
+    public let port: Int
     private let listener: Int32
     private let routes: [String: Route]
     private let state = Lock(State())
     private let acceptLoopEnded = DispatchSemaphore(value: 0)
 
-    init(routes: [String: Route]) throws {
+    public init(routes: [String: Route]) throws {
         self.routes = routes
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw SocketError(errno: errno, "socket") }
@@ -68,7 +68,7 @@ final class TestHTTPServer: Sendable {
 
     /// Stops accepting, waits up to `timeout` for the open connections' routes to end (they
     /// end when the client goes away), and closes the listening socket.
-    func stop(timeout: Duration = .seconds(3)) {
+    public func stop(timeout: Duration = .seconds(3)) {
         state.withLock { $0.stopping = true }
         acceptLoopEnded.wait()
         close(listener)
@@ -76,7 +76,7 @@ final class TestHTTPServer: Sendable {
     }
 
     /// Waits until no route is running; false if one still is after `timeout`.
-    func waitUntilIdle(timeout: Duration) -> Bool {
+    public func waitUntilIdle(timeout: Duration) -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if state.withLock({ $0.activeConnections == 0 }) { return true }
@@ -85,13 +85,13 @@ final class TestHTTPServer: Sendable {
         return false
     }
 
-    var requests: [Request] { state.withLock { $0.requests } }
-    var bodyBytesSent: Int { state.withLock { $0.bodyBytesSent } }
+    public var requests: [Request] { state.withLock { $0.requests } }
+    public var bodyBytesSent: Int { state.withLock { $0.bodyBytesSent } }
     /// Connections on which a write failed or a read saw the end because the client closed.
-    var peerClosures: Int { state.withLock { $0.peerClosures } }
-    var isStopping: Bool { state.withLock { $0.stopping } }
+    public var peerClosures: Int { state.withLock { $0.peerClosures } }
+    public var isStopping: Bool { state.withLock { $0.stopping } }
 
-    func url(_ path: String, host: String = "127.0.0.1") -> String {
+    public func url(_ path: String, host: String = "127.0.0.1") -> String {
         "http://\(host):\(port)\(path)"
     }
 
@@ -128,7 +128,7 @@ final class TestHTTPServer: Sendable {
     fileprivate func countBody(_ count: Int) { state.withLock { $0.bodyBytesSent += count } }
     fileprivate func countPeerClosure() { state.withLock { $0.peerClosures += 1 } }
 
-    static func localPort(_ fd: Int32) -> Int {
+    public static func localPort(_ fd: Int32) -> Int {
         var address = sockaddr_in()
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) {
@@ -140,9 +140,9 @@ final class TestHTTPServer: Sendable {
 
 /// One accepted connection, as a route sees it. Every write reports whether the client was
 /// still there; a route stops at the first `false`.
-final class Connection: Sendable {
-    let fd: Int32
-    let server: TestHTTPServer
+public final class Connection: Sendable {
+    public let fd: Int32
+    public let server: TestHTTPServer
 
     init(fd: Int32, server: TestHTTPServer) {
         self.fd = fd
@@ -181,7 +181,7 @@ final class Connection: Sendable {
         return nil
     }
 
-    func send(_ bytes: some Collection<UInt8>) -> Bool {
+    public func send(_ bytes: some Collection<UInt8>) -> Bool {
         let array = Array(bytes)
         var offset = 0
         while offset < array.count {
@@ -196,26 +196,26 @@ final class Connection: Sendable {
         return true
     }
 
-    func send(head status: Int, reason: String = "Status", headers: [(String, String)]) -> Bool {
+    public func send(head status: Int, reason: String = "Status", headers: [(String, String)]) -> Bool {
         var text = "HTTP/1.1 \(status) \(reason)\r\n"
         for (name, value) in headers + [("Connection", "close")] { text += "\(name): \(value)\r\n" }
         return send(Array((text + "\r\n").utf8))
     }
 
     /// Body bytes: counted by the server once the kernel has taken them.
-    func send(body bytes: some Collection<UInt8>) -> Bool {
+    public func send(body bytes: some Collection<UInt8>) -> Bool {
         guard send(bytes) else { return false }
         server.countBody(bytes.count)
         return true
     }
 
-    func send(chunk bytes: some Collection<UInt8>) -> Bool {
+    public func send(chunk bytes: some Collection<UInt8>) -> Bool {
         send(Array((String(bytes.count, radix: 16) + "\r\n").utf8)) && send(body: bytes) && send(Array("\r\n".utf8))
     }
 
     /// Blocks until the client closes the connection (true) or `timeout` passes (false),
     /// discarding whatever it sends.
-    func waitForPeerClose(timeout: Duration) -> Bool {
+    public func waitForPeerClose(timeout: Duration) -> Bool {
         let deadline = ContinuousClock.now + timeout
         var buffer = [UInt8](repeating: 0, count: 1024)
         while ContinuousClock.now < deadline, !server.isStopping {
@@ -234,7 +234,7 @@ final class Connection: Sendable {
 extension TestHTTPServer {
     /// 200 with `body`, declared by Content-Length or sent chunked, in `piece`-sized writes
     /// with `pause` between them.
-    static func ok(
+    public static func ok(
         _ body: [UInt8], headers: [(String, String)] = [], chunked: Bool = false,
         piece: Int = 16384, pause: Duration = .zero
     ) -> Route {
@@ -254,20 +254,20 @@ extension TestHTTPServer {
         }
     }
 
-    static func status(_ code: Int, _ reason: String) -> Route {
+    public static func status(_ code: Int, _ reason: String) -> Route {
         { _, connection in
             _ = connection.send(head: code, reason: reason, headers: [("Content-Length", "0")])
         }
     }
 
-    static func redirect(_ code: Int = 302, to location: String) -> Route {
+    public static func redirect(_ code: Int = 302, to location: String) -> Route {
         { _, connection in
             _ = connection.send(head: code, reason: "Redirect", headers: [("Location", location), ("Content-Length", "0")])
         }
     }
 
     /// A complete head declaring `contentLength` bytes, then silence until the client leaves.
-    static func stallAfterHead(contentLength: Int = 1000) -> Route {
+    public static func stallAfterHead(contentLength: Int = 1000) -> Route {
         { _, connection in
             guard connection.send(head: 200, reason: "OK", headers: [("Content-Length", String(contentLength))]) else { return }
             _ = connection.waitForPeerClose(timeout: .seconds(10))
@@ -275,7 +275,7 @@ extension TestHTTPServer {
     }
 
     /// The start of a head that never ends.
-    static func endlessHead() -> Route {
+    public static func endlessHead() -> Route {
         { _, connection in
             guard connection.send(Array("HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\n".utf8)) else { return }
             _ = connection.waitForPeerClose(timeout: .seconds(10))
@@ -283,13 +283,13 @@ extension TestHTTPServer {
     }
 }
 
-func sleepFor(_ duration: Duration) {
+public func sleepFor(_ duration: Duration) {
     let (seconds, attoseconds) = duration.components
     usleep(UInt32(seconds * 1_000_000 + attoseconds / 1_000_000_000_000))
 }
 
 extension sockaddr_in {
-    static func loopback(port: UInt16) -> sockaddr_in {
+    public static func loopback(port: UInt16) -> sockaddr_in {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
@@ -298,14 +298,14 @@ extension sockaddr_in {
     }
 }
 
-struct SocketError: Error, CustomStringConvertible {
+public struct SocketError: Error, CustomStringConvertible {
     var errno: Int32
     var call: String
 
-    init(errno: Int32, _ call: String) {
+    public init(errno: Int32, _ call: String) {
         self.errno = errno
         self.call = call
     }
 
-    var description: String { "\(call): \(String(cString: strerror(errno)))" }
+    public var description: String { "\(call): \(String(cString: strerror(errno)))" }
 }
