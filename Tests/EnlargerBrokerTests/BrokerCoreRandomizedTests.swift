@@ -68,6 +68,8 @@ private final class Simulation {
         var cancelled = false
         var started = false
         var degradedSent = false
+        /// For a file job: the version it reported opening.
+        var opened: Data?
     }
 
     struct SimWorker {
@@ -108,6 +110,11 @@ private final class Simulation {
     /// The image of the Submit being sent, and of each live request.
     var submitting: Bytes = []
     var images: [String: Bytes] = [:]
+    /// File sources: the file each live file request names, and each file's current version
+    /// (it changes now and then, as a file on disk would).
+    var submittingFile: String?
+    var fileOf: [String: String] = [:]
+    var fileVersions = ["f0": 0, "f1": 0]
     /// The batch the Submit being sent names, if any, and each live request's batch.
     var submittingBatch: (id: String, size: UInt32)?
     var batchOf: [String: String] = [:]
@@ -178,6 +185,7 @@ private final class Simulation {
         case 88..<89: unreachable()
         case 89..<91: status()
         case 91..<93: backlog()
+        case 93..<94: fileChanges()
         default: timePasses(upTo: 250)
         }
     }
@@ -200,8 +208,16 @@ private final class Simulation {
         // Two images, often named by their digest (so requests share jobs and cached
         // results), now and then with a digest that belongs to the other image.
         let which = Int.random(in: 0..<2, using: &rng)
-        let image = Bytes(repeating: 0xD8 + UInt8(which), count: rng.chance(0.03) ? 65 : 8)
-        if rng.chance(0.6) {
+        var image = Bytes(repeating: 0xD8 + UInt8(which), count: rng.chance(0.03) ? 65 : 8)
+        submittingFile = nil
+        if rng.chance(0.3) {
+            // A file source: no bytes, no digest; what it is, only its worker finds out.
+            image = []
+            submittingFile = "f\(which)"
+            submit.source.file.path = "f\(which)"
+            submit.source.noShare = rng.chance(0.1)
+            cacheKeys[requestID] = nil
+        } else if rng.chance(0.6) {
             let named = rng.chance(0.05) ? 1 - which : which
             submit.source.inline.sha256 = Data(repeating: UInt8(named), count: 32)
             cacheKeys[requestID] = "\(named) \(delivery == .degraded ? "degraded" : "final")"
@@ -341,6 +357,27 @@ private final class Simulation {
             return
         }
 
+        if let file = job.hasSource ? (job.source.file.path.isEmpty ? nil : job.source.file.path) : nil,
+           held.opened == nil, rng.chance(0.8) {
+            // A file job names the version it opened before anything else (now and then
+            // after a download step).
+            if rng.chance(0.3) {
+                send(worker: peer, WorkerToBrokerMessage<Bytes>.jobDownload(.with {
+                    $0.jobID = job.jobID
+                    $0.attempt = job.attempt
+                    $0.phase = .progress
+                    $0.bytes = 10
+                }).encoded().frames)
+            }
+            let identity = Self.identity(file, fileVersions[file]!)
+            workers[index].jobs[position].opened = identity
+            send(worker: peer, WorkerToBrokerMessage<Bytes>.jobSourceOpened(.with {
+                $0.jobID = job.jobID
+                $0.attempt = job.attempt
+                $0.identity = identity
+            }).encoded().frames)
+            return
+        }
         let roll = Int.random(in: 0..<10, using: &rng)
         if !held.started && roll < 3 {
             workers[index].jobs[position].started = true
@@ -350,10 +387,10 @@ private final class Simulation {
             }).encoded().frames)
         } else if job.delivery == .progressive && !held.degradedSent && roll < 6 {
             workers[index].jobs[position].degradedSent = true
-            sendResult(peer, job, stage: .degraded, terminal: false)
+            sendResult(peer, job, stage: .degraded, terminal: false, opened: held.opened)
         } else if roll < 9 {
             workers[index].jobs.remove(at: position)
-            sendResult(peer, job, stage: job.delivery == .degraded ? .degraded : .final, terminal: true)
+            sendResult(peer, job, stage: job.delivery == .degraded ? .degraded : .final, terminal: true, opened: held.opened)
         } else {
             workers[index].jobs.remove(at: position)
             send(worker: peer, WorkerToBrokerMessage<Bytes>.jobFailed(.with {
@@ -365,7 +402,20 @@ private final class Simulation {
         }
     }
 
-    private func sendResult(_ peer: PeerID, _ job: Enlarger_V1_Job, stage: Enlarger_V1_Stage, terminal: Bool) {
+    /// The identity a worker reports for `file` at `version`.
+    static func identity(_ file: String, _ version: Int) -> Data {
+        Data("file\u{0}\(file)\u{0}\(version)".utf8)
+    }
+
+    /// A file changes on disk: jobs that open it from now on find another version.
+    private func fileChanges() {
+        let file = ["f0", "f1"].randomElement(using: &rng)!
+        fileVersions[file]! += 1
+    }
+
+    private func sendResult(
+        _ peer: PeerID, _ job: Enlarger_V1_Job, stage: Enlarger_V1_Stage, terminal: Bool, opened: Data? = nil
+    ) {
         let verified = job.hasSource && rng.chance(0.8)
         let result = Enlarger_V1_JobResult.with {
             $0.jobID = job.jobID
@@ -378,6 +428,9 @@ private final class Simulation {
         }
         if verified && terminal, let named = job.source.inline.sha256.first {
             vouched.insert("\(named) \(stage == .degraded ? "degraded" : "final")")
+        }
+        if verified && terminal, let opened {
+            vouched.insert("\(opened.base64EncodedString()) \(stage == .degraded ? "degraded" : "final")")
         }
         send(worker: peer, WorkerToBrokerMessage.jobResult(result, image: Bytes([1, 2, 3])).encoded().frames)
     }
@@ -484,6 +537,7 @@ private final class Simulation {
             if owner != nil { problem("\(id) accepted while live for \(owner!)") }
             answeredFromCache = 0
             images[id] = submitting
+            fileOf[id] = submittingFile
             batchOf[id] = submittingBatch?.id
             if let batch = submittingBatch, openBatches[batch.id] == nil { openBatches[batch.id] = (batch.size, 0) }
             live[id] = (peer, Track(delivery: pending.delivery))
@@ -511,13 +565,20 @@ private final class Simulation {
             if case .result(let result, _) = event, result.stage != (track.delivery == .degraded ? .degraded : .final) {
                 problem("terminal \(event.summary) does not fit delivery \(track.delivery)")
             }
-            if case .result(let result, _) = event, result.cached {
+            if case .result(let result, _) = event, result.cached, let file = fileOf[id] {
+                // Answered when its worker opened the file: only from the version it found,
+                // the current one, never a stale one.
+                let key = "\(Self.identity(file, fileVersions[file]!).base64EncodedString()) \(result.stage == .degraded ? "degraded" : "final")"
+                if !vouched.contains(key) { problem("\(id) answered from the cache with no vouched result of \(file)'s current version") }
+                answeredFromCache += 1
+            } else if case .result(let result, _) = event, result.cached {
                 guard let key = cacheKeys[id], vouched.contains(key) else {
                     return problem("\(id) answered from the cache with no vouched result for \(cacheKeys[id] ?? "no digest")")
                 }
                 answeredFromCache += 1
             }
             live[id] = nil
+            fileOf[id] = nil
             endedLoudly += 1
             if case .result = event, let batch = batchOf[id] { openBatches[batch]?.finished += 1 }
             batchOf[id] = nil
@@ -530,7 +591,7 @@ private final class Simulation {
             if expectedErrors[peer, default: 0] == 0 { problem("unexpected error to client \(peer)") }
             expectedErrors[peer] = expectedErrors[peer]! - 1 == 0 ? nil : expectedErrors[peer]! - 1
         case .download:
-            problem("\(event.summary) to \(peer): no request here has a URL source")
+            if owner != peer || fileOf[id] == nil { problem("\(event.summary) to \(peer), owner \(String(describing: owner))") }
         case .cancelAck, .statusReply, .pong, .syncReply:
             break
         case .batchEnded(let ended):
@@ -626,11 +687,13 @@ private final class Simulation {
         var harness = CoreHarness()
         harness.core = broker
         for inconsistency in harness.inconsistencies { problem(inconsistency) }
-        // Requests share a job only when they sent the same bytes.
+        // Requests share a job only when they sent the same bytes, and named the same file.
         for (jobID, job) in broker.jobs {
             for key in job.requests where images[key.id] != job.image {
                 problem("request \(key.id) with other bytes shares job \(jobID)")
             }
+            let files = Set(job.requests.map { fileOf[$0.id] ?? "-" })
+            if files.count > 1 { problem("requests for \(files.sorted()) share job \(jobID)") }
         }
         if broker.liveRequestCount != live.count {
             problem("broker has \(broker.liveRequestCount) live requests, clients see \(live.count)")
@@ -680,7 +743,8 @@ private final class Simulation {
                 $0.attempt = job.attempt
             }).encoded().frames)
         } else {
-            sendResult(workers[index].peer, job, stage: job.delivery == .degraded ? .degraded : .final, terminal: true)
+            sendResult(workers[index].peer, job, stage: job.delivery == .degraded ? .degraded : .final, terminal: true,
+                       opened: held.opened)
         }
     }
 
