@@ -12,12 +12,7 @@ bench="$(dirname "$enlarger")/enlarger-bench"
 rounds="${1:-5}"
 copies="${2:-4}"
 mapfile -t photos < <(photos)
-work="$(mktemp -d)"
-runtime="$work/run"
-"$enlarger" serve --workers 2 --concurrency 1 --runtime-dir "$runtime" >"$work/serve.log" 2>&1 &
-serve=$!
-trap 'kill $serve 2>/dev/null; wait $serve 2>/dev/null; rm -rf "$work"' EXIT
-until "$enlarger" status --runtime-dir "$runtime" 2>/dev/null | grep -q "^workers 2"; do sleep 0.2; done
+start_serve
 
 mkdir -p "$work/in"
 files=()

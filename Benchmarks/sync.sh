@@ -9,12 +9,7 @@
 source "$(dirname "$0")/common.sh"
 rounds="${1:-3}"
 copies="${2:-2}"
-work="$(mktemp -d)"
-runtime="$work/run"
-"$enlarger" serve --workers 2 --concurrency 1 --runtime-dir "$runtime" >"$work/serve.log" 2>&1 &
-serve=$!
-trap 'kill $serve 2>/dev/null; wait $serve 2>/dev/null; rm -rf "$work"' EXIT
-until "$enlarger" status --runtime-dir "$runtime" 2>/dev/null | grep -q "^workers 2"; do sleep 0.2; done
+start_serve
 
 # The files both tools read: those `enlarger info` accepts (vipsthumbnail gets the same list).
 mkdir -p "$work/src"

@@ -16,7 +16,8 @@ public enum RequestEvent: Sendable, Equatable {
     /// What the image's header says: the one result (and last event) of `EnlargerClient.info`.
     case info(ImageInfo)
     /// How the download of a URL source is going: `.started`, `.progress` (at most a few a
-    /// second), `.finished`, all before the results. Never the last event.
+    /// second), `.finished`, all before the results (an info request stops the download once
+    /// the header is in, without `.finished`). Never the last event.
     case download(DownloadProgress)
 }
 

@@ -151,7 +151,7 @@ extension BrokerCore {
             nextJobID += 1
             jobs[jobID] = Job(
                 spec: submit.spec, delivery: submit.delivery, image: image, source: submit.source,
-                shareKey: shareKey, requests: [key])
+                submittedKey: shareKey, shareKey: shareKey, requests: [key])
             if let shareKey, configuration.shareJobs, sharedJobs[shareKey] == nil { sharedJobs[shareKey] = jobID }
             liveImageBytes += image.count
             queue.append(jobID)

@@ -34,7 +34,9 @@ extension BrokerCore {
                                  now: now, &actions)
                 return
             }
-            let versionKey = opened.identity.isEmpty ? nil : job.shareKey?.withVersion(opened.identity)
+            // The key is made from what the Submit asked for (scope, spec, delivery), so a
+            // no_share request (no key) stays unshared.
+            let versionKey = opened.identity.isEmpty ? nil : job.submittedKey?.withVersion(opened.identity)
             guard job.shareKey != versionKey else { return }
             if let old = job.shareKey, sharedJobs[old] == jobID { sharedJobs[old] = nil }
             jobs[jobID]!.shareKey = nil
@@ -46,18 +48,20 @@ extension BrokerCore {
                 dispatch(now: now, &actions)
                 return
             }
-            counters.cacheMisses += UInt64(job.requests.count { requests[$0] != nil })
-            guard configuration.shareJobs else {
-                jobs[jobID]!.shareKey = versionKey
-                return
-            }
-            if let other = sharedJobs[versionKey], other != jobID, jobs[other] != nil {
-                withdraw(jobID, now: now, &actions)
-                merge(jobID, into: other, &actions)
-                dispatch(now: now, &actions)
-                return
-            }
+            if job.attempt == 1 { counters.cacheMisses += UInt64(job.requests.count { requests[$0] != nil }) }
             jobs[jobID]!.shareKey = versionKey
+            guard configuration.shareJobs else { return }
+            if let other = sharedJobs[versionKey], other != jobID, let target = jobs[other] {
+                // Merging moves requests onto a job that runs now and has sent them nothing
+                // this one has not: a first attempt with no degraded result yet, into a job a
+                // worker holds. Otherwise this job keeps its requests and takes the key over.
+                if job.attempt == 1, !job.degradedSent, target.worker != nil {
+                    withdraw(jobID, now: now, &actions)
+                    merge(jobID, into: other, &actions)
+                    dispatch(now: now, &actions)
+                    return
+                }
+            }
             sharedJobs[versionKey] = jobID
         case .cancelled, .late:
             counters.lateResultsDropped += 1
@@ -113,10 +117,19 @@ extension BrokerCore {
     }
 
     /// Download progress goes to every request on the job; it ends none of them.
-    mutating func jobDownload(_ download: Enlarger_V1_JobDownload, workerAt index: Int, _ actions: inout [Action]) {
+    mutating func jobDownload(
+        _ download: Enlarger_V1_JobDownload, workerAt index: Int, now: MonotonicInstant, _ actions: inout [Action]
+    ) {
         switch classify(jobID: download.jobID, attempt: download.attempt, workerAt: index) {
         case .current:
             guard let job = jobs[download.jobID] else { return }
+            guard [.started, .progress, .finished].contains(download.phase), !Self.isInline(job.source),
+                  job.source.kind != nil else {
+                abandonBrokenJob(download.jobID, workerAt: index,
+                                 reason: "job \(download.jobID): JobDownload with phase \(download.phase) for this source",
+                                 now: now, &actions)
+                return
+            }
             var event = Enlarger_V1_Download()
             event.phase = download.phase
             event.bytes = download.bytes

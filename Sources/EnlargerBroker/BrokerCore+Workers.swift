@@ -51,7 +51,7 @@ extension BrokerCore {
         case (.jobSourceOpened(let opened), .some(let index)):
             sourceOpened(opened, workerAt: index, now: now, &actions)
         case (.jobDownload(let download), .some(let index)):
-            jobDownload(download, workerAt: index, &actions)
+            jobDownload(download, workerAt: index, now: now, &actions)
         }
     }
 
@@ -422,6 +422,11 @@ extension BrokerCore {
     private mutating func send(_ jobID: UInt64, toWorkerAt index: Int, now: MonotonicInstant, _ actions: inout [Action]) {
         guard var job = jobs[jobID] else { return }
         if job.firstDispatchedAt == nil { job.firstDispatchedAt = now }
+        // A version names what one attempt opened: the next attempt may find another.
+        if let key = job.shareKey, key.kind == .version {
+            if sharedJobs[key] == jobID { sharedJobs[key] = nil }
+            job.shareKey = nil
+        }
         job.attempt += 1
         job.worker = workers[index].id
         jobs[jobID] = job

@@ -64,9 +64,12 @@ public struct BrokerCore<Payload: FrameBytes> {
         /// As the first Submit named it: the worker checks a digest, opens a file, downloads
         /// a URL.
         let source: Enlarger_V1_ImageSource
-        /// Set when identical requests may share this job (and, naming a version, its result
+        /// The key its first Submit gave it: a digest, or a file or URL's location (nil: it is
+        /// neither shared nor cached).
+        let submittedKey: ShareKey?
+        /// Set while identical requests may share this job (and, naming a version, its result
         /// may be cached). A file or URL job's key names its location until the worker reports
-        /// the version it opened.
+        /// the version it opened, then that version, for the attempt that opened it only.
         var shareKey: ShareKey?
         /// Its requests in the order they came; the first owns it (its id names the job to
         /// the worker, and the job is held back on its client's list).

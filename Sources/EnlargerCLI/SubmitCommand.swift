@@ -182,20 +182,10 @@ struct SubmitCommand: AsyncParsableCommand {
         var requests: [ResizeRequest] = []
         for (index, input) in inputs.enumerated() {
             let imageSource: ImageSource
-            switch source {
-            case .local:
-                let bytes: [UInt8]
-                do {
-                    bytes = try InputSource.read(input, maxBytes: maxBytes)
-                } catch {
-                    throw CLIError("\(input): \(error.message) (nothing was sent)")
-                }
-                if let problem = InputSource.notAnImage(bytes, input: input) {
-                    throw CLIError("\(input): \(problem.message) (nothing was sent)")
-                }
-                imageSource = .bytes(bytes)
-            case .file: imageSource = .file(path: input)
-            case .url: imageSource = .url(input)
+            do {
+                imageSource = try self.imageSource(input)
+            } catch {
+                throw CLIError("\(input): \(error.message) (nothing was sent)")
             }
             requests.append(ResizeRequest(
                 id: idPrefix.map { "\($0)-\(index)" } ?? UUID().uuidString, source: imageSource, options: image.resizeOptions,
@@ -288,6 +278,21 @@ struct SubmitCommand: AsyncParsableCommand {
         }
     }
 
+    /// What a request for `input` names: its bytes, read here and checked to be an image in a
+    /// format the service reads; or, with `--source file|url`, the path or URL as given.
+    private func imageSource(_ input: String) throws(ImagingError) -> ImageSource {
+        switch source {
+        case .local:
+            let bytes = try InputSource.read(input, maxBytes: maxBytes)
+            if let problem = InputSource.notAnImage(bytes, input: input) { throw problem }
+            return .bytes(bytes)
+        case .file:
+            return .file(path: input)
+        case .url:
+            return .url(input)
+        }
+    }
+
     /// Submits every input, at most `inFlight` at a time, until all have ended or the run stops.
     private func submitAll(ids: [String], options: ResizeOptions, client: EnlargerClient, live: LiveRequests,
                            display: SubmitDisplay) async -> SubmitSummary {
@@ -342,20 +347,10 @@ struct SubmitCommand: AsyncParsableCommand {
             return .failed(code: code)
         }
         let imageSource: ImageSource
-        switch source {
-        case .local:
-            let bytes: [UInt8]
-            do {
-                bytes = try InputSource.read(input, maxBytes: maxBytes)
-            } catch {
-                return fail("failed", code: error.code.rawValue, message: error.message)
-            }
-            if let problem = InputSource.notAnImage(bytes, input: input) {
-                return fail("failed", code: problem.code.rawValue, message: problem.message)
-            }
-            imageSource = .bytes(bytes)
-        case .file: imageSource = .file(path: input)
-        case .url: imageSource = .url(input)
+        do {
+            imageSource = try self.imageSource(input)
+        } catch {
+            return fail("failed", code: error.code.rawValue, message: error.message)
         }
         let name = source.outputName(input)
         var timings: [String] = []

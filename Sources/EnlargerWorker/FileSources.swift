@@ -164,6 +164,19 @@ final class OpenedFile {
         return bytes
     }
 
+    /// Whether the file was last written at least a second before it was opened. The kernel
+    /// stamps times from a coarse clock, so a file rewritten (at the same size) within the
+    /// same tick as its previous write would keep its name; results of a file that fresh are
+    /// delivered but not cached.
+    var isSettled: Bool {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let nanoseconds = Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+        return nanoseconds - max(version.modifiedNanoseconds, version.changedNanoseconds) >= Self.settlingNanoseconds
+    }
+
+    static let settlingNanoseconds: Int64 = 1_000_000_000
+
     /// Whether the file still is the version that was opened (its size, times and inode).
     var isUnchanged: Bool {
         var status = stat()

@@ -173,7 +173,10 @@ final class JobThreads: Sendable {
         do throws(SourceFailure) {
             let file = try root.open(path)
             mailbox.post(.sourceOpened(job.token, identity: file.identity))
-            if job.infoOnly { return try readInfo(of: file, job, pipeline: pipeline, mailbox: mailbox, figures: &figures) }
+            if job.infoOnly {
+                return try readInfo(of: file, job, limit: sources.maxInputBytes, pipeline: pipeline, mailbox: mailbox,
+                                    figures: &figures)
+            }
             guard file.size <= sources.maxInputBytes else {
                 return .failed(ImagingError(.tooLarge, "\(path) has \(file.size) bytes, over the limit of \(sources.maxInputBytes)"))
             }
@@ -181,7 +184,7 @@ final class JobThreads: Sendable {
             figures.bytesIn = bytes.count
             // A file rewritten while it was read may be neither this version nor the next:
             // its results are delivered, but not cached or shared.
-            mailbox.post(.sourceRead(job.token, verified: bytes.count == file.size && file.isUnchanged))
+            mailbox.post(.sourceRead(job.token, verified: bytes.count == file.size && file.isUnchanged && file.isSettled))
             return bytes.withUnsafeBytes { input in
                 run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures)
             }
@@ -191,12 +194,14 @@ final class JobThreads: Sendable {
     }
 
     /// The header's facts from as little of the file as they need: 64 KiB, then four times
-    /// as much each time the header reaches past what was read.
+    /// as much each time the header may reach past what was read (the prefix ends in the
+    /// middle of it: truncated, or damaged where it was cut), never more than `limit`.
     private static func readInfo(
-        of file: OpenedFile, _ job: JobStart<Message>, pipeline: ImagePipeline, mailbox: Mailbox<WorkerMail>,
-        figures: inout JobFigures
+        of file: OpenedFile, _ job: JobStart<Message>, limit: Int, pipeline: ImagePipeline,
+        mailbox: Mailbox<WorkerMail>, figures: inout JobFigures
     ) throws(SourceFailure) -> JobOutcome {
-        var count = min(file.size, Self.infoPrefixBytes)
+        let most = min(file.size, limit)
+        var count = min(most, Self.infoPrefixBytes)
         while true {
             let bytes = try file.read(upTo: count, cancel: job.control.flag)
             figures.bytesIn = bytes.count
@@ -212,9 +217,16 @@ final class JobThreads: Sendable {
                     return .failed(error)
                 }
             case .failure(let error):
-                // Only the whole file's failure is the image's.
-                guard bytes.count == count, count < file.size else { return .failed(error) }
-                count = min(file.size, count * 4)
+                // A prefix fails as truncated (or as damaged where it was cut); anything else
+                // (not an image, over a limit) is the image's answer already.
+                let mayGoOn = error.code == .truncated || error.code == .corrupt
+                guard mayGoOn, bytes.count == count, count < most else {
+                    if mayGoOn, count < file.size, count == limit {
+                        return .failed(ImagingError(.tooLarge, "the header of \(file.path) goes on past \(limit) bytes"))
+                    }
+                    return .failed(error)
+                }
+                count = min(most, count * 4)
             }
         }
     }
@@ -291,11 +303,12 @@ final class JobThreads: Sendable {
         }
     }
 
-    /// The broker's name for the response's version: its final URL and validator; empty (no
-    /// name, so no caching or sharing) without a validator.
+    /// The broker's name for the response's version: the SHA-256 of its final URL and
+    /// validator (a URL may be longer than the identity's limit); empty (no name, so no
+    /// caching or sharing) without a validator.
     private static func identity(of head: FetchedHead) -> Data {
         guard let validator = head.validator else { return Data() }
-        return Data("url\u{0}\(head.finalURL)\u{0}\(validator)".utf8)
+        return Data("url\u{0}".utf8) + Data(SHA256.hash(data: Data("\(head.finalURL)\u{0}\(validator)".utf8)))
     }
 }
 

@@ -80,7 +80,9 @@ extension Outbox.Importance {
     init<Payload>(of message: WorkerToBrokerMessage<Payload>) {
         switch message {
         case .heartbeat: self = .droppable
-        case .jobStarted, .jobSourceOpened: self = .optional
+        case .jobStarted: self = .optional
+        // At most one per attempt, and what lets the broker tell versions apart: never dropped.
+        case .jobSourceOpened: self = .required
         case .jobDownload(let download): self = download.phase == .progress ? .droppable : .optional
         case .jobResult(let result, _): self = result.terminal ? .required : .optional
         case .jobFailed, .jobCancelled, .ready, .disconnect: self = .required

@@ -64,13 +64,7 @@ public final class WorkerService: Sendable {
         self.configuration = configuration
         // Its thread starts now, before any job brings the process near its memory cap.
         BufferReaper.start()
-        let urls = configuration.urlSources.map { policy in
-            var policy = policy
-            policy.maxBytes = configuration.limits.maxInputBytes
-            return URLFetcher(policy: policy)
-        }
-        sources = SourceAccess(files: try configuration.filesRoot.map { path throws(WorkerSetupError) in try FilesRoot(path: path) },
-                               maxInputBytes: configuration.limits.maxInputBytes, urls: urls)
+        let files = try configuration.filesRoot.map { path throws(WorkerSetupError) in try FilesRoot(path: path) }
         let mailbox = try Mailbox<WorkerMail>()
         self.mailbox = mailbox
         if let address = configuration.metricsAddress {
@@ -83,6 +77,18 @@ public final class WorkerService: Sendable {
         } else {
             telemetry = nil
         }
+        // Last: nothing after it throws, so its event loop thread is never left behind.
+        let urls = configuration.urlSources.map { policy in
+            var policy = policy
+            policy.maxBytes = configuration.limits.maxInputBytes
+            return URLFetcher(policy: policy)
+        }
+        sources = SourceAccess(files: files, maxInputBytes: configuration.limits.maxInputBytes, urls: urls)
+    }
+
+    deinit {
+        // A service that never ran still owns the fetcher's event loop.
+        sources.urls?.shutdown()
     }
 
     /// Serves the broker on the calling thread until `stop()`; then leaves gracefully and

@@ -1,8 +1,8 @@
 /// The head of the response a body comes from (after any redirects).
 public struct FetchedHead: Sendable, Equatable {
     public var finalURL: SourceURL
-    /// What identifies this version of the source: `etag:<ETag>` when the server sent an
-    /// ETag, else `last-modified:<Last-Modified>`, else nil.
+    /// What identifies this version of the source: `etag:<ETag>` when the server sent a
+    /// strong ETag, else `last-modified:<Last-Modified>`, else nil.
     public var validator: String?
     /// The Content-Length, when the server declared one.
     public var expectedBytes: Int?

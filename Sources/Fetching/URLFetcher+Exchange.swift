@@ -135,7 +135,8 @@ extension URLFetcher {
     }
 
     static func validator(_ headers: HTTPHeaders) -> String? {
-        if let etag = headers.first(name: "etag") { return "etag:\(etag)" }
+        // A weak ETag (W/"…") names content that is only "equivalent": not this version's bytes.
+        if let etag = headers.first(name: "etag"), !etag.hasPrefix("W/") { return "etag:\(etag)" }
         if let lastModified = headers.first(name: "last-modified") { return "last-modified:\(lastModified)" }
         return nil
     }

@@ -25,6 +25,8 @@ final class SourceEndToEndTests: XCTestCase {
         let other = try Corpus.good("bimg_test_exif_full.jpg")
         let path = root.appendingPathComponent("photo.jpg")
         try Data(photo).write(to: path)
+        // Only files last written a second or more before they are read are cached.
+        try await Task.sleep(for: .milliseconds(1100))
 
         let cluster = try Cluster(self)
         try cluster.startThreadWorkers(1, concurrency: 2) { $0.filesRoot = root.path }
@@ -55,6 +57,7 @@ final class SourceEndToEndTests: XCTestCase {
 
         // Rewritten (a different photo under the same name): never the stale result.
         try Data(other).write(to: path)
+        try await Task.sleep(for: .milliseconds(1100))
         let changed = try await client.resize(ResizeRequest(source: .file(path: "photo.jpg"), options: options,
                                                             delivery: .final))
         XCTAssertFalse(changed.cached)
@@ -105,6 +108,7 @@ final class SourceEndToEndTests: XCTestCase {
     func testIdenticalFileRequestsInFlightShareOneRead() async throws {
         let root = try filesRoot()
         try Data(try Corpus.good("sharp_2569067123_aca715a2ee_o.jpg")).write(to: root.appendingPathComponent("p.jpg"))
+        try await Task.sleep(for: .milliseconds(1100))
         let cluster = try Cluster(self)
         try cluster.startThreadWorkers(1, concurrency: 1) { $0.filesRoot = root.path }
         let probe = try cluster.client()

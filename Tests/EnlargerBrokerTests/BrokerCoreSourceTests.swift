@@ -277,6 +277,37 @@ final class BrokerCoreSourceTests: XCTestCase {
         assertConsistent(broker)
     }
 
+    func testAJobOnlyMergesIntoAJobAWorkerRunsAndADroppedVersionIsNotKept() {
+        var broker = CoreHarness()
+        broker.ready(w1)
+        broker.ready(w2)
+        submit(&broker, alice, "a")
+        let onFirst = broker.jobs(for: w1)
+        let onSecond = broker.jobs(for: w2)
+        let first = onFirst + onSecond
+        XCTAssertEqual(first.count, 1)
+        let holder = onFirst.isEmpty ? w2 : w1
+        opened(&broker, holder, first[0], Self.version1)
+        XCTAssertEqual(broker.core.sharedJobs.count, 1)
+        // Its worker is lost: the job waits in quarantine, its version forgotten (the next
+        // attempt may find another).
+        broker.workerUnreachable(holder)
+        XCTAssertTrue(broker.core.sharedJobs.isEmpty, "\(broker.core.sharedJobs)")
+        let other = holder == w1 ? w2 : w1
+        let retried = broker.jobs(for: other)
+        XCTAssertEqual(retried.map(\.attempt), [2])
+        guard !retried.isEmpty else { return }
+        opened(&broker, other, retried[0], Self.version1)
+        XCTAssertEqual(broker.core.sharedJobs.count, 1)
+        assertConsistent(broker)
+
+        // JobDownload with a phase that is not a download step breaks the protocol.
+        download(&broker, other, retried[0], .unspecified, bytes: 0)
+        XCTAssertEqual(broker.events(for: alice).map(\.summary).last, "failed a internal")
+        XCTAssertEqual(broker.core.totals.protocolBreaches, 1)
+        assertConsistent(broker)
+    }
+
     func testARetryThatFindsAnotherVersionMovesToIt() {
         var broker = CoreHarness()
         broker.ready(w1)

@@ -47,8 +47,17 @@ final class URLFetcherTests: XCTestCase {
         let server = try serve([
             "/modified": TestHTTPServer.ok([1, 2, 3], headers: [("Last-Modified", "Tue, 01 Apr 2025 10:00:00 GMT")]),
             "/plain": TestHTTPServer.ok([1, 2, 3]),
+            "/weak": TestHTTPServer.ok([1, 2, 3], headers: [("ETag", "W/\"v1\""),
+                                                            ("Last-Modified", "Tue, 01 Apr 2025 10:00:00 GMT")]),
+            "/strong": TestHTTPServer.ok([1, 2, 3], headers: [("ETag", "\"v1\""),
+                                                              ("Last-Modified", "Tue, 01 Apr 2025 10:00:00 GMT")]),
         ])
         let fetcher = fetcher()
+        let strong = try fetcher.fetch(server.url("/strong"), cancellation: .init(), events: { _ in })
+        XCTAssertEqual(strong.head.validator, "etag:\"v1\"")
+        let weak = try fetcher.fetch(server.url("/weak"), cancellation: .init(), events: { _ in })
+        XCTAssertEqual(weak.head.validator, "last-modified:Tue, 01 Apr 2025 10:00:00 GMT",
+                       "a weak ETag does not name the bytes")
         let modified = try fetcher.fetch(server.url("/modified"), cancellation: .init(), events: { _ in })
         XCTAssertEqual(modified.head.validator, "last-modified:Tue, 01 Apr 2025 10:00:00 GMT")
         let plain = try fetcher.fetch(server.url("/plain"), cancellation: .init(), events: { _ in })

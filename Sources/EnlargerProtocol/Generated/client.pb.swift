@@ -118,8 +118,10 @@
 // The worker checks the digest before decoding; if it does not match, every request on the
 // job fails with DIGEST_MISMATCH and nothing is cached. The broker lets a request join a
 // job only when its payload is byte-for-byte the job's, so a wrong digest harms only the
-// request that sent it. A file that changes while it is read, and a response without a
-// validator, give results that are delivered but neither cached nor shared further.
+// request that sent it. A file that changes while it is read or was written less than a
+// second before (file times come from a coarse clock), and a response without a strong ETag
+// or a Last-Modified, give results that are delivered but not cached. A job retried on
+// another worker names the version that attempt opened.
 // ImageSource.no_share opts a file or URL request out of both.
 //
 // BATCHES

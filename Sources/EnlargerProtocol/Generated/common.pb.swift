@@ -804,8 +804,10 @@ public nonisolated struct Enlarger_V1_InlineSource: Sendable {
 
 /// A file under the root directory the worker's operator configured (`--files-root`). The
 /// Submit's payload frame is empty. The path is relative to that root and cannot leave it:
-/// `..`, absolute paths and symbolic links that point outside are refused (SOURCE_REFUSED),
-/// as are paths on a worker with no root configured. At most 1024 bytes of UTF-8.
+/// `..` above it, absolute paths, symbolic links that point outside or are absolute (even to
+/// a place inside), and /proc magic links are refused (SOURCE_REFUSED), as are FIFOs,
+/// devices, directories, and every path on a worker with no root configured. At most 1024
+/// bytes of UTF-8.
 public nonisolated struct Enlarger_V1_FileSource: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for

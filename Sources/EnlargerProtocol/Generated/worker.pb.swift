@@ -339,7 +339,7 @@ public nonisolated struct Enlarger_V1_JobSourceOpened: Sendable {
 
 /// Progress of a URL source's download, forwarded to every request on the job as Download.
 /// At most a few per second; STARTED once the response's head arrived, FINISHED when the
-/// whole body is in.
+/// whole body is in (an info job stops as soon as the header is in: no FINISHED).
 public nonisolated struct Enlarger_V1_JobDownload: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for

@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import unittest
 
 import enlarger
@@ -253,6 +254,8 @@ class FileSourceTest(unittest.TestCase):
         cls.root = tempfile.mkdtemp(prefix="enl-py-files-")
         with open(os.path.join(cls.root, "photo.jpg"), "wb") as f:
             f.write(corpus("bimg_test_exif_full.jpg"))
+        # The worker caches results only of files last written a second or more before.
+        time.sleep(1.1)
         cls.service = Service(workers=1, concurrency=2, worker_args=("--files-root", cls.root)).start()
         cls.client = cls.service.client()
 
