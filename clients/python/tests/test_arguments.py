@@ -49,7 +49,7 @@ class ArgumentsTest(unittest.TestCase):
             with self.subTest(timeout=bad):
                 self.assertIn("timeout", self.refused(width=10, timeout=bad))
         self.assertIn("image must be bytes", self.refused(image="a str", width=10))
-        self.assertIn("image must be bytes", self.refused(image=None, width=10))
+        self.assertIn("give exactly one of image, file and url", self.refused(image=None, width=10))
 
     def test_request_ids(self):
         for bad in ("", "x" * 65, "é" * 33, 42, "\ud800"):
