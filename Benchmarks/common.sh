@@ -15,12 +15,13 @@ photos() {
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-# Starts `enlarger serve` with 2 workers of 1 job each in a new temporary directory: sets
-# `work` (removed on exit, serve stopped) and `runtime`, and waits until both workers are in.
+# Starts `enlarger serve` with 2 workers of 1 job each (and any further serve options given)
+# in a new temporary directory: sets `work` (removed on exit, serve stopped) and `runtime`,
+# and waits until both workers are in.
 start_serve() {
     work="$(mktemp -d)"
     runtime="$work/run"
-    "$enlarger" serve --workers 2 --concurrency 1 --runtime-dir "$runtime" >"$work/serve.log" 2>&1 &
+    "$enlarger" serve --workers 2 --concurrency 1 --runtime-dir "$runtime" "$@" >"$work/serve.log" 2>&1 &
     serve=$!
     trap 'kill $serve 2>/dev/null; wait $serve 2>/dev/null; rm -rf "$work"' EXIT
     until "$enlarger" status --runtime-dir "$runtime" 2>/dev/null | grep -q "^workers 2"; do sleep 0.2; done

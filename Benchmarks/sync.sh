@@ -4,12 +4,15 @@
 # thumbnails through `enlarger serve` (2 workers, 1 job each), against `vipsthumbnail` over
 # the same files as 2 parallel processes. Each round starts from an empty mirror (a first
 # pass: every file is sent); then a second pass over the unchanged tree shows what the
-# manifest saves. Prints files/s each way and the median wall-time ratio.
+# manifest saves. The broker runs without its result cache and shared jobs, so every file of
+# every round is decoded and resized. Prints files/s each way and the median wall-time ratio.
 #   Benchmarks/sync.sh [ROUNDS] [COPIES]   (default 3 rounds, 2 copies)
 source "$(dirname "$0")/common.sh"
 rounds="${1:-3}"
 copies="${2:-2}"
-start_serve
+# No result cache and no shared jobs: the copies, and every round, are worked out afresh,
+# as vipsthumbnail works them (the cache would answer them from memory).
+start_serve --cache-mib 0 --no-share-jobs
 
 # The files both tools read: those `enlarger info` accepts (vipsthumbnail gets the same list).
 mkdir -p "$work/src"
@@ -19,7 +22,8 @@ for f in "$corpus"/good/*; do
     "$enlarger" info "$f" >/dev/null 2>&1 || continue
     for ((c = 0; c < copies; c++)); do
         mkdir -p "$work/src/$c"
-        ln -s "$f" "$work/src/$c/$(basename "$f")"
+        # Copies: sync mirrors regular files and does not follow symbolic links.
+        cp "$f" "$work/src/$c/$(basename "$f")"
         files+=("$work/src/$c/$(basename "$f")")
     done
 done
