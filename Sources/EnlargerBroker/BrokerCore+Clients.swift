@@ -176,11 +176,7 @@ extension BrokerCore {
         if joining != nil {
             // A late joiner hears of the attempt under way; a held job may now have a
             // client that reads.
-            let attempt = jobs[jobID]!.startedAttempt
-            if attempt > 0 {
-                requests[key]!.startedAttempt = attempt
-                send(.started(.with { $0.requestID = requestID; $0.attempt = attempt }), to: peer, &actions)
-            }
+            tellStarted(key, attempt: jobs[jobID]!.startedAttempt, &actions)
             if jobs[jobID]!.heldBack, client.waitingBytes == 0 { releaseHeldJobs([jobID]) }
         }
         dispatch(now: now, &actions)

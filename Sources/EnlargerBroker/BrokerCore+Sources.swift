@@ -23,7 +23,7 @@ extension BrokerCore {
         switch classify(jobID: jobID, attempt: opened.attempt, workerAt: index) {
         case .current:
             guard let job = jobs[jobID] else { return }
-            guard job.source.kind != nil, !Self.isInline(job.source) else {
+            guard job.source.namesPlace else {
                 abandonBrokenJob(jobID, workerAt: index, reason: "job \(jobID): JobSourceOpened for an inline source",
                                  now: now, &actions)
                 return
@@ -70,11 +70,6 @@ extension BrokerCore {
         }
     }
 
-    static func isInline(_ source: Enlarger_V1_ImageSource) -> Bool {
-        if case .inline? = source.kind { return true }
-        return false
-    }
-
     /// Every request on the job ends with the cached result, as if it had hit at Submit.
     private mutating func answerJobFromCache(
         _ jobID: UInt64, _ hit: ResultCache<Payload>.Hit, now: MonotonicInstant, _ actions: inout [Action]
@@ -104,13 +99,7 @@ extension BrokerCore {
             counters.jobsShared += 1
             requests[key]!.jobID = target
             jobs[target]!.requests.append(key)
-            if startedAttempt > 0, request.startedAttempt < startedAttempt {
-                requests[key]!.startedAttempt = startedAttempt
-                send(.started(.with {
-                    $0.requestID = request.requestID
-                    $0.attempt = startedAttempt
-                }), to: request.client, &actions)
-            }
+            tellStarted(key, attempt: startedAttempt, &actions)
             if (clients[request.client]?.waitingBytes ?? 0) == 0 { someoneReads = true }
         }
         if jobs[target]!.heldBack, someoneReads { releaseHeldJobs([target]) }
@@ -123,8 +112,11 @@ extension BrokerCore {
         switch classify(jobID: download.jobID, attempt: download.attempt, workerAt: index) {
         case .current:
             guard let job = jobs[download.jobID] else { return }
-            guard [.started, .progress, .finished].contains(download.phase), !Self.isInline(job.source),
-                  job.source.kind != nil else {
+            let isStep = switch download.phase {
+            case .started, .progress, .finished: true
+            case .unspecified, .UNRECOGNIZED: false
+            }
+            guard isStep, job.source.namesPlace else {
                 abandonBrokenJob(download.jobID, workerAt: index,
                                  reason: "job \(download.jobID): JobDownload with phase \(download.phase) for this source",
                                  now: now, &actions)

@@ -145,20 +145,24 @@ extension BrokerCore {
         case .current:
             guard let job = jobs[started.jobID], job.startedAttempt < started.attempt else { return }
             jobs[started.jobID]!.startedAttempt = started.attempt
-            for key in job.requests {
-                guard let request = requests[key], request.startedAttempt < started.attempt else { continue }
-                requests[key]!.startedAttempt = started.attempt
-                send(.started(.with {
-                    $0.requestID = request.requestID
-                    $0.attempt = started.attempt
-                }), to: request.client, &actions)
-            }
+            for key in job.requests { tellStarted(key, attempt: started.attempt, &actions) }
         case .cancelled, .late:
             counters.lateResultsDropped += 1
         case .malformed(let reason):
             workerSentMalformed(workers[index].id, reason, &actions)
         }
         _ = now
+    }
+
+    /// Tells a live request that `attempt` of its job has started, unless it knows already
+    /// (or nothing has started: attempt 0).
+    mutating func tellStarted(_ key: RequestKey, attempt: UInt32, _ actions: inout [Action]) {
+        guard let request = requests[key], request.startedAttempt < attempt else { return }
+        requests[key]!.startedAttempt = attempt
+        send(.started(.with {
+            $0.requestID = request.requestID
+            $0.attempt = attempt
+        }), to: request.client, &actions)
     }
 
     // Finality is decided here from the request's delivery, and the worker's `terminal`
@@ -439,9 +443,7 @@ extension BrokerCore {
         message.spec = job.spec
         message.delivery = job.degradedSent ? .final : job.delivery
         // An inline image without a digest needs no source at all.
-        if job.source.kind != nil && !(Self.isInline(job.source) && job.source.inline.sha256.isEmpty) {
-            message.source = job.source
-        }
+        if job.source.namesPlace || !job.source.inline.sha256.isEmpty { message.source = job.source }
         actions.append(.sendToWorker(workers[index].id, BrokerToWorkerMessage.job(message, image: job.image).encoded()))
     }
 

@@ -143,7 +143,7 @@ struct SourceOptions: ParsableArguments {
     var urlMaxRedirects = 5
 
     func validate() throws {
-        guard urlTimeout > 0 && urlTimeout <= 3600 else { throw ValidationError("--url-timeout must be 0 to 3600 seconds") }
+        guard urlTimeout > 0 && urlTimeout <= 3600 else { throw ValidationError("--url-timeout must be more than 0 and at most 3600 seconds") }
         guard (0...20).contains(urlMaxRedirects) else { throw ValidationError("--url-max-redirects must be 0 to 20") }
     }
 

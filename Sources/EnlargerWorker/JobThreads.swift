@@ -183,7 +183,7 @@ final class JobThreads: Sendable {
             let bytes = try file.read(upTo: file.size, cancel: job.control.flag)
             figures.bytesIn = bytes.count
             // A file rewritten while it was read may be neither this version nor the next:
-            // its results are delivered, but not cached or shared.
+            // its results are delivered, but not cached.
             mailbox.post(.sourceRead(job.token, verified: bytes.count == file.size && file.isUnchanged && file.isSettled))
             return bytes.withUnsafeBytes { input in
                 run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures)

@@ -147,7 +147,7 @@ extension WorkerCore {
         }
         lastToken += 1
         let control = JobControl()
-        let verified = if case .inline(let digest?) = source { !digest.isEmpty } else { false }
+        let verified = if case .inline(_?) = source { true } else { false }
         jobs[lastToken] = Job(key: key, requestID: job.requestID, control: control, verified: verified)
         tokens[key] = lastToken
         actions.append(.startJob(JobStart(token: lastToken, key: key, image: image, options: options,

@@ -90,7 +90,8 @@
 // A Submit names where its image comes from (ImageSource): inline in its payload frame
 // (the default), a file under the worker's files root, or an http(s) URL the worker
 // downloads. For a URL, Download events (STARTED, PROGRESS at most a few per second,
-// FINISHED) come before the request's results; Cancel during the download stops it. A
+// FINISHED) come before the request's results (an info request stops the download once the
+// header is in, without FINISHED); Cancel during the download stops it. A
 // request for DELIVERY_INFO reads no more of a file or a download than the image's header
 // needs. Sources the worker may not read end the request with Failed{SOURCE_REFUSED}, and
 // sources that cannot be read with Failed{SOURCE_UNAVAILABLE}.
