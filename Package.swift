@@ -29,6 +29,7 @@ let package = Package(
 
         // C: openat2(2), to open a file source beneath the worker's files root.
         .target(name: "CFiles"),
+        .target(name: "Mirroring", dependencies: ["CFiles"]),
         // A pthread mutex with Mutex's API: ThreadSanitizer sees its synchronisation.
         .target(name: "Locking"),
         // Deadline bookkeeping shared by the broker and client cores.
@@ -94,7 +95,7 @@ let package = Package(
             name: "EnlargerCLI",
             dependencies: [
                 "ImageModel", "Imaging", "Enlarger", "EnlargerBroker", "EnlargerWorker", "EnlargerProtocol", "ZeroMQ", "Locking",
-                "CLISupport", "Telemetry", "Fetching",
+                "CLISupport", "Telemetry", "Fetching", "Mirroring",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -131,6 +132,7 @@ let package = Package(
         .testTarget(name: "TimekeepingTests", dependencies: ["Timekeeping", "TestSupport"]),
         .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "TestSupport"]),
         .testTarget(name: "ImageModelTests", dependencies: ["ImageModel"]),
+        .testTarget(name: "MirroringTests", dependencies: ["Mirroring", "TestSupport"]),
         .testTarget(name: "FetchingTests", dependencies: ["Fetching", "Locking", "TestSupport"]),
         // The test images are read from the source tree (like the corpus), not bundled.
         .testTarget(name: "ImagingTests", dependencies: ["ImageModel", "Imaging", "TestSupport"], exclude: ["Images", "Regressions"]),

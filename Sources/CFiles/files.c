@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -27,4 +28,19 @@ int enlarger_open_beneath(int dirfd, const char *path) {
     (void)path;
     return -ENOSYS;
 #endif
+}
+
+int enlarger_rename_noreplace(const char *from, const char *to) {
+#if defined(__linux__) && defined(SYS_renameat2)
+    long result;
+    do {
+        result = syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
+    } while (result < 0 && errno == EINTR);
+    if (result == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS) return -errno;
+#endif
+    // No RENAME_NOREPLACE here: a hard link fails with EEXIST just the same.
+    if (link(from, to) != 0) return -errno;
+    unlink(from);
+    return 0;
 }

@@ -63,10 +63,8 @@ final class SyncWatcher {
     /// be set (then changes below it would go unseen).
     @discardableResult
     private func watch(_ relative: String) -> Bool {
-        let path = relative.isEmpty ? syncer.root : (syncer.root as NSString).appendingPathComponent(relative)
-        if URL(fileURLWithPath: path).standardizedFileURL.path == URL(fileURLWithPath: syncer.out).standardizedFileURL.path {
-            return true
-        }
+        let path = relative.isEmpty ? syncer.layout.source : syncer.layout.source + "/" + relative
+        if syncer.layout.isOut(path) { return true }  // thumbnails are not sources
         let mask = UInt32(IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE | IN_CREATE | IN_ATTRIB
                           | IN_DELETE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
         let wd = inotify_add_watch(fd, path, mask)

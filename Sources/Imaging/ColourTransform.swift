@@ -45,7 +45,11 @@ final class ColourTransform: @unchecked Sendable {
     /// `image` converted to sRGB, in a new buffer from `allocator`; checks `cancel` between
     /// bands of rows.
     func apply(_ image: PixelBuffer, allocator: BufferAllocator, cancel: CancellationFlag?) throws(ImagingError) -> PixelBuffer {
-        precondition(image.channels == inputChannels, "a \(inputChannels)-channel transform applied to \(image.channels) channels")
+        // A mismatch is a defect here, never a reason to stop the process: the request fails.
+        guard image.channels == inputChannels else {
+            throw ImagingError(.unsupported, "a \(inputChannels)-channel colour transform cannot convert "
+                               + "\(image.channels)-channel pixels")
+        }
         let outputStride = image.width * outputChannels
         return try PixelBuffer.make(width: image.width, height: image.height, channels: outputChannels, allocator: allocator,
                                     what: "the colour-converted image") { output throws(ImagingError) in

@@ -141,9 +141,9 @@ extension ImagePipeline {
             image = try Alpha.unpremultiplied(image, allocator: allocator)
         }
         if job.colourManaged, !options.keepProfile, let profile = header.iccProfile {
-            let channels = image.channels == 1 ? 1 : 3
+            // Translucent pixels are converted as RGBA (the alpha copied through), never as RGB.
             var ignored: [String] = []  // said once, in `prepareRaster`
-            if let colour = Self.transform(profile, channels: channels, alpha: image.channels == 4, notes: &ignored) {
+            if let colour = Self.transform(profile, channels: image.channels, alpha: image.channels == 4, notes: &ignored) {
                 image = try colour.apply(image, allocator: allocator, cancel: cancel)
             }
         }

@@ -468,11 +468,11 @@ final class CLITests: XCTestCase {
         }
         let first = try sync()
         XCTAssertEqual(counts(first.summary), [3, 0, 0, 0, 1, 0], "\(first)")
-        for name in ["a.jpg", "b.jpg", "sub/c.jpg"] {
+        for name in ["a.png.jpg", "b.webp.jpg", "sub/c.heic.jpg"] {
             let bytes = [UInt8](try Data(contentsOf: out.appendingPathComponent(name)))
             XCTAssertEqual(Array(bytes.prefix(2)), [0xFF, 0xD8], name)
         }
-        XCTAssertFalse(FileManager.default.fileExists(atPath: out.appendingPathComponent(".hidden.jpg").path))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out.appendingPathComponent(".hidden.png.jpg").path))
         let submitted = try await client.status().totals.submitted
 
         // Nothing changed: nothing is sent.
@@ -486,19 +486,46 @@ final class CLITests: XCTestCase {
         try Data(try SampleImages.bytes("avif-rgb.avif")).write(to: sub.appendingPathComponent("d.avif"))
         let third = try sync()
         XCTAssertEqual(counts(third.summary), [1, 1, 1, 1, 1, 0], "\(third)")
-        XCTAssertFalse(FileManager.default.fileExists(atPath: out.appendingPathComponent("b.jpg").path))
-        XCTAssertTrue(FileManager.default.fileExists(atPath: out.appendingPathComponent("sub/d.jpg").path))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out.appendingPathComponent("b.webp.jpg").path))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: out.appendingPathComponent("sub/d.avif.jpg").path))
 
         // Other options: every thumbnail again, in the chosen format; the old ones go.
         let fourth = try sync(["--format", "png"])
         XCTAssertEqual(counts(fourth.summary), [0, 3, 0, 0, 1, 0], "\(fourth)")
-        XCTAssertTrue(FileManager.default.fileExists(atPath: out.appendingPathComponent("a.png").path))
-        XCTAssertFalse(FileManager.default.fileExists(atPath: out.appendingPathComponent("a.jpg").path))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: out.appendingPathComponent("a.png.png").path))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out.appendingPathComponent("a.png.jpg").path))
 
-        // An unreadable manifest: everything is made again.
-        try Data("{".utf8).write(to: out.appendingPathComponent(".enlarger-sync.json"))
-        XCTAssertEqual(counts(try sync(["--format", "png"]).summary), [3, 0, 0, 0, 1, 0])
+        // A damaged record stops sync before it touches anything, and says how to go on.
+        let record = out.appendingPathComponent(".enlarger-sync.journal")
+        try Data("{\n{\n".utf8).write(to: record)
+        let damaged = try run(["sync", source.path, "--out", out.path, "--width", "32", "--broker", cluster.clientsEndpoint])
+        XCTAssertNotEqual(damaged.status, 0)
+        XCTAssertTrue(damaged.stderr.contains("--adopt"), damaged.stderr)
+        // Without its record, sync owns nothing in OUT: it overwrites nothing, unless told to adopt.
+        try FileManager.default.removeItem(at: record)
+        let orphaned = try run(["sync", source.path, "--out", out.path, "--width", "32", "--format", "png",
+                                "--broker", cluster.clientsEndpoint, "--json"])
+        XCTAssertEqual(orphaned.status, 1, orphaned.stdout)
+        XCTAssertTrue(orphaned.stdout.contains("\"failed\":3"), orphaned.stdout)
+        XCTAssertTrue(orphaned.stdout.contains("outputExists"), orphaned.stdout)
+        XCTAssertEqual(counts(try sync(["--format", "png", "--adopt"]).summary), [3, 0, 0, 0, 1, 0])
         await client.close()
+    }
+
+    /// `sync` refuses an OUT that is SRC or contains it, however it is named, and writes nothing.
+    func testSyncNeverWritesOverItsSource() throws {
+        let source = try temporaryDirectory()
+        let photo = try SampleImages.bytes("png-rgb8.png")
+        try Data(photo).write(to: source.appendingPathComponent("a.png"))
+        let link = try temporaryDirectory().appendingPathComponent("link")
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: source)
+        for out in [source.path, source.path + "/", source.path + "/.", link.path, source.deletingLastPathComponent().path] {
+            let result = try run(["sync", source.path, "--out", out, "--width", "32", "--broker", "ipc:///nonexistent"])
+            XCTAssertNotEqual(result.status, 0, out)
+            XCTAssertTrue(result.stderr.contains("source directory"), "\(out): \(result.stderr)")
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: source.path), ["a.png"])
+        XCTAssertEqual([UInt8](try Data(contentsOf: source.appendingPathComponent("a.png"))), photo)
     }
 
     /// `sync --watch` mirrors changes as they happen: a file added, renamed, rewritten, a
@@ -524,21 +551,21 @@ final class CLITests: XCTestCase {
         func start() throws -> (Process, SharedText) { try startSyncWatch(source, out, cluster: cluster) }
         var (watcher, text) = try start()
         eventually("the first pass") { text.value.contains("\"pass\":\"full\"") }
-        XCTAssertTrue(exists("a.jpg") && exists("sub/c.jpg"), text.value)
+        XCTAssertTrue(exists("a.png.jpg") && exists("sub/c.heic.jpg"), text.value)
 
         try Data(try SampleImages.bytes("webp-lossy.webp")).write(to: source.appendingPathComponent("b.webp"))
-        eventually("an added file") { exists("b.jpg") }
+        eventually("an added file") { exists("b.webp.jpg") }
         try FileManager.default.moveItem(at: source.appendingPathComponent("a.png"), to: source.appendingPathComponent("a2.png"))
-        eventually("a renamed file") { exists("a2.jpg") && !exists("a.jpg") }
-        let before = try Data(contentsOf: out.appendingPathComponent("b.jpg"))
+        eventually("a renamed file") { exists("a2.png.jpg") && !exists("a.png.jpg") }
+        let before = try Data(contentsOf: out.appendingPathComponent("b.webp.jpg"))
         try Data(try SampleImages.bytes("png-gray8.png")).write(to: source.appendingPathComponent("b.webp"))
-        eventually("a rewritten file") { (try? Data(contentsOf: out.appendingPathComponent("b.jpg"))) != before }
+        eventually("a rewritten file") { (try? Data(contentsOf: out.appendingPathComponent("b.webp.jpg"))) != before }
         let fresh = source.appendingPathComponent("new")
         try FileManager.default.createDirectory(at: fresh, withIntermediateDirectories: true)
         try Data(try SampleImages.bytes("avif-rgb.avif")).write(to: fresh.appendingPathComponent("d.avif"))
-        eventually("a file in a new directory") { exists("new/d.jpg") }
+        eventually("a file in a new directory") { exists("new/d.avif.jpg") }
         try FileManager.default.removeItem(at: sub)
-        eventually("a removed directory") { !exists("sub/c.jpg") }
+        eventually("a removed directory") { !exists("sub/c.heic.jpg") }
         XCTAssertTrue(text.value.contains("\"pass\":\"incremental\""), text.value)
         watcher.terminate()
         watcher.waitUntilExit()
@@ -550,7 +577,7 @@ final class CLITests: XCTestCase {
         (watcher, text) = try start()
         eventually("the catching-up pass") { text.value.contains("\"pass\":\"full\"") }
         XCTAssertTrue(text.value.contains("\"inserted\":1,\"changed\":0,\"removed\":1,\"unchanged\":2"), text.value)
-        XCTAssertTrue(exists("new/e.jpg") && !exists("a2.jpg"))
+        XCTAssertTrue(exists("new/e.png.jpg") && !exists("a2.png.jpg"))
         watcher.terminate()
         watcher.waitUntilExit()
     }
@@ -586,7 +613,7 @@ final class CLITests: XCTestCase {
         kill(process.processIdentifier, SIGCONT)
 
         eventually("a full rescan after the overflow") { fullPasses() == 2 }
-        eventually("the rescan's changes") { exists("c.jpg") && !exists("a.jpg") && exists("b.jpg") }
+        eventually("the rescan's changes") { exists("c.avif.jpg") && !exists("a.png.jpg") && exists("b.webp.jpg") }
         process.terminate()
         process.waitUntilExit()
         XCTAssertEqual(process.terminationStatus, 0, text.value)

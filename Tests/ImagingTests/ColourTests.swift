@@ -170,6 +170,45 @@ final class ColourTests: XCTestCase {
         }
         return nil
     }
+
+    /// A translucent image with an RGB profile, in every input format that carries both, is
+    /// converted as RGBA for every output format: the alpha passes through unchanged and the
+    /// colour is converted exactly as the same opaque pixels are.
+    func testTranslucentImagesWithAProfileAreConvertedForEveryOutput() throws {
+        let p3 = try withBytes(try TestImages.bytes("png-iccp-p3.png")) { raw throws(ImagingError) in
+            try RasterDecoders.make(.png, data: raw, limits: DecodeLimits(), cancel: nil, failOn: .error).header.iccProfile
+        }
+        // A flat saturated red, half transparent, and the same red opaque.
+        let (width, height) = (16, 12)
+        let translucent = PixelBuffer(width: width, height: height, channels: 4,
+                                      pixels: Array([UInt8]([220, 40, 30, 128]).repeated(width * height)))
+        let opaque = PixelBuffer(width: width, height: height, channels: 3,
+                                 pixels: Array([UInt8]([220, 40, 30]).repeated(width * height)))
+        for input in [OutputFormat.png, .webp] {
+            let source = try Encoder.encode(translucent, format: input, lossless: true, iccProfile: p3).bytes
+            let reference = try Encoder.encode(opaque, format: input, lossless: true, iccProfile: p3).bytes
+            let expected = try Encoder.decodePNM(try TestImages.run(reference, ResizeOptions(width: 8, format: .pnm)).last!.image.bytes)
+            XCTAssertNotEqual(Array(expected.pixels.prefix(3)), [220, 40, 30], "\(input): the profile converted nothing")
+            for output in [OutputFormat.png, .webp, .avif, .jpeg, .pnm] {
+                var options = ResizeOptions(width: 8, format: output)
+                options.lossless = true
+                let results = try TestImages.run(source, options, delivery: .progressive)
+                XCTAssertEqual(results.map(\.stage), [.degraded, .final], "\(input) → \(output)")
+                XCTAssertEqual(results.last!.image.width, 8, "\(input) → \(output)")
+                XCTAssertEqual(results.last!.image.format, output)
+                guard output.carriesAlpha else { continue }  // flattened: checked for not crashing
+                let final = try TestImages.decode(results.last!.image.bytes)
+                XCTAssertEqual(final.channels, 4, "\(input) → \(output) keeps the alpha")
+                let centre = (final.height / 2 * final.width + final.width / 2) * 4
+                XCTAssertEqual(Int(final.pixels[centre + 3]), 128, accuracy: 1, "\(input) → \(output): alpha")
+                guard output != .avif else { continue }  // lossy colour: the alpha was the point
+                for channel in 0..<3 {
+                    XCTAssertEqual(Int(final.pixels[centre + channel]), Int(expected.pixels[channel]), accuracy: 2,
+                                   "\(input) → \(output): channel \(channel) converted like the opaque pixels")
+                }
+            }
+        }
+    }
 }
 
 private final class LockedCount: @unchecked Sendable {
@@ -177,4 +216,8 @@ private final class LockedCount: @unchecked Sendable {
     private var count = 0
     func add() { lock.withLock { count += 1 } }
     var value: Int { lock.withLock { count } }
+}
+
+private extension Array {
+    func repeated(_ count: Int) -> [Element] { (0..<count).flatMap { _ in self } }
 }

@@ -10,4 +10,10 @@
 /// Returns the new descriptor, or -errno (-ENOSYS on kernels before Linux 5.6).
 int enlarger_open_beneath(int dirfd, const char *path);
 
+/// Renames `from` to `to` only if `to` does not exist: renameat2(2) with RENAME_NOREPLACE,
+/// or link(2) then unlink(2) on file systems without it. Never replaces a file.
+///
+/// Returns 0, or -errno (-EEXIST when `to` exists).
+int enlarger_rename_noreplace(const char *from, const char *to);
+
 #endif

@@ -1,0 +1,282 @@
+import Foundation
+
+/// What a mirror owns in OUT, kept so that a crash at any moment loses nothing: the
+/// options' key, each source's thumbnail and the version it was made from, and each write
+/// under way. It is one file, `OUT/.enlarger-sync.journal`, of JSON lines: a header, one
+/// line per source (a checkpoint), then one line per change appended as it happens.
+///
+/// A thumbnail is written in four steps, each of which may be the last before a crash:
+/// 1. a `pending` line names the source, its output and the temporary file about to be made;
+/// 2. the temporary file is created (never over an existing file) and written;
+/// 3. it is renamed to the output (never over a file the record does not give this source);
+/// 4. a `set` line records the output and the version it was made from.
+/// On open, every write still pending is undone: its temporary file and an output it may
+/// have produced are removed, and its source is made again by the next pass. A line cut off
+/// by a crash is the last one and is ignored. Appends are not synced to disk one by one
+/// (a crash of the process loses none; a power cut may lose the newest lines, and with them
+/// knowledge of the newest thumbnails, which are then left alone as foreign files); each
+/// checkpoint is synced.
+final class MirrorRecord {
+    static let fileName = ".enlarger-sync.journal"
+    /// The first version's manifest, read once and replaced.
+    static let legacyFileName = ".enlarger-sync.json"
+    /// Temporary files of thumbnails: `OUT/<dir>/.enlarger-partial-<hex>`.
+    static let temporaryPrefix = ".enlarger-partial-"
+
+    struct Entry: Equatable {
+        /// nil: to be made again (options changed, or a write was cut short).
+        var version: FileVersion?
+        /// The thumbnail's path relative to OUT.
+        var output: String
+    }
+
+    struct Pending: Equatable {
+        var output: String
+        var temporary: String
+    }
+
+    private struct Line: Codable {
+        var format: Int?
+        var spec: String?
+        var set: String?
+        var pending: String?
+        var remove: String?
+        var output: String?
+        var temporary: String?
+        var version: FileVersion?
+    }
+
+    let out: String
+    let path: String
+    private(set) var spec: String
+    private(set) var entries: [String: Entry] = [:]
+    private(set) var pending: [String: Pending] = [:]
+    /// Output → the sources whose thumbnail it is (one, except in a record of the first
+    /// version, whose names could collide).
+    private(set) var owners: [String: Set<String>] = [:]
+    private var fd: Int32 = -1
+    private var appended = 0
+    /// Tests: a crash (a thrown `MirrorCrash`) at a chosen step.
+    var faults: FaultSchedule?
+
+    /// Opens OUT's record (or starts one), undoes every write a crash left pending, and
+    /// writes a fresh checkpoint. Options other than `spec` mark every thumbnail to be made again.
+    init(out: String, spec: String, faults: FaultSchedule? = nil) throws {
+        self.faults = faults
+        self.out = out
+        self.spec = spec
+        path = out + "/" + Self.fileName
+        var recordedSpec = spec
+        if let data = FileManager.default.contents(atPath: path) {
+            recordedSpec = try replay(data)
+        } else if let data = FileManager.default.contents(atPath: out + "/" + Self.legacyFileName) {
+            recordedSpec = try legacy(data)
+        }
+        for (source, write) in pending {
+            unlink(out + "/" + write.temporary)
+            if entries[source]?.output != write.output { unlink(out + "/" + write.output) }
+            entries[source]?.version = nil
+        }
+        pending.removeAll()
+        if recordedSpec != spec {
+            for key in entries.keys { entries[key]?.version = nil }
+        }
+        owners = [:]
+        for (source, entry) in entries { owners[entry.output, default: []].insert(source) }
+        try checkpoint()
+        unlink(out + "/" + Self.legacyFileName)
+    }
+
+    deinit { if fd >= 0 { close(fd) } }
+
+    /// Reads the lines of `data` into the record; returns the spec it was written with.
+    private func replay(_ data: Data) throws -> String {
+        let lines = data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+        let decoder = JSONDecoder()
+        var recordedSpec: String?
+        for (index, bytes) in lines.enumerated() where !bytes.isEmpty {
+            let isLast = index == lines.count - 1  // no newline after it: cut off by a crash
+            guard let line = try? decoder.decode(Line.self, from: Data(bytes)), !isLast else {
+                if isLast { break }
+                throw MirrorError("\(path): line \(index + 1) cannot be read. The record of which files in "
+                                  + "\(out) are thumbnails is damaged: move it away and run again with --adopt.")
+            }
+            if index == 0 {
+                guard line.format == 2, let spec = line.spec else {
+                    throw MirrorError("\(path) is not a sync record of this version")
+                }
+                recordedSpec = spec
+            } else if let source = line.set, let output = line.output {
+                entries[source] = Entry(version: line.version, output: output)
+                pending[source] = nil
+            } else if let source = line.pending, let output = line.output, let temporary = line.temporary {
+                pending[source] = Pending(output: output, temporary: temporary)
+            } else if let source = line.remove {
+                entries[source] = nil
+                pending[source] = nil
+            }
+        }
+        guard let recordedSpec else { throw MirrorError("\(path) is empty") }
+        return recordedSpec
+    }
+
+    /// The first version's manifest: its thumbnails are adopted, each to be made again
+    /// (their names change, and their versions lacked the ctime).
+    private func legacy(_ data: Data) throws -> String {
+        struct Manifest: Decodable {
+            struct Entry: Decodable { var output: String }
+            var spec: String
+            var entries: [String: Entry]
+        }
+        guard let manifest = try? JSONDecoder().decode(Manifest.self, from: data) else {
+            throw MirrorError("\(out)/\(Self.legacyFileName) cannot be read: move it away and run again with --adopt.")
+        }
+        for (source, entry) in manifest.entries where !entry.output.hasPrefix("/") && !entry.output.contains("..") {
+            entries[source] = Entry(version: nil, output: entry.output)
+        }
+        return manifest.spec
+    }
+
+    /// Rewrites the record as a checkpoint (header and one line per source), synced, then
+    /// renamed over the old one; later changes are appended to it.
+    func checkpoint() throws {
+        try faults?.step("checkpoint")
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        var text = Data()
+        func add(_ line: Line) throws {
+            text.append(try encoder.encode(line))
+            text.append(UInt8(ascii: "\n"))
+        }
+        try add(Line(format: 2, spec: spec))
+        for source in entries.keys.sorted() {
+            let entry = entries[source]!
+            try add(Line(set: source, output: entry.output, version: entry.version))
+        }
+        for source in pending.keys.sorted() {
+            let write = pending[source]!
+            try add(Line(pending: source, output: write.output, temporary: write.temporary))
+        }
+        let temporary = path + ".partial"
+        let file = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard file >= 0 else { throw MirrorError("cannot write \(temporary): \(String(cString: strerror(errno)))") }
+        do {
+            try Self.writeAll(file, text, path: temporary)
+            guard fsync(file) == 0 else { throw MirrorError("cannot write \(temporary): \(String(cString: strerror(errno)))") }
+        } catch {
+            close(file)
+            unlink(temporary)
+            throw error
+        }
+        close(file)
+        try faults?.step("checkpoint written")
+        guard rename(temporary, path) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw MirrorError("cannot write \(path): \(String(cString: strerror(code)))")
+        }
+        let directory = open(out, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directory >= 0 {
+            fsync(directory)
+            close(directory)
+        }
+        if fd >= 0 { close(fd) }
+        fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
+        guard fd >= 0 else { throw MirrorError("cannot write \(path): \(String(cString: strerror(errno)))") }
+        appended = 0
+    }
+
+    private func append(_ line: Line) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        var data = try encoder.encode(line)
+        data.append(UInt8(ascii: "\n"))
+        try Self.writeAll(fd, data, path: path)
+        appended += 1
+        // Kept short: a checkpoint once the changes outnumber the sources several times.
+        if appended > 4 * entries.count + 10_000 { try checkpoint() }
+    }
+
+    private static func writeAll(_ fd: Int32, _ data: Data, path: String) throws {
+        try data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            var written = 0
+            while written < raw.count {
+                let n = write(fd, raw.baseAddress! + written, raw.count - written)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw MirrorError("cannot write \(path): \(String(cString: strerror(errno)))")
+                }
+                written += n
+            }
+        }
+    }
+
+    // MARK: Changes
+
+    /// Step 1 of a write: `source`'s thumbnail is about to be made at `output` through `temporary`.
+    func begin(_ source: String, output: String, temporary: String) throws {
+        pending[source] = Pending(output: output, temporary: temporary)
+        try append(Line(pending: source, output: output, temporary: temporary))
+    }
+
+    /// Step 4: `source`'s thumbnail is `output`, made from `version`.
+    func finish(_ source: String, output: String, version: FileVersion?) throws {
+        if let old = entries[source]?.output { owners[old]?.remove(source) }
+        entries[source] = Entry(version: version, output: output)
+        pending[source] = nil
+        owners[output, default: []].insert(source)
+        try append(Line(set: source, output: output, version: version))
+    }
+
+    /// A write given up before its rename: the record is as before it began.
+    func abandon(_ source: String) throws {
+        pending[source] = nil
+        if let entry = entries[source] {
+            try append(Line(set: source, output: entry.output, version: entry.version))
+        } else {
+            try append(Line(remove: source))
+        }
+    }
+
+    /// `source` has no thumbnail any more (its file was deleted first).
+    func remove(_ source: String) throws {
+        if let old = entries[source]?.output {
+            owners[old]?.remove(source)
+            if owners[old]?.isEmpty == true { owners[old] = nil }
+        }
+        entries[source] = nil
+        pending[source] = nil
+        try append(Line(remove: source))
+    }
+
+    /// Whether `output` may be replaced by `source`'s thumbnail: it is that source's (or no
+    /// one else's, with `adopting` files no record names).
+    func mayReplace(_ output: String, for source: String) -> Bool {
+        if let owning = owners[output] { return owning == [source] }
+        return entries[source]?.output == output
+    }
+
+    /// Whether any source other than `source` still needs `output`.
+    func othersNeed(_ output: String, besides source: String) -> Bool {
+        !(owners[output] ?? []).subtracting([source]).isEmpty
+    }
+}
+
+/// Tests only: the count of steps after which a mirror stops as if killed.
+final class FaultSchedule {
+    private var remaining: Int
+    private(set) var stepsTaken = 0
+
+    init(crashAfter steps: Int) { remaining = steps }
+
+    func step(_ what: String) throws {
+        stepsTaken += 1
+        remaining -= 1
+        if remaining < 0 { throw MirrorCrash(step: what) }
+    }
+}
+
+/// Tests only: the mirror stopped as if its process had been killed at `step`.
+struct MirrorCrash: Error {
+    var step: String
+}

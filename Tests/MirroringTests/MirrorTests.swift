@@ -1,0 +1,154 @@
+import Foundation
+@testable import Mirroring
+import XCTest
+
+final class MirrorTests: XCTestCase {
+    /// Names that would once have met (`IMG_1.jpg` + `IMG_1.HEIC`, `x.JPG` + `x.jpg`, `noext`
+    /// + `noext.jpg`) each get a thumbnail; removing one keeps the others'.
+    func testNamesThatDifferOnlyInExtensionNeverShareAThumbnail() async throws {
+        let directories = try MirrorDirectories(self)
+        let names = ["IMG_1.jpg", "IMG_1.HEIC", "IMG_1.png", "x.JPG", "x.jpg", "noext", "noext.jpg"]
+        for (index, name) in names.enumerated() { try directories.write(name, [UInt8(2 * index), 9]) }
+        let mirror = try Mirror.fake(directories)
+        let (first, _) = try await mirror.fakeFullPass()
+        XCTAssertEqual(first.inserted, names.count)
+        XCTAssertEqual(Set(MirrorDirectories.files(directories.out).keys), Set(names.map { $0 + ".png" }))
+        try FileManager.default.removeItem(atPath: directories.source + "/IMG_1.jpg")
+        try FileManager.default.removeItem(atPath: directories.source + "/noext")
+        let (second, _) = try await mirror.fakeFullPass()
+        XCTAssertEqual(second.removed, 2)
+        XCTAssertEqual(Set(MirrorDirectories.files(directories.out).keys),
+                       Set(["IMG_1.HEIC", "IMG_1.png", "x.JPG", "x.jpg", "noext.jpg"].map { $0 + ".png" }))
+    }
+
+    /// A file in OUT that sync did not write is never overwritten nor deleted; it is listed.
+    /// `adopt` replaces one at a thumbnail's name.
+    func testForeignFilesAreLeftAloneAndListed() async throws {
+        let directories = try MirrorDirectories(self)
+        try directories.write("a.jpg", [2])
+        try directories.write("b.jpg", [4])
+        try directories.write("a.jpg.png", Array("the user's own file".utf8), in: directories.out)
+        try directories.write("notes/todo.txt", Array("keep".utf8), in: directories.out)
+        let (summary, events) = try await Mirror.fake(directories).fakeFullPass()
+        XCTAssertEqual(summary.failures, ["outputExists": 1])
+        XCTAssertEqual(summary.inserted, 1)
+        XCTAssertEqual(summary.foreign, 2)
+        XCTAssertTrue(events.contains(.foreign(output: "notes/todo.txt")), "\(events)")
+        let files = MirrorDirectories.files(directories.out)
+        XCTAssertEqual(files["a.jpg.png"], Array("the user's own file".utf8))
+        XCTAssertEqual(files["notes/todo.txt"], Array("keep".utf8))
+        // The source going away does not make its name ours.
+        try FileManager.default.removeItem(atPath: directories.source + "/a.jpg")
+        _ = try await Mirror.fake(directories).fakeFullPass()
+        XCTAssertEqual(MirrorDirectories.files(directories.out)["a.jpg.png"], Array("the user's own file".utf8))
+        try directories.write("a.jpg", [2])
+        let (adopted, _) = try await Mirror.fake(directories, adopt: true).fakeFullPass()
+        XCTAssertEqual(adopted.inserted, 1)
+        XCTAssertEqual(MirrorDirectories.files(directories.out)["a.jpg.png"], FakeService.thumbnail([2]))
+    }
+
+    /// A rewrite of the same size that puts the modification time back (`exiftool -P`) is a
+    /// change: the ctime says so.
+    func testARewriteWithTheSameSizeAndMtimeIsSeen() async throws {
+        let directories = try MirrorDirectories(self)
+        let path = directories.source + "/a.jpg"
+        try directories.write("a.jpg", [2, 1, 1])
+        var before = stat()
+        XCTAssertEqual(stat(path, &before), 0)
+        let mirror = try Mirror.fake(directories)
+        _ = try await mirror.fakeFullPass()
+        usleep(20_000)
+        try Data([2, 6, 1]).write(to: URL(fileURLWithPath: path))
+        var times = [before.st_atim, before.st_mtim]
+        XCTAssertEqual(utimensat(AT_FDCWD, path, &times, 0), 0)
+        var after = stat()
+        XCTAssertEqual(stat(path, &after), 0)
+        XCTAssertEqual(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec)
+        XCTAssertEqual(after.st_size, before.st_size)
+        let (summary, _) = try await mirror.fakeFullPass()
+        XCTAssertEqual(summary.changed, 1)
+        XCTAssertEqual(MirrorDirectories.files(directories.out)["a.jpg.png"], FakeService.thumbnail([2, 6, 1]))
+    }
+
+    /// Empty files, symbolic links, FIFOs and files that are not images are reported as
+    /// skipped, with the reason, and are not failures; a thumbnail made before is removed.
+    func testEmptyFilesLinksAndOtherKindsAreSkippedWithAReason() async throws {
+        let directories = try MirrorDirectories(self)
+        try directories.write("a.jpg", [2])
+        try directories.write("empty.jpg", [])
+        try directories.write("notes.txt", Array("TEXT file".utf8))
+        XCTAssertEqual(symlink(directories.source + "/a.jpg", directories.source + "/link.jpg"), 0)
+        XCTAssertEqual(mkfifo(directories.source + "/fifo.jpg", 0o600), 0)
+        let mirror = try Mirror.fake(directories)
+        let (summary, events) = try await mirror.fakeFullPass()
+        XCTAssertEqual(summary.failed, 0)
+        XCTAssertEqual(summary.inserted, 1)
+        XCTAssertEqual(summary.skipped, 4)
+        XCTAssertTrue(events.contains(.skipped(path: "empty.jpg", reason: "empty file")), "\(events)")
+        XCTAssertTrue(events.contains(.skipped(path: "link.jpg", reason: "symbolic link: not followed")), "\(events)")
+        XCTAssertTrue(events.contains(.skipped(path: "notes.txt", reason: "not an image")), "\(events)")
+        // A file that had a thumbnail and is now empty loses it.
+        try directories.write("a.jpg", [])
+        let (second, _) = try await mirror.fakeFullPass()
+        XCTAssertEqual(second.removed, 1)
+        XCTAssertEqual(MirrorDirectories.files(directories.out), [:])
+    }
+
+    /// Other options: every thumbnail is made again, under its new name; the old ones go.
+    func testOtherOptionsRedoEverything() async throws {
+        let directories = try MirrorDirectories(self)
+        try directories.write("a.jpg", [2])
+        try directories.write("d/b.jpg", [3])
+        _ = try await Mirror.fake(directories, spec: "w=32").fakeFullPass()
+        let (summary, _) = try await Mirror.fake(directories, spec: "w=64").fakeFullPass()
+        XCTAssertEqual(summary.changed, 2)
+        let (same, _) = try await Mirror.fake(directories, spec: "w=64").fakeFullPass()
+        XCTAssertEqual(same.unchanged, 2)
+    }
+
+    /// The first version's manifest is read once: its thumbnails are ours, renamed on the
+    /// next pass; collided names are deleted only when no source needs them.
+    func testTheFirstVersionsManifestIsTakenOver() async throws {
+        let directories = try MirrorDirectories(self)
+        try directories.write("IMG_1.jpg", [2])
+        try directories.write("IMG_1.heic", [4])
+        try directories.write("IMG_1.jpg", Array("old thumbnail".utf8), in: directories.out)
+        let manifest = """
+            {"format":1,"spec":"w=32","entries":{"IMG_1.jpg":{"output":"IMG_1.jpg"},"IMG_1.heic":{"output":"IMG_1.jpg"}}}
+            """
+        try directories.write(MirrorRecord.legacyFileName, Array(manifest.utf8), in: directories.out)
+        let (summary, _) = try await Mirror.fake(directories).fakeFullPass()
+        XCTAssertEqual(summary.changed, 2)
+        XCTAssertEqual(summary.foreign, 0)
+        XCTAssertEqual(MirrorDirectories.files(directories.out),
+                       ["IMG_1.jpg.png": FakeService.thumbnail([2]), "IMG_1.heic.png": FakeService.thumbnail([4])])
+    }
+
+    /// A damaged record is not silently replaced: sync stops and says how to go on.
+    func testADamagedRecordStopsTheMirror() async throws {
+        let directories = try MirrorDirectories(self)
+        try directories.write("a.jpg", [2])
+        _ = try await Mirror.fake(directories).fakeFullPass()
+        let path = directories.out + "/" + MirrorRecord.fileName
+        var text = try String(contentsOfFile: path, encoding: .utf8)
+        text = "garbage\n" + text
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        XCTAssertThrowsError(try Mirror.fake(directories)) { error in
+            XCTAssertTrue("\(error)".contains("--adopt"), "\(error)")
+        }
+    }
+
+    /// An incremental pass (what `--watch` runs) sees a directory renamed away and one renamed in.
+    func testIncrementalPassesFollowDirectories() async throws {
+        let directories = try MirrorDirectories(self)
+        try directories.write("d/a.jpg", [2])
+        try directories.write("d/e/b.jpg", [4])
+        let mirror = try Mirror.fake(directories)
+        _ = try await mirror.fakeFullPass()
+        XCTAssertEqual(rename(directories.source + "/d", directories.source + "/f"), 0)
+        let summary = try await mirror.pass(paths: ["d", "f"], FakeService.thumbnailer) { _ in }
+        XCTAssertEqual(summary.removed, 2)
+        XCTAssertEqual(summary.inserted, 2)
+        XCTAssertEqual(Set(MirrorDirectories.files(directories.out).keys), ["f/a.jpg.png", "f/e/b.jpg.png"])
+    }
+}
