@@ -262,6 +262,9 @@ struct ClientCore<Payload: FrameBytes> {
         return []
     }
 
+    /// Cancels not yet answered by the broker (sent or still to send).
+    var cancelsOutstanding: Bool { cancelCalls.values.contains { !$0.isEmpty } }
+
     /// The client is closing (or its socket failed): everything outstanding fails with
     /// `error`, and every later command fails `.closed`.
     mutating func close(failing error: EnlargerClientError) -> [Action] {

@@ -19,6 +19,11 @@ final class ClientLoop: @unchecked Sendable {
     private let clock = ContinuousClock()
     private var socket: Socket
     private var running = true
+    /// While closing: the callers of `close()`, and when the loop stops waiting for the
+    /// broker to answer outstanding cancels.
+    private var closers: [CheckedContinuation<Void, Never>] = []
+    private var closeBy: ContinuousClock.Instant?
+    static let closeWait = Duration.seconds(1)
 
     private var core: ClientCore<Message>
     private var lastToken: UInt64 = 0
@@ -64,7 +69,7 @@ final class ClientLoop: @unchecked Sendable {
         do {
             while running { try turn() }
         } catch {
-            shutDown(.transport(error), then: [])
+            shutDown(.transport(error), then: closers)
         }
     }
 
@@ -72,13 +77,17 @@ final class ClientLoop: @unchecked Sendable {
         var poller = Poller()
         poller.register(fileDescriptor: registry.mailbox.fileDescriptor)
         let socketIndex = poller.register(socket, for: core.nextMessage == nil ? .readable : [.readable, .writable])
-        _ = try poller.poll(timeout: core.nextWakeup.map { max(.zero, $0 - clock.now) })
+        let wakeup = [core.nextWakeup, closeBy].compactMap { $0 }.min()
+        _ = try poller.poll(timeout: wakeup.map { max(.zero, $0 - clock.now) })
 
         for mail in registry.mailbox.takeAll() { try handle(mail) }
         guard running else { return }
         if poller.events(at: socketIndex).contains(.readable) { try receive() }
         try perform(core.tick(now: clock.now))
         try flush()
+        if let closeBy, !core.cancelsOutstanding || clock.now >= closeBy {
+            shutDown(.closed, then: closers)
+        }
     }
 
     private func handle(_ mail: ClientMail) throws(ZMQError) {
@@ -99,7 +108,11 @@ final class ClientLoop: @unchecked Sendable {
             statusWaiters[token] = waiter
             try perform(core.status(token, now: clock.now))
         case .close(let continuation):
-            shutDown(.closed, then: [continuation])
+            // Cancels still on their way (a caller that cancelled and closed at once, a task
+            // cancelled just before its client closed) are sent and answered first: the broker
+            // would otherwise run those requests to their end. Bounded by `closeWait`.
+            closers.append(continuation)
+            if closeBy == nil { closeBy = clock.now + Self.closeWait }
         }
     }
 

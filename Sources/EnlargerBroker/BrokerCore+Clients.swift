@@ -156,7 +156,8 @@ extension BrokerCore {
             liveImageBytes += image.count
             queue.append(jobID)
         }
-        requests[key] = Request(key: key, client: peer, jobID: jobID, acceptedAt: now, bytesIn: image.count)
+        requests[key] = Request(key: key, client: peer, jobID: jobID, acceptedAt: now, bytesIn: image.count,
+                                sharedWork: joining != nil)
         deadlines.insert(key, at: now + lifetime)
         if let place {
             batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: false,

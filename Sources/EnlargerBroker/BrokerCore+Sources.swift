@@ -4,8 +4,10 @@ import Foundation
 // MARK: - File and URL sources
 //
 // A file or URL request names a place, not a version: the broker cannot know what it will
-// read there. Until its worker opens the source, a job shares by location only (identical
-// requests join it; the cache is not asked). JobSourceOpened then names the version, and the
+// read there. While it waits to be dispatched, a job shares by location only (identical
+// requests join it; the cache is not asked); once dispatched, its worker may open the source
+// before it can say so, and later requests no longer join by location (a request sent after
+// the file changed must not get the old version). JobSourceOpened then names the version, and the
 // job is treated as if it had been submitted with it:
 // - a cached result for that version answers every request on the job at once, and the job
 //   is withdrawn (its worker stops reading);
@@ -96,7 +98,10 @@ extension BrokerCore {
         var someoneReads = false
         for key in job.requests {
             guard let request = requests[key] else { continue }
-            counters.jobsShared += 1
+            if !request.sharedWork {
+                counters.jobsShared += 1
+                requests[key]!.sharedWork = true
+            }
             requests[key]!.jobID = target
             jobs[target]!.requests.append(key)
             tellStarted(key, attempt: startedAttempt, &actions)

@@ -426,10 +426,13 @@ extension BrokerCore {
     private mutating func send(_ jobID: UInt64, toWorkerAt index: Int, now: MonotonicInstant, _ actions: inout [Action]) {
         guard var job = jobs[jobID] else { return }
         if job.firstDispatchedAt == nil { job.firstDispatchedAt = now }
-        // A version names what one attempt opened: the next attempt may find another.
-        if let key = job.shareKey, key.kind == .version {
-            if sharedJobs[key] == jobID { sharedJobs[key] = nil }
-            job.shareKey = nil
+        if let key = job.shareKey {
+            // From here the worker may open the source at any moment, before it can say so:
+            // a request that comes later might have been sent after the file or page changed,
+            // so it no longer joins by location (it may still merge once both versions are
+            // known). A version names what one attempt opened: the next attempt may find another.
+            if key.kind != .digest, sharedJobs[key] == jobID { sharedJobs[key] = nil }
+            if key.kind == .version { job.shareKey = nil }
         }
         job.attempt += 1
         job.worker = workers[index].id

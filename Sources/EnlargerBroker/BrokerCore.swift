@@ -53,6 +53,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         var bytesOut = 0
         /// The batch it is an item of, and its place there.
         var batch: BatchPlace?
+        /// Counted in `jobsShared` (it joined or was merged into another request's job): once.
+        var sharedWork = false
 
         var requestID: String { key.id }
     }

@@ -33,7 +33,12 @@ enum OutputDirectory {
 enum OutputFile {
     /// Writes `bytes` to a temporary file beside `path` and renames it into place.
     static func write(_ bytes: [UInt8], to path: String) throws(ImagingError) {
-        let temporary = path + ".partial-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try write(bytes, to: path, renaming: true)
+    }
+
+    /// With `renaming`, through a temporary file; without, straight to `path` (which must not exist).
+    private static func write(_ bytes: [UInt8], to path: String, renaming: Bool) throws(ImagingError) {
+        let temporary = renaming ? path + ".partial-\(getpid())-\(UInt32.random(in: 0...UInt32.max))" : path
         func failure(_ code: Int32) -> ImagingError {
             ImagingError(.writeFailed, "cannot write \(path): \(String(cString: strerror(code)))")
         }
@@ -51,10 +56,42 @@ enum OutputFile {
             }
             written += n
         }
-        if close(fd) != 0 || rename(temporary, path) != 0 {
+        if close(fd) != 0 || (renaming && rename(temporary, path) != 0) {
             let code = errno
             unlink(temporary)
             throw failure(code)
+        }
+    }
+}
+
+extension OutputFile {
+    /// Writes every file or none: each to a temporary file beside its path first, then, once
+    /// all are written and no path is taken by a directory, renames them into place. A rename
+    /// that still fails removes the files renamed before it (an older file one of them
+    /// replaced is not brought back).
+    static func writeAll(_ files: [(bytes: [UInt8], path: String)]) throws(ImagingError) {
+        var temporaries: [String] = []
+        func removeTemporaries() { for temporary in temporaries { unlink(temporary) } }
+        for file in files {
+            var info = stat()
+            if lstat(file.path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR {
+                removeTemporaries()
+                throw ImagingError(.writeFailed, "cannot write \(file.path): a directory has that name")
+            }
+            let temporary = file.path + ".partial-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+            do {
+                try write(file.bytes, to: temporary, renaming: false)
+            } catch {
+                removeTemporaries()
+                throw ImagingError(error.code, error.message.replacingOccurrences(of: temporary, with: file.path))
+            }
+            temporaries.append(temporary)
+        }
+        for (index, file) in files.enumerated() where rename(temporaries[index], file.path) != 0 {
+            let code = errno
+            for placed in files[..<index] { unlink(placed.path) }
+            for temporary in temporaries[index...] { unlink(temporary) }
+            throw ImagingError(.writeFailed, "cannot write \(file.path): \(String(cString: strerror(code)))")
         }
     }
 }

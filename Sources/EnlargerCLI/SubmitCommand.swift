@@ -225,14 +225,22 @@ struct SubmitCommand: AsyncParsableCommand {
         }
         switch outcome {
         case .success(let images):
-            for (index, result) in images.enumerated() {
-                let path = (out as NSString).appendingPathComponent(
-                    "\(source.outputName(inputs[index])).\(result.format.fileExtension)")
-                do {
-                    try OutputFile.write(result.bytes, to: path)
-                } catch {
-                    throw CLIError("\(path): \(error.message)")
+            let paths = images.enumerated().map { index, result in
+                (out as NSString).appendingPathComponent("\(source.outputName(inputs[index])).\(result.format.fileExtension)")
+            }
+            do {
+                // All or nothing on disk too: every file is written before any is put in place.
+                try OutputFile.writeAll(zip(images, paths).map { ($0.bytes, $1) })
+            } catch {
+                summary("failed") {
+                    $0.add("code", error.code.rawValue)
+                    $0.add("message", error.message)
                 }
+                if !json { display.error("batch \(batchID): \(error.message); nothing was written") }
+                throw ExitCode(1)
+            }
+            for (index, result) in images.enumerated() {
+                let path = paths[index]
                 if json {
                     var line = JSONLine()
                     line.add("id", requests[index].id)

@@ -134,11 +134,20 @@ extension URLFetcher {
         return Int(text)
     }
 
+    /// What names this version of the body, or nil when nothing does (then the result is
+    /// neither cached nor shared by version).
     static func validator(_ headers: HTTPHeaders) -> String? {
         // A weak ETag (W/"…") names content that is only "equivalent": not this version's bytes.
         if let etag = headers.first(name: "etag"), !etag.hasPrefix("W/") { return "etag:\(etag)" }
-        if let lastModified = headers.first(name: "last-modified") { return "last-modified:\(lastModified)" }
-        return nil
+        // HTTP dates count whole seconds: a file rewritten within the second of its last
+        // modification keeps its Last-Modified. RFC 9110 §8.8.2.2 holds it strong only when
+        // the response's Date is at least a second later.
+        guard let lastModified = headers.first(name: "last-modified"),
+              let modified = HTTPDate.seconds(lastModified),
+              let date = headers.first(name: "date").flatMap(HTTPDate.seconds),
+              date >= modified + 1
+        else { return nil }
+        return "last-modified:\(lastModified)"
     }
 
     private static func translate(_ error: any Error, hop: Hop, policy: URLSourcePolicy) -> FetchError {

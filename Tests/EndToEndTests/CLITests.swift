@@ -201,6 +201,68 @@ final class CLITests: XCTestCase {
         await client.close()
     }
 
+    /// A batch whose results cannot all be written writes none of them: the third output's
+    /// name is taken by a directory, and neither of the first two appears.
+    func testABatchThatCannotWriteEveryResultWritesNone() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let directory = try temporaryDirectory()
+        let good = ["sharp_flowers.jpeg", "ljt_testorig.jpg", "bimg_test_exif_full.jpg"]
+            .map { Corpus.root.appendingPathComponent("good/\($0)").path }
+        let out = directory.appendingPathComponent("out")
+        try FileManager.default.createDirectory(at: out.appendingPathComponent("bimg_test_exif_full.jpg"),
+                                                withIntermediateDirectories: true)
+        let result = try run(["submit"] + good + ["--batch", "--width", "64", "--out", out.path, "--json",
+                                                  "--broker", cluster.clientsEndpoint])
+        XCTAssertEqual(result.status, 1, result.stdout)
+        XCTAssertTrue(result.stdout.contains("\"outcome\":\"failed\""), result.stdout)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: out.path), ["bimg_test_exif_full.jpg"],
+                       "nothing was written, no temporary file was left")
+    }
+
+    /// Ctrl-C on `submit --batch` cancels every item at the broker before the command exits.
+    func testInterruptCancelsEveryItemOfABatchAtTheBroker() async throws {
+        let cluster = try Cluster(self, heartbeat: .seconds(5))
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(1, client: client)
+        let good = Corpus.root.appendingPathComponent("good")
+        let inputs = try temporaryDirectory()
+        var paths: [String] = []
+        for index in 0..<4 {
+            let path = inputs.appendingPathComponent("slow\(index).jpg").path
+            try FileManager.default.copyItem(atPath: good.appendingPathComponent("thumbor_9643x10328.jpg").path, toPath: path)
+            paths.append(path)
+        }
+        let process = Process()
+        process.executableURL = Cluster.enlargerBinary
+        process.arguments = ["submit"] + paths + ["--batch", "--width", "4000", "--enlarge", "--id-prefix", "slowbatch",
+                                                  "--no-share", "--out", inputs.appendingPathComponent("out").path,
+                                                  "--broker", cluster.clientsEndpoint]
+        process.environment = Self.environment([:])
+        let stderr = Pipe()
+        process.standardError = stderr
+        process.standardOutput = Pipe()
+        try process.run()
+        let deadline = ContinuousClock.now + .seconds(20)
+        while true {
+            let status = try await client.status()
+            if status.inFlight >= 2 && status.inFlight + status.queueDepth >= 4 { break }
+            guard ContinuousClock.now < deadline else { throw ClusterError("the batch never got in flight") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        kill(process.processIdentifier, SIGINT)
+        let output = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 130, output)
+        // Once the command has exited, the broker has every item's cancel.
+        let status = try await client.status()
+        XCTAssertEqual(status.totals.cancelled, 4, output)
+        XCTAssertEqual(status.totals.finished + status.totals.failed, 0, output)
+        XCTAssertEqual(status.inFlight + status.queueDepth, 0, "nothing runs for nobody")
+        await client.close()
+    }
+
     /// `submit --source file`: the paths are the worker's to read, under its files root;
     /// a path that leaves it fails with its code, the others are written.
     func testSubmitFileSourcesAreReadByTheWorker() async throws {

@@ -72,13 +72,12 @@ final class BrokerCoreSourceTests: XCTestCase {
         XCTAssertEqual(broker.inconsistencies, [], file: file, line: line)
     }
 
-    func testFileRequestsJoinByLocationUntilOpenedThenMergeByVersion() {
+    func testFileRequestsJoinByLocationUntilDispatchedThenMergeByVersion() {
         var broker = CoreHarness()
-        broker.ready(w1, capacity: 4)
         submit(&broker, alice, "a")
         submit(&broker, bob, "b")
-        let first = broker.jobs(for: w1)
-        XCTAssertEqual(first.count, 1, "a request for the same place joins the job that has not opened it yet")
+        let first = broker.ready(w1, capacity: 4)
+        XCTAssertEqual(first.count, 1, "a request for the same place joins the job that waits to be dispatched")
         XCTAssertEqual(first[0].source.file.path, "photos/a.jpg")
         XCTAssertEqual(broker.core.totals.jobsShared, 1)
         XCTAssertEqual(broker.core.totals.cacheMisses, 0, "a location is not a version: the cache is not asked")
@@ -113,17 +112,54 @@ final class BrokerCoreSourceTests: XCTestCase {
         assertConsistent(broker)
     }
 
+    /// Once a job is dispatched its worker may open the file at any moment: a request that
+    /// comes later gets a job of its own (it may have been sent after the file changed), which
+    /// merges only when both name the same version. A request is counted as shared once, however
+    /// often its job moves.
+    func testADispatchedJobTakesNoJoinersByLocationAndSharingIsCountedOnce() {
+        var broker = CoreHarness()
+        submit(&broker, alice, "a")
+        submit(&broker, bob, "b")
+        let first = broker.ready(w1, capacity: 1)
+        XCTAssertEqual(first.count, 1)
+        XCTAssertEqual(broker.core.totals.jobsShared, 1, "b joined a")
+        submit(&broker, carol, "c")
+        submit(&broker, alice, "a2")
+        XCTAssertEqual(broker.core.totals.jobsShared, 2, "a2 joined c's waiting job, not a's dispatched one")
+        let second = broker.ready(w2, capacity: 1)
+        XCTAssertEqual(second.count, 1)
+        XCTAssertNotEqual(second[0].jobID, first[0].jobID)
+        submit(&broker, bob, "b2")
+        XCTAssertEqual(broker.core.totals.jobsShared, 2, "no job waits for the place: b2 starts a third")
+        broker.worker(w1, .jobStarted(.with { $0.jobID = first[0].jobID; $0.attempt = 1 }))
+        opened(&broker, w1, first[0], Self.version1)
+        opened(&broker, w2, second[0], Self.version1)
+        XCTAssertEqual(broker.commands(for: w2).map(\.summary), ["cancelJob \(second[0].jobID) #1"])
+        XCTAssertEqual(broker.core.totals.jobsShared, 3, "c is counted when it moves; a2, already counted, is not")
+        final(&broker, w1, first[0])
+        for (peer, ids) in [(alice, ["a", "a2"]), (bob, ["b"]), (carol, ["c"])] {
+            let finals = broker.events(for: peer).filter { $0.summary.hasPrefix("result") }.map(\.summary)
+            XCTAssertEqual(finals, ids.map { "result \($0) final terminal" }, "\(peer)")
+        }
+        assertConsistent(broker)
+    }
+
     func testAVersionTheCacheHoldsAnswersEveryRequestOnTheJobAndStopsTheRead() {
         var broker = CoreHarness()
-        broker.ready(w1, capacity: 2)
+        broker.ready(w1, capacity: 1)
         submit(&broker, alice, "a")
         let job = broker.jobs(for: w1)[0]
         opened(&broker, w1, job, Self.version1)
         final(&broker, w1, job, image: [1, 2, 3])
         _ = broker.events(for: alice)
 
+        // Another place holds the worker, so b and c wait together.
+        submit(&broker, alice, "x", file: "photos/x.jpg")
+        let busy = broker.jobs(for: w1)
         submit(&broker, bob, "b")
         submit(&broker, carol, "c")
+        final(&broker, w1, busy[0])
+        _ = broker.events(for: alice)
         let again = broker.jobs(for: w1)
         XCTAssertEqual(again.count, 1, "b and c share a job by location: the file may have changed")
         opened(&broker, w1, again[0], Self.version1)
@@ -132,7 +168,7 @@ final class BrokerCoreSourceTests: XCTestCase {
         XCTAssertEqual(broker.commands(for: w1).map(\.summary), ["cancelJob \(again[0].jobID) #1"],
                        "the worker stops reading what the cache answered")
         XCTAssertEqual(broker.core.totals.cacheHits, 2)
-        XCTAssertEqual(broker.core.totals.finished, 3)
+        XCTAssertEqual(broker.core.totals.finished, 4)
 
         // Whatever the stopped job still sends is late; its cancel returns the credit.
         final(&broker, w1, again[0])
@@ -206,11 +242,10 @@ final class BrokerCoreSourceTests: XCTestCase {
 
     func testDownloadEventsReachEveryLiveRequestOnTheJobAndNoneAfterItsEnd() {
         var broker = CoreHarness()
-        broker.ready(w1)
         let url = "https://images.example/big.jpg"
         submit(&broker, alice, "a", url: url)
         submit(&broker, bob, "b", url: url)
-        let job = broker.jobs(for: w1)[0]
+        let job = broker.ready(w1)[0]
         download(&broker, w1, job, .started, bytes: 0, expected: 1000)
         download(&broker, w1, job, .progress, bytes: 400, expected: 1000)
         XCTAssertEqual(broker.events(for: alice).map(\.summary),

@@ -1,4 +1,4 @@
-import Fetching
+@testable import Fetching
 import Foundation
 import Locking
 import TestSupport
@@ -45,10 +45,17 @@ final class URLFetcherTests: XCTestCase {
 
     func testValidatorFallsBackToLastModifiedThenNone() throws {
         let server = try serve([
-            "/modified": TestHTTPServer.ok([1, 2, 3], headers: [("Last-Modified", "Tue, 01 Apr 2025 10:00:00 GMT")]),
+            "/modified": TestHTTPServer.ok([1, 2, 3], headers: [("Last-Modified", "Tue, 01 Apr 2025 10:00:00 GMT"),
+                                                                ("Date", "Tue, 01 Apr 2025 10:00:01 GMT")]),
+            // Modified within the second the response names: the same date could name the next
+            // version too (RFC 9110 §8.8.2.2), so it names none.
+            "/same-second": TestHTTPServer.ok([1, 2, 3], headers: [("Last-Modified", "Tue, 01 Apr 2025 10:00:00 GMT"),
+                                                                   ("Date", "Tue, 01 Apr 2025 10:00:00 GMT")]),
+            "/no-date": TestHTTPServer.ok([1, 2, 3], headers: [("Last-Modified", "Tue, 01 Apr 2025 10:00:00 GMT")]),
             "/plain": TestHTTPServer.ok([1, 2, 3]),
             "/weak": TestHTTPServer.ok([1, 2, 3], headers: [("ETag", "W/\"v1\""),
-                                                            ("Last-Modified", "Tue, 01 Apr 2025 10:00:00 GMT")]),
+                                                            ("Last-Modified", "Tue, 01 Apr 2025 10:00:00 GMT"),
+                                                            ("Date", "Wed, 02 Apr 2025 10:00:00 GMT")]),
             "/strong": TestHTTPServer.ok([1, 2, 3], headers: [("ETag", "\"v1\""),
                                                               ("Last-Modified", "Tue, 01 Apr 2025 10:00:00 GMT")]),
         ])
@@ -60,9 +67,25 @@ final class URLFetcherTests: XCTestCase {
                        "a weak ETag does not name the bytes")
         let modified = try fetcher.fetch(server.url("/modified"), cancellation: .init(), events: { _ in })
         XCTAssertEqual(modified.head.validator, "last-modified:Tue, 01 Apr 2025 10:00:00 GMT")
+        for path in ["/same-second", "/no-date"] {
+            let weakDate = try fetcher.fetch(server.url(path), cancellation: .init(), events: { _ in })
+            XCTAssertNil(weakDate.head.validator, "\(path): a Last-Modified that is not strong names no version")
+        }
         let plain = try fetcher.fetch(server.url("/plain"), cancellation: .init(), events: { _ in })
         XCTAssertNil(plain.head.validator)
         XCTAssertEqual(plain.bytes, [1, 2, 3])
+    }
+
+    /// IMF-fixdate, checked against dates whose epoch seconds are known; other forms are not read.
+    func testHTTPDatesAreReadExactly() {
+        XCTAssertEqual(HTTPDate.seconds("Thu, 01 Jan 1970 00:00:00 GMT"), 0)
+        XCTAssertEqual(HTTPDate.seconds("Sun, 06 Nov 1994 08:49:37 GMT"), 784_111_777)
+        XCTAssertEqual(HTTPDate.seconds("Tue, 29 Feb 2028 23:59:59 GMT"), 1_835_481_599)
+        XCTAssertEqual(HTTPDate.seconds("Tue, 01 Apr 2025 10:00:01 GMT"), 1_743_501_601)
+        for bad in ["Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994", "Sun, 06 Nov 1994 08:49:37 UTC",
+                    "Sun, 6 Nov 1994 08:49:37 GMT", "Sun, 06 Foo 1994 08:49:37 GMT", "Sun, 06 Nov 1994 24:00:00 GMT", ""] {
+            XCTAssertNil(HTTPDate.seconds(bad), bad)
+        }
     }
 
     func testChunkedBodyWithoutLength() throws {
