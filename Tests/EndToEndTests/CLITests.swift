@@ -574,6 +574,105 @@ final class CLITests: XCTestCase {
         await client.close()
     }
 
+    /// The real `sync` (and `sync --watch`) killed with SIGKILL at random moments while a tree
+    /// changes under it (new files, names that differ only in extension, rewrites that put the
+    /// modification time back, renames, deletions): after a settling run, OUT holds exactly
+    /// the thumbnails a clean run makes into an empty directory, byte for byte, plus the
+    /// user's own file; no source byte changed. `ENLARGER_SEED` replays a seed.
+    func testSyncKilledAtRandomMomentsSettlesExactly() async throws {
+        let seed = ProcessInfo.processInfo.environment["ENLARGER_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...999_999)
+        print("sync kill test: seed \(seed) (replay with ENLARGER_SEED=\(seed))")
+        var random = SeededGenerator(seed: seed)
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let source = try temporaryDirectory(), out = try temporaryDirectory().appendingPathComponent("thumbs")
+        try FileManager.default.createDirectory(at: out, withIntermediateDirectories: true)
+        try Data("mine".utf8).write(to: out.appendingPathComponent("notes.txt"))
+        let images = try ["png-rgb8.png", "webp-lossy.webp", "png-gray8.png", "heic-rgb.heic", "avif-rgb.avif",
+                          "png-rgba8.png"].map { try SampleImages.bytes($0) }
+        let names = ["IMG_1.jpg", "IMG_1.HEIC", "x.JPG", "x.jpg", "noext", "noext.png", "d/a.webp", "d/e/b.avif", "c d.png"]
+        var model: [String: [UInt8]] = [:]
+        func mutate() throws {
+            let name = names.randomElement(using: &random)!
+            let url = source.appendingPathComponent(name)
+            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            switch Int.random(in: 0..<4, using: &random) {
+            case 0, 1:
+                let bytes = images.randomElement(using: &random)!
+                try Data(bytes).write(to: url)
+                model[name] = bytes
+            case 2:
+                guard let bytes = model[name] else { return }
+                let target = names.randomElement(using: &random)!
+                guard target != name else { return }
+                let to = source.appendingPathComponent(target)
+                try FileManager.default.createDirectory(at: to.deletingLastPathComponent(), withIntermediateDirectories: true)
+                guard rename(url.path, to.path) == 0 else { return }
+                model[name] = nil
+                model[target] = bytes
+            default:
+                unlink(url.path)
+                model[name] = nil
+            }
+        }
+        func start(_ arguments: [String]) throws -> Process {
+            let process = Process()
+            process.executableURL = Cluster.enlargerBinary
+            process.arguments = ["sync", source.path, "--out", out.path, "--width", "24", "--broker",
+                                 cluster.clientsEndpoint, "--in-flight", "2"] + arguments
+            process.environment = Self.environment([:])
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            return process
+        }
+        var kills = 0
+        for _ in 0..<8 {
+            for _ in 0..<Int.random(in: 2...5, using: &random) { try mutate() }
+            let process = try start(Bool.random(using: &random) ? ["--watch"] : [])
+            for _ in 0..<Int.random(in: 0...2, using: &random) {
+                usleep(UInt32.random(in: 0...60_000, using: &random))
+                try mutate()
+            }
+            usleep(UInt32.random(in: 0...250_000, using: &random))
+            if process.isRunning {
+                kill(process.processIdentifier, SIGKILL)
+                kills += 1
+            }
+            process.waitUntilExit()
+        }
+        let settle = try run(["sync", source.path, "--out", out.path, "--width", "24", "--broker", cluster.clientsEndpoint])
+        XCTAssertEqual(settle.status, 0, "seed \(seed): \(settle.stderr)")
+        let clean = try temporaryDirectory().appendingPathComponent("clean")
+        let reference = try run(["sync", source.path, "--out", clean.path, "--width", "24", "--broker", cluster.clientsEndpoint])
+        XCTAssertEqual(reference.status, 0, reference.stderr)
+        func files(_ directory: URL) -> [String: Data] {
+            var files: [String: Data] = [:]
+            let walker = FileManager.default.enumerator(atPath: directory.path)
+            while let relative = walker?.nextObject() as? String {
+                var info = stat()
+                let path = directory.appendingPathComponent(relative).path
+                guard !relative.hasPrefix(".enlarger-sync"), lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+                    continue
+                }
+                files[relative] = FileManager.default.contents(atPath: path)
+            }
+            return files
+        }
+        var expected = files(clean)
+        XCTAssertEqual(Set(expected.keys), Set(model.keys.map { $0 + ".jpg" }), "seed \(seed)")
+        expected["notes.txt"] = Data("mine".utf8)
+        let actual = files(out)
+        XCTAssertEqual(Set(actual.keys), Set(expected.keys), "seed \(seed): OUT after \(kills) kills")
+        for (name, bytes) in expected where actual[name] != bytes { XCTFail("seed \(seed): \(name) differs") }
+        var sources = files(source)
+        for (name, bytes) in model {
+            XCTAssertEqual(sources.removeValue(forKey: name), Data(bytes), "seed \(seed): \(name) changed")
+        }
+        XCTAssertEqual(sources, [:])
+        print("sync kill test: seed \(seed), \(kills) kills, \(model.count) sources at the end")
+    }
+
     /// `sync` refuses an OUT that is SRC or contains it, however it is named, and writes nothing.
     func testSyncNeverWritesOverItsSource() throws {
         let source = try temporaryDirectory()
