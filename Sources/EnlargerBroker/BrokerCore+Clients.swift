@@ -24,7 +24,7 @@ extension BrokerCore {
         do {
             message = try ClientToBrokerMessage(frames: frames)
         } catch {
-            clientSentMalformed(peer, error, &actions)
+            clientSentMalformed(peer, principal, error, &actions)
             return
         }
         switch message {
@@ -45,12 +45,14 @@ extension BrokerCore {
         }
     }
 
-    private mutating func clientSentMalformed(_ peer: PeerID, _ error: FrameError, _ actions: inout [Action]) {
+    private mutating func clientSentMalformed(
+        _ peer: PeerID, _ principal: Principal, _ error: FrameError, _ actions: inout [Action]
+    ) {
         counters.malformedDropped += 1
         actions.append(.report(.malformed(peer, role: .client, reason: error.description)))
         if let requestID = error.requestID {
-            counters.submitted += 1
-            reject(requestID, .malformed, error.description, to: peer, &actions)
+            tally(principal, \.submitted)
+            reject(requestID, .malformed, error.description, to: peer, principal: principal, &actions)
         } else {
             var reply = Enlarger_V1_Error()
             reply.code = .malformed
@@ -73,7 +75,7 @@ extension BrokerCore {
         _ submit: Enlarger_V1_Submit, image: Payload, from peer: PeerID, principal: Principal,
         now: MonotonicInstant, _ actions: inout [Action]
     ) {
-        counters.submitted += 1
+        tally(principal, \.submitted)
         let requestID = submit.requestID
         let key = RequestKey(principal: principal, id: requestID)
         let place: BatchPlace?
@@ -81,7 +83,7 @@ extension BrokerCore {
         case .success(let found):
             place = found
         case .failure(let refusal):
-            reject(requestID, refusal.code, refusal.message, to: peer, &actions)
+            reject(requestID, refusal.code, refusal.message, to: peer, principal: principal, &actions)
             if let failed = refusal.place {
                 batchItemRefused(failed, requestID: requestID, size: submit.batch.size, from: peer, code: refusal.code,
                                  message: refusal.message)
@@ -94,12 +96,12 @@ extension BrokerCore {
             batchItemRefused(place, requestID: requestID, size: submit.batch.size, from: peer, code: code, message: message)
         }
         if let (code, message) = refusal(of: submit, image: image) {
-            reject(requestID, code, message, to: peer, &actions)
+            reject(requestID, code, message, to: peer, principal: principal, &actions)
             refuseItem(code, message)
             return
         }
         guard requests[key] == nil else {
-            counters.duplicateIds += 1
+            tally(principal, \.duplicateIds)
             var failed = Enlarger_V1_Failed()
             failed.requestID = requestID
             failed.code = .duplicateID
@@ -111,7 +113,7 @@ extension BrokerCore {
         let lifetime = submit.deadlineMs == 0
             ? configuration.defaultDeadline : min(.milliseconds(submit.deadlineMs), configuration.maxDeadline)
         let shareKey = shareKey(of: submit, principal: principal)
-        if let shareKey, shareKey.namesVersion, let hit = cache.lookup(shareKey.cacheKey) {
+        if let shareKey, shareKey.namesVersion, let hit = cache.lookup(shareKey.cacheKey(for: principal)) {
             answerFromCache(key, hit, bytesIn: image.count, lifetime: lifetime, to: peer, now: now, &actions)
             if let place {
                 batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: true,
@@ -119,7 +121,7 @@ extension BrokerCore {
             }
             return
         }
-        if shareKey?.namesVersion == true { counters.cacheMisses += 1 }
+        if shareKey?.namesVersion == true { tally(principal, \.cacheMisses) }
         let joining = shareKey.flatMap { configuration.shareJobs ? sharedJobs[$0] : nil }.flatMap { jobID in
             jobs[jobID].map { Self.sameBytes($0.image, image) } == true ? jobID : nil
         }
@@ -136,7 +138,7 @@ extension BrokerCore {
                 nil
             }
         if let overload {
-            reject(requestID, .overloaded, overload, to: peer, &actions)
+            reject(requestID, .overloaded, overload, to: peer, principal: principal, &actions)
             refuseItem(.overloaded, overload)
             return
         }
@@ -145,7 +147,7 @@ extension BrokerCore {
         if let joining {
             jobID = joining
             jobs[jobID]!.requests.append(key)
-            counters.jobsShared += 1
+            tally(principal, \.jobsShared)
         } else {
             jobID = nextJobID
             nextJobID += 1
@@ -167,7 +169,7 @@ extension BrokerCore {
         client.requests.insert(key)
         client.waitingBytes = clientBytesWaiting[peer] ?? 0
         clients[peer] = client
-        counters.accepted += 1
+        tally(principal, \.accepted)
         var accepted = Enlarger_V1_Accepted()
         accepted.requestID = requestID
         accepted.brokerInstance = configuration.instance
@@ -230,9 +232,9 @@ extension BrokerCore {
         _ key: RequestKey, _ hit: ResultCache<Payload>.Hit, bytesIn: Int, lifetime: Duration, to peer: PeerID,
         now: MonotonicInstant, _ actions: inout [Action]
     ) {
-        counters.accepted += 1
-        counters.cacheHits += 1
-        counters.finished += 1
+        tally(key.principal, \.accepted)
+        tally(key.principal, \.cacheHits)
+        tally(key.principal, \.finished)
         send(.accepted(.with {
             $0.requestID = key.id
             $0.brokerInstance = configuration.instance
@@ -295,9 +297,9 @@ extension BrokerCore {
     /// Answers a Submit that is not accepted: `Rejected`, counted and reported.
     private mutating func reject(
         _ requestID: String, _ code: Enlarger_V1_ErrorCode, _ message: String, to peer: PeerID,
-        _ actions: inout [Action]
+        principal: Principal, _ actions: inout [Action]
     ) {
-        counters.rejected += 1
+        tally(principal, \.rejected)
         var rejected = Enlarger_V1_Rejected()
         rejected.requestID = requestID
         rejected.code = code

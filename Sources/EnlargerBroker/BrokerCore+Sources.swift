@@ -44,13 +44,13 @@ extension BrokerCore {
             jobs[jobID]!.shareKey = nil
             guard let versionKey else { return }
 
-            if let hit = cache.lookup(versionKey.cacheKey) {
+            if let hit = cache.lookup(versionKey.cacheKey(for: job.owner.principal)) {
                 withdraw(jobID, now: now, &actions)
                 answerJobFromCache(jobID, hit, now: now, &actions)
                 dispatch(now: now, &actions)
                 return
             }
-            if job.attempt == 1 { counters.cacheMisses += UInt64(job.requests.count { requests[$0] != nil }) }
+            if job.attempt == 1 { for key in job.requests where requests[key] != nil { tally(key.principal, \.cacheMisses) } }
             jobs[jobID]!.shareKey = versionKey
             guard configuration.shareJobs else { return }
             if let other = sharedJobs[versionKey], other != jobID, let target = jobs[other] {
@@ -81,7 +81,7 @@ extension BrokerCore {
         result.cached = true
         for key in job.requests {
             guard let request = requests[key] else { continue }
-            counters.cacheHits += 1
+            tally(key.principal, \.cacheHits)
             result.requestID = request.requestID
             requests[key]!.bytesOut += hit.payload.count
             send(.result(result, image: hit.payload), to: request.client, &actions)
@@ -99,7 +99,7 @@ extension BrokerCore {
         for key in job.requests {
             guard let request = requests[key] else { continue }
             if !request.sharedWork {
-                counters.jobsShared += 1
+                tally(key.principal, \.jobsShared)
                 requests[key]!.sharedWork = true
             }
             requests[key]!.jobID = target

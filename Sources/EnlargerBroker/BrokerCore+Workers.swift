@@ -210,7 +210,7 @@ extension BrokerCore {
                 // handed to requests that never sent those bytes.
                 if let shareKey = job.shareKey, shareKey.namesVersion, result.digestVerified {
                     event.requestID = ""
-                    cache.store(event, payload: image, for: shareKey.cacheKey)
+                    cache.store(event, payload: image, for: shareKey.cacheKey(for: job.owner.principal))
                 }
                 let job = removeJob(jobID)
                 for key in job.requests where requests[key] != nil {

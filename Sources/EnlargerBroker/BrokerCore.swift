@@ -148,6 +148,8 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// Live jobs that identical requests may join.
     var sharedJobs: [ShareKey: UInt64] = [:]
     var cache: ResultCache<Payload>
+    /// Each principal's own request counts (see `tally`).
+    var tallies: [String: Enlarger_V1_Totals] = [:]
     /// Live batches, by principal and batch id (see Batches).
     var batches: [RequestKey: Batch] = [:]
     /// Batches whose end was decided during the current event, to settle before it returns.
@@ -353,6 +355,24 @@ public struct BrokerCore<Payload: FrameBytes> {
     public func status(now: MonotonicInstant, for principal: Principal = .local) -> Enlarger_V1_StatusReply {
         var reply = Enlarger_V1_StatusReply()
         let details = isAdmin(principal)
+        guard details else {
+            // Nothing of other principals: not their counts, not the cache's occupancy (which
+            // would show another asking again for a cached image), not the workers' ids.
+            let mine = requests.values.filter { $0.key.principal == principal }
+            let waiting = mine.filter { request in
+                guard let job = jobs[request.jobID] else { return false }
+                return job.worker == nil
+            }.count
+            reply.queueDepth = UInt32(waiting)
+            reply.queueLimit = UInt32(configuration.queueLimit)
+            reply.inFlight = UInt32(mine.count - waiting)
+            reply.clientBytesWaiting = UInt64(clients.filter { $0.value.principal == principal }
+                .reduce(0) { $0 + (clientBytesWaiting[$1.key] ?? 0) })
+            reply.clients = UInt32(clients.values.count { $0.principal == principal })
+            reply.uptimeMs = now.duration(since: startedAt).milliseconds
+            reply.totals = tallies[principal.name] ?? Enlarger_V1_Totals()
+            return reply
+        }
         reply.workers = workers.map { worker in
             var status = Enlarger_V1_WorkerStatus()
             status.id = worker.id.description
@@ -393,7 +413,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         guard let request = requests.removeValue(forKey: key) else {
             preconditionFailure("ending request \(key.id), which is not live")
         }
-        count(outcome)
+        count(outcome, for: key.principal)
         let queueWait = job.firstDispatchedAt.map {
             $0 > request.acceptedAt ? $0.duration(since: request.acceptedAt) : .zero
         }
@@ -411,15 +431,22 @@ public struct BrokerCore<Payload: FrameBytes> {
         return request
     }
 
-    mutating func count(_ outcome: RequestOutcome) {
+    mutating func count(_ outcome: RequestOutcome, for principal: Principal) {
         switch outcome {
-        case .finished: counters.finished += 1
+        case .finished: tally(principal, \.finished)
         case .failed(let code):
-            counters.failed += 1
-            if code == .deadlineExceeded { counters.deadlinesExceeded += 1 }
-        case .cancelled: counters.cancelled += 1
+            tally(principal, \.failed)
+            if code == .deadlineExceeded { tally(principal, \.deadlinesExceeded) }
+        case .cancelled: tally(principal, \.cancelled)
         case .rejected: preconditionFailure("a live request is never rejected")
         }
+    }
+
+    /// Counts a request's event in the broker's totals and in its principal's own, which is
+    /// all a non-admin's Status shows.
+    mutating func tally(_ principal: Principal, _ field: WritableKeyPath<Enlarger_V1_Totals, UInt64>, _ n: UInt64 = 1) {
+        counters[keyPath: field] += n
+        tallies[principal.name, default: Enlarger_V1_Totals()][keyPath: field] += n
     }
 
     /// Takes a job out of the tables (its queue position, if any, is the caller's to settle).

@@ -28,11 +28,20 @@ struct ShareKey: Hashable {
     /// Whether results may be cached under the key: only a key naming a version can be.
     var namesVersion: Bool { kind != .location }
 
-    /// The key of the terminal result this work gives. A progressive request ends with the
-    /// same final result as a final-only one, so both read and fill the same cache entry.
-    var cacheKey: ShareKey {
-        guard delivery == .progressive else { return self }
-        return ShareKey(scope: scope, kind: kind, source: source, spec: spec, delivery: .final)
+    /// The key under which `principal` reads or fills the cache with the terminal result of
+    /// this work. A progressive request ends with the same final result as a final-only one,
+    /// so both read and fill the same entry.
+    ///
+    /// A digest is the client's claim: a result stored for one principal's verified bytes is
+    /// never an answer to another's digest alone (a guessed or known digest sent with junk
+    /// would otherwise get the image). So digest entries are kept per principal even where
+    /// results are shared; other principals share them only by joining a live job, which
+    /// compares the bytes. A version was named by the worker that opened the source, so its
+    /// entries are shared as the scope says.
+    func cacheKey(for principal: Principal) -> ShareKey {
+        let scope = kind == .digest ? principal.name : scope
+        return ShareKey(scope: scope, kind: kind, source: source, spec: spec,
+                        delivery: delivery == .progressive ? .final : delivery)
     }
 
     /// The same work, with the source named by the version a worker found.

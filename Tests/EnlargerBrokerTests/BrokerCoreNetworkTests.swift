@@ -324,20 +324,38 @@ final class BrokerCoreNetworkTests: XCTestCase {
         XCTAssertEqual(configured.core.liveRequestCount, 1)
     }
 
-    func testWorkerDetailsAreForAdminsOnly() {
+    /// A non-admin's Status shows its own requests and counts only: no workers, no totals or
+    /// cache occupancy of others (which would show another principal asking again for a
+    /// cached image). Admins and the ipc owner see everything.
+    func testStatusShowsANonAdminOnlyItsOwn() {
         var broker = harness { $0.admins = [Principal("curve:admin")] }
         broker.ready(w1, name: "host-a")
-        broker.client(alice, as: Principal("curve:someone"), .statusRequest)
+        let someone = Principal("curve:someone"), other = Principal("curve:other")
+        let carol: PeerID = "client-carol"
+        broker.client(alice, as: someone, .submit(CoreHarness.submitMessage("mine"), image: CoreHarness.jpeg))
+        for id in ["theirs-1", "theirs-2", "theirs-3"] {
+            broker.client(carol, as: other, .submit(CoreHarness.submitMessage(id), image: CoreHarness.jpeg))
+        }
+        broker.client(carol, as: other, .submit(CoreHarness.submitMessage("theirs-1"), image: CoreHarness.jpeg))
+        _ = broker.events(for: alice)
+        broker.client(alice, as: someone, .statusRequest)
         broker.client(bob, as: Principal("curve:admin"), .statusRequest)
         broker.client("client-ipc", .statusRequest)
         guard case .statusReply(let plain) = broker.events(for: alice).first,
               case .statusReply(let full) = broker.events(for: bob).first,
               case .statusReply(let local) = broker.events(for: "client-ipc").first
         else { return XCTFail("no status replies") }
-        XCTAssertEqual(plain.workers.map(\.name), [""])
-        XCTAssertEqual(plain.workers.map(\.pid), [0])
-        XCTAssertEqual(plain.workers.map(\.capacity), [1], "counts are for everyone")
+        XCTAssertEqual(plain.workers, [], "workers are for admins")
+        XCTAssertEqual(plain.totals.submitted, 1, "its own submits only")
+        XCTAssertEqual(plain.totals.accepted, 1)
+        XCTAssertEqual(plain.totals.duplicateIds, 0, "another principal's duplicate is not counted")
+        XCTAssertEqual(plain.inFlight + plain.queueDepth, 1, "its own live request")
+        XCTAssertEqual(plain.clients, 1)
+        XCTAssertEqual(plain.cache, Enlarger_V1_CacheStatus(), "no cache occupancy")
         XCTAssertEqual(full.workers.map(\.name), ["host-a"])
+        XCTAssertEqual(full.totals.submitted, 5)
+        XCTAssertEqual(full.totals.duplicateIds, 1)
+        XCTAssertEqual(full.inFlight + full.queueDepth, 4)
         XCTAssertEqual(local.workers.map(\.pid), [7], "ipc peers are the socket owner")
     }
 

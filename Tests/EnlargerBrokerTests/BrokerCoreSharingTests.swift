@@ -230,6 +230,24 @@ final class BrokerCoreSharingTests: XCTestCase {
         }
     }
 
+    /// Even where results are shared across principals, a digest alone never reads another
+    /// principal's cached result: junk bytes sent with a known digest get a job of their own
+    /// (whose worker then finds the mismatch), while the principal that proved the bytes hits.
+    func testADigestAloneNeverReadsAnotherPrincipalsCachedResult() {
+        var broker = CoreHarness { $0.shareAcrossPrincipals = true }
+        broker.ready(w1, capacity: 2)
+        let alicePrincipal = Principal("curve:alice"), mallory = Principal("curve:mallory")
+        submit(&broker, alice, "a", as: alicePrincipal)
+        result(&broker, broker.jobs(for: w1)[0], .final, terminal: true)
+        XCTAssertEqual(broker.core.cache.count, 1)
+        _ = broker.events(for: alice)
+        submit(&broker, bob, "m", image: Array("junk junk junk junk junk junk junk".utf8), as: mallory)
+        XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted m"], "no cached answer for a digest alone")
+        XCTAssertEqual(broker.jobs(for: w1).count, 1, "the junk goes to a worker, which checks the digest")
+        submit(&broker, alice, "a2", as: alicePrincipal)
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a2", "result a2 final terminal cached"])
+    }
+
     func testTheOperatorCanTurnSharingAndTheCacheOff() {
         var broker = CoreHarness {
             $0.shareJobs = false
