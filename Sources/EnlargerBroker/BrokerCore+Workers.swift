@@ -10,9 +10,15 @@ import EnlargerProtocol
 
 extension BrokerCore {
     mutating func handleWorkerFrames(
-        from peer: PeerID, _ frames: some RandomAccessCollection<Payload>, now: MonotonicInstant,
+        from peer: PeerID, principal: Principal, _ frames: some RandomAccessCollection<Payload>, now: MonotonicInstant,
         _ actions: inout [Action]
     ) {
+        if let index = workerIndex[peer], workers[index].principal != principal {
+            // The routing id now belongs to a connection of another key: the worker that
+            // registered under it is gone, and nothing this one sends about its jobs counts.
+            // What it held runs again elsewhere, charged to no request.
+            loseWorker(at: index, reason: "its routing id was taken over by another key", charge: false, now: now, &actions)
+        }
         if let index = workerIndex[peer] { workers[index].lastSeen = now }
         let message: WorkerToBrokerMessage<Payload>
         do {
@@ -31,7 +37,7 @@ extension BrokerCore {
 
         switch (message, workerIndex[peer]) {
         case (.ready(let ready), _):
-            register(peer, ready, now: now, &actions)
+            register(peer, principal: principal, ready, now: now, &actions)
         case (.disconnect, nil):
             break
         case (_, nil):
@@ -82,7 +88,7 @@ extension BrokerCore {
     // if it had died, and it starts afresh.
 
     private mutating func register(
-        _ peer: PeerID, _ ready: Enlarger_V1_Ready, now: MonotonicInstant, _ actions: inout [Action]
+        _ peer: PeerID, principal: Principal, _ ready: Enlarger_V1_Ready, now: MonotonicInstant, _ actions: inout [Action]
     ) {
         if isShuttingDown {
             actions.append(.sendToWorker(peer, BrokerToWorkerMessage<Payload>.disconnect.encoded()))
@@ -101,7 +107,8 @@ extension BrokerCore {
         }
         workerIndex[peer] = workers.count
         workers.append(
-            Worker(id: peer, name: ready.workerName, pid: ready.pid, capacity: Int(ready.capacity), lastSeen: now))
+            Worker(id: peer, principal: principal, name: ready.workerName, pid: ready.pid, capacity: Int(ready.capacity),
+                   lastSeen: now))
         actions.append(.report(.workerRegistered(peer, name: ready.workerName, capacity: Int(ready.capacity))))
         dispatch(now: now, &actions)
     }
@@ -314,11 +321,13 @@ extension BrokerCore {
     // to the other workers throughout.
 
     mutating func loseWorker(
-        at index: Int, reason: String, now: MonotonicInstant, _ actions: inout [Action]
+        at index: Int, reason: String, charge: Bool = true, now: MonotonicInstant, _ actions: inout [Action]
     ) {
         let worker = removeWorker(at: index)
         counters.workersLost += 1
-        let alone = worker.inFlight == 1
+        // A job alone on a worker that died is the likely cause; none is when the worker
+        // was not lost to a crash.
+        let alone = charge && worker.inFlight == 1
         var requeued = 0
         var failed = 0
         for jobID in worker.jobs.keys.sorted() {

@@ -106,6 +106,8 @@ public struct BrokerCore<Payload: FrameBytes> {
 
     struct Worker {
         let id: PeerID
+        /// The key it registered with: only frames from a connection of that key are its own.
+        let principal: Principal
         let name: String
         let pid: UInt32
         let capacity: Int
@@ -216,12 +218,14 @@ public struct BrokerCore<Payload: FrameBytes> {
     }
 
     /// A multipart message from a worker, without its routing id.
+    /// Frames from a worker connection, authenticated as `principal` (its key; `local` on ipc).
     public mutating func workerFrames(
-        from peer: PeerID, _ frames: some RandomAccessCollection<Payload>, now: MonotonicInstant
+        from peer: PeerID, principal: Principal = .local, _ frames: some RandomAccessCollection<Payload>,
+        now: MonotonicInstant
     ) -> [Action] {
         var actions: [Action] = []
         noteActivity(now)
-        handleWorkerFrames(from: peer, frames, now: now, &actions)
+        handleWorkerFrames(from: peer, principal: principal, frames, now: now, &actions)
         settleBatches(now: now, &actions)
         return actions
     }

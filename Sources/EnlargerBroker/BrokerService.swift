@@ -292,7 +292,7 @@ public final class BrokerService: @unchecked Sendable {
             let body = frames[1...]
             let actions = switch role {
             case .client: core.clientFrames(from: peer, principal: principal(of: frames), body, now: now)
-            case .worker: core.workerFrames(from: peer, body, now: now)
+            case .worker: core.workerFrames(from: peer, principal: principal(of: frames), body, now: now)
             }
             try perform(actions, now: now)
             // A client that sends is reading again, perhaps on a new connection: try what

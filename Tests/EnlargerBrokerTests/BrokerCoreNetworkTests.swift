@@ -359,6 +359,36 @@ final class BrokerCoreNetworkTests: XCTestCase {
         XCTAssertEqual(local.workers.map(\.pid), [7], "ipc peers are the socket owner")
     }
 
+    /// A worker is its key as well as its routing id: a connection of another key under a
+    /// registered worker's routing id (a rogue that reconnected as a dropped worker) gets no
+    /// say over its jobs. Its forged final reaches nobody; the job runs again elsewhere,
+    /// charged to no request.
+    func testAWorkerRoutingIDTakenOverByAnotherKeyCannotAnswerItsJobs() {
+        var broker = harness()
+        let honest = Principal("curve:worker-a"), rogue = Principal("curve:worker-b")
+        broker.worker(w1, as: honest, .ready(.with { $0.capacity = 1; $0.workerName = "a"; $0.pid = 1 }))
+        broker.client(alice, .submit(CoreHarness.submitMessage("photo", delivery: .final), image: CoreHarness.jpeg))
+        let job = broker.jobs(for: w1)[0]
+        _ = broker.events(for: alice)
+        broker.worker(w1, as: rogue, .jobResult(.with {
+            $0.jobID = job.jobID
+            $0.attempt = job.attempt
+            $0.stage = .final
+            $0.width = 1
+            $0.height = 1
+            $0.terminal = true
+            $0.contentType = "image/jpeg"
+        }, image: [0xBA, 0xD0]))
+        XCTAssertFalse(broker.events(for: alice).contains { $0.summary.hasPrefix("result") }, "the forged final reached the client")
+        XCTAssertEqual(broker.core.totals.workersLost, 1)
+        // The honest key's new worker takes the job again, as its first attempt that counts.
+        let w2: PeerID = "worker-2"
+        broker.worker(w2, as: honest, .ready(.with { $0.capacity = 1; $0.workerName = "a2"; $0.pid = 2 }))
+        let again = broker.jobs(for: w2)
+        XCTAssertEqual(again.map(\.jobID), [job.jobID])
+        XCTAssertEqual(broker.core.liveRequestCount, 1)
+    }
+
     func testARoutingIDTakenOverByAnotherPrincipalGetsNothingOfTheOld() {
         var broker = harness()
         broker.ready(w1)

@@ -46,12 +46,12 @@ struct CoreHarness {
         record(core.clientBacklog(peer, waitingBytes: bytes, now: now))
     }
 
-    mutating func worker(_ peer: PeerID, _ message: WorkerToBrokerMessage<Bytes>) {
-        workerFrames(peer, message.encoded().frames)
+    mutating func worker(_ peer: PeerID, as principal: Principal = .local, _ message: WorkerToBrokerMessage<Bytes>) {
+        workerFrames(peer, as: principal, message.encoded().frames)
     }
 
-    mutating func workerFrames(_ peer: PeerID, _ frames: [Bytes]) {
-        record(core.workerFrames(from: peer, frames, now: now))
+    mutating func workerFrames(_ peer: PeerID, as principal: Principal = .local, _ frames: [Bytes]) {
+        record(core.workerFrames(from: peer, principal: principal, frames, now: now))
     }
 
     mutating func advance(by duration: Duration) {
