@@ -355,6 +355,9 @@ public struct BrokerCore<Payload: FrameBytes> {
         principal.isAdmin || principal == .local || configuration.admins.contains(principal)
     }
 
+    /// The principal whose connection `peer` is, while it has live requests.
+    public func clientPrincipal(_ peer: PeerID) -> Principal? { clients[peer]?.principal }
+
     /// The snapshot sent in reply to StatusRequest. Worker names and pids are for admins.
     public func status(now: MonotonicInstant, for principal: Principal = .local) -> Enlarger_V1_StatusReply {
         var reply = Enlarger_V1_StatusReply()

@@ -126,6 +126,9 @@ public final class BrokerService: @unchecked Sendable {
     /// Messages waiting for clients whose pipe is full (not reading) or who are not
     /// connected, in order, per client. See `ClientBacklog`.
     private var backlogs: [PeerID: ClientBacklog] = [:]
+    /// The principal last heard on each client routing id that has live requests or a
+    /// backlog: whom a reply sent there is for.
+    private var holders: [PeerID: Principal] = [:]
 
     /// Creates the sockets and binds them, so connection errors surface here and peers may
     /// connect as soon as this returns (their messages wait until `run()`).
@@ -165,11 +168,13 @@ public final class BrokerService: @unchecked Sendable {
         // client, a full pipe) into an error we can act on. Toward workers no high-water
         // mark is needed: what waits there is bounded by their credits. Toward a client, a
         // small one makes a slow reader visible: what it has not taken waits in the
-        // broker's backlog for it, and its queued work is held back meanwhile. A client
-        // that reconnects under the same routing id takes its identity over (HANDOVER), so
-        // what waited is delivered on the new connection.
+        // broker's backlog for it, and its queued work is held back meanwhile. No HANDOVER:
+        // a live connection's routing id cannot be taken by another connection (any peer
+        // may present any id); a client that reconnects gets its id once the old connection
+        // is gone, which heartbeats make sure of, and what waited for it is delivered once
+        // it has spoken as the same principal (see Client backlogs).
         try clients.set(.routerMandatory(true))
-        try clients.set(.routerHandover(true))
+        try clients.set(.heartbeat(intervalMilliseconds: 2_000, timeoutMilliseconds: 6_000))
         try clients.set(.maxMessageSize(configuration.clientFrameLimit))
         try clients.set(.sendHighWaterMark(configuration.clientSendHighWaterMark))
         try workers.set(.routerMandatory(true))
@@ -290,16 +295,37 @@ public final class BrokerService: @unchecked Sendable {
             // A ROUTER always puts the routing id first; anything else is left to the core.
             let peer = PeerID(frames[0].bytes)
             let body = frames[1...]
+            let sender = principal(of: frames)
+            if role == .client { heard(from: peer, as: sender) }
             let actions = switch role {
-            case .client: core.clientFrames(from: peer, principal: principal(of: frames), body, now: now)
+            case .client: core.clientFrames(from: peer, principal: sender, body, now: now)
             case .worker: core.workerFrames(from: peer, principal: principal(of: frames), body, now: now)
             }
             try perform(actions, now: now)
             // A client that sends is reading again, perhaps on a new connection: try what
             // waited for it now rather than at the next retry.
-            if role == .client, backlogs[peer] != nil { try flush(peer, now: now) }
+            if role == .client {
+                if backlogs[peer] != nil { try flush(peer, now: now) }
+                if backlogs[peer] == nil, core.clientPrincipal(peer) == nil { holders[peer] = nil }
+            }
         }
         return true
+    }
+
+    /// A message came from `peer`'s connection as `principal`: the connection is that
+    /// principal's now. What waited for another principal under the same routing id is
+    /// dropped unsent (the core ends those requests), and what waited for this one may go.
+    private func heard(from peer: PeerID, as principal: Principal) {
+        holders[peer] = principal
+        guard var backlog = backlogs[peer] else { return }
+        if backlog.principal != principal {
+            logger.notice("routing id taken over by another principal; dropping what waited",
+                          metadata: ["peer": "\(peer)", "waiting_bytes": "\(backlog.bytes)"])
+            backlogs[peer] = nil
+            return
+        }
+        backlog.verified = true
+        backlogs[peer] = backlog
     }
 
     /// Who sent a client message: the user id the gatekeeper gave its connection.
@@ -380,8 +406,21 @@ public final class BrokerService: @unchecked Sendable {
     // short, growing timer. A backlog that stops making progress for
     // `clientBacklogPatience`, or outgrows `maxClientBacklogBytes`, is dropped and the
     // client's requests end (the core is told it is unreachable).
+    //
+    // A backlog belongs to a principal as well as a routing id, and nothing in it goes to a
+    // connection not known to be that principal's. Once a send finds the routing id not
+    // connected, the backlog is not retried until a message arrives from that id: from the
+    // same principal, it is delivered; from another (a connection that took the free id),
+    // it is dropped unsent and the core ends its requests. Residual window: between the
+    // moment a client's connection drops and the broker's next send to it, a peer that knows
+    // the client's (random, never disclosed) routing id and connects under it in that
+    // instant would get the one message sent then.
 
     private struct ClientBacklog {
+        let principal: Principal
+        /// Sends may be tried: the routing id was last heard as `principal`, and no send
+        /// since found it unconnected.
+        var verified: Bool
         var messages: [OutgoingMessage<Message>] = []
         var head = 0
         var bytes = 0
@@ -392,34 +431,62 @@ public final class BrokerService: @unchecked Sendable {
         var isEmpty: Bool { head == messages.count }
     }
 
-    private var nextBacklogRetry: MonotonicInstant? { backlogs.values.map(\.retryAt).min() }
+    /// When a backlog is next due: a retry, or (not to be retried) the end of its patience.
+    private var nextBacklogRetry: MonotonicInstant? {
+        backlogs.values.map { $0.verified ? $0.retryAt : $0.lastProgress + configuration.clientBacklogPatience }.min()
+    }
 
     private func sendToClient(
         _ message: OutgoingMessage<Message>, to peer: PeerID, now: MonotonicInstant
     ) throws(ZMQError) -> [BrokerAction<Message>] {
-        if var backlog = backlogs[peer] {
+        guard let principal = core.clientPrincipal(peer) ?? holders[peer] else {
+            // No principal is known for the id: there is no one this could be for.
+            logger.debug("message for a client no principal is known for; dropped", metadata: ["peer": "\(peer)"])
+            return []
+        }
+        if var backlog = backlogs[peer], backlog.principal == principal {
             backlog.messages.append(message)
             backlog.bytes += message.byteCount
             backlogs[peer] = backlog
             return try backlogChanged(peer, now: now)
         }
-        guard try send(message, to: peer, on: clients) != .sent else { return [] }
+        backlogs[peer] = nil  // another principal's: never to be delivered here
+        if holders[peer] != principal {
+            // The id was last heard as someone else (or not at all): wait to hear it again.
+            backlogs[peer] = ClientBacklog(principal: principal, verified: false, messages: [message],
+                                           bytes: message.byteCount, lastProgress: now, retryAt: now)
+            return try backlogChanged(peer, now: now)
+        }
+        let outcome = try send(message, to: peer, on: clients)
+        guard outcome != .sent else { return [] }
         backlogs[peer] = ClientBacklog(
-            messages: [message], bytes: message.byteCount, lastProgress: now, retryAt: now + .milliseconds(1))
+            principal: principal, verified: outcome == .full, messages: [message], bytes: message.byteCount,
+            lastProgress: now, retryAt: now + .milliseconds(1))
         logger.debug("client not taking messages; keeping them", metadata: ["peer": "\(peer)"])
         return try backlogChanged(peer, now: now)
     }
 
     private func flushBacklogs(now: MonotonicInstant) throws(ZMQError) {
-        for peer in backlogs.filter({ $0.value.retryAt <= now }).keys.sorted() {
+        for peer in backlogs.filter({ $0.value.verified && $0.value.retryAt <= now }).keys.sorted() {
             try flush(peer, now: now)
+        }
+        // Backlogs waiting to hear from their client are not retried, but their patience runs.
+        for (peer, backlog) in backlogs where !backlog.verified
+            && now.duration(since: backlog.lastProgress) > configuration.clientBacklogPatience {
+            try perform(backlogChanged(peer, now: now), now: now)
         }
     }
 
     private func flush(_ peer: PeerID, now: MonotonicInstant) throws(ZMQError) {
-        guard var backlog = backlogs[peer] else { return }
+        guard var backlog = backlogs[peer], backlog.verified else { return }
         var progressed = false
-        while !backlog.isEmpty, try send(backlog.messages[backlog.head], to: peer, on: clients) == .sent {
+        while !backlog.isEmpty {
+            let outcome = try send(backlog.messages[backlog.head], to: peer, on: clients)
+            guard outcome == .sent else {
+                // Not connected: whoever connects under the id next must speak first.
+                if outcome == .unreachable { backlog.verified = false }
+                break
+            }
             backlog.bytes -= backlog.messages[backlog.head].byteCount
             backlog.head += 1
             progressed = true
@@ -456,9 +523,10 @@ public final class BrokerService: @unchecked Sendable {
         // What the core sends in reply (the requests' Failed) joins the backlog and goes
         // with it: the client is not taking anything.
         let followUp = core.clientUnreachable(peer, now: now)
-        backlogs[peer] = ClientBacklog(lastProgress: now, retryAt: now)
+        backlogs[peer] = ClientBacklog(principal: backlog.principal, verified: false, lastProgress: now, retryAt: now)
         try perform(followUp, now: now)
         backlogs[peer] = nil
+        if core.clientPrincipal(peer) == nil { holders[peer] = nil }
         return core.clientBacklog(peer, waitingBytes: 0, now: now)
     }
 

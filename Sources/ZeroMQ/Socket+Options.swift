@@ -23,6 +23,10 @@ extension Socket {
         /// peer may present any routing id: pair it with the connection's authenticated
         /// User-Id before trusting it.
         case routerHandover(Bool)
+        /// ZMTP heartbeats: a PING every `interval` milliseconds, and a connection that answers
+        /// nothing for `timeout` milliseconds is closed (so a peer gone without a word frees
+        /// its routing id).
+        case heartbeat(intervalMilliseconds: Int32, timeoutMilliseconds: Int32)
 
         // CURVE and ZAP. Set before `bind`/`connect`; `Socket+Curve.swift` has the helpers
         // that set the right combination.
@@ -53,6 +57,9 @@ extension Socket {
         case .immediate(let on): try setInt32(ZMQ_IMMEDIATE, on ? 1 : 0, "ZMQ_IMMEDIATE")
         case .routingID(let bytes): try setBytes(ZMQ_ROUTING_ID, bytes, "ZMQ_ROUTING_ID")
         case .routerHandover(let on): try setInt32(ZMQ_ROUTER_HANDOVER, on ? 1 : 0, "ZMQ_ROUTER_HANDOVER")
+        case .heartbeat(let interval, let timeout):
+            try setInt32(ZMQ_HEARTBEAT_IVL, interval, "ZMQ_HEARTBEAT_IVL")
+            try setInt32(ZMQ_HEARTBEAT_TIMEOUT, timeout, "ZMQ_HEARTBEAT_TIMEOUT")
         case .curveServer(let on): try setInt32(ZMQ_CURVE_SERVER, on ? 1 : 0, "ZMQ_CURVE_SERVER")
         case .curvePublicKey(let key): try setBytes(ZMQ_CURVE_PUBLICKEY, key.bytes, "ZMQ_CURVE_PUBLICKEY")
         case .curveSecretKey(let key): try setBytes(ZMQ_CURVE_SECRETKEY, key.bytes, "ZMQ_CURVE_SECRETKEY")

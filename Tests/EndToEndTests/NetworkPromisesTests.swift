@@ -65,7 +65,9 @@ final class NetworkPromisesTests: XCTestCase {
         // Over CURVE, as tcp always is: every reconnection goes through the handshake again.
         let serverKey = try CurveKeyPair.generate(), clientKey = try CurveKeyPair.generate()
         let cluster = try Cluster(self, heartbeat: .milliseconds(500), tcp: true) {
-            $0.security = .init(serverKey: serverKey, clientKeys: .fixed([clientKey.publicKey]), workerKeys: .none)
+            // An admin key, so that it sees the workers register.
+            $0.security = .init(serverKey: serverKey, clientKeys: .fixed([clientKey.publicKey]), workerKeys: .none,
+                                adminKeys: .fixed([clientKey.publicKey]))
         }
         try cluster.startThreadWorkers(2, concurrency: 2)
         let brokerPort = UInt16(cluster.clientsEndpoint.split(separator: ":").last!)!

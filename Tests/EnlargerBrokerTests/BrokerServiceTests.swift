@@ -196,6 +196,77 @@ final class BrokerServiceTests: XCTestCase {
         XCTAssertEqual(status.clientBytesWaiting, 0)
     }
 
+    /// A connection of another principal that takes a client's routing id (after the client's
+    /// connection dropped) gets nothing of what waited for that client, over tcp with CURVE:
+    /// its own replies only. The client's request ends; the broker carries on.
+    func testARoutingIDTakenByAnotherPrincipalReceivesNothingOfTheOld() throws {
+        let server = try CurveKeyPair.generate(), alice = try CurveKeyPair.generate(), mallory = try CurveKeyPair.generate()
+        let (service, thread) = try startBroker {
+            $0.clientsEndpoint = "tcp://127.0.0.1:*"
+            $0.security = .init(serverKey: server, clientKeys: .fixed([alice.publicKey, mallory.publicKey]),
+                                workerKeys: .none)
+        }
+        defer { XCTAssertNoThrow(try thread.stopAndWait()) }
+        let worker = try dealer(service.workersEndpoint)
+        try send(WorkerToBrokerMessage<[UInt8]>.ready(.with { $0.capacity = 1 }).encoded(), on: worker)
+        let routingID = Array("the-same-routing-id".utf8)
+        func client(_ keys: CurveKeyPair) throws -> Socket {
+            let socket = try Socket(context, .dealer)
+            try socket.setCurveClient(keys, serverKey: server.publicKey)
+            try socket.set(.routingID(routingID))
+            try socket.connect(service.clientsEndpoint)
+            return socket
+        }
+        let first = try client(alice)
+        try send(ClientToBrokerMessage.submit(.with {
+            $0.requestID = "alices-photo"
+            $0.spec.height = 10
+            $0.delivery = .final
+        }, image: [0xFF, 0xD8]).encoded(), on: first)
+        guard case .accepted = try clientEvent(first), case .job(let job, _) = try workerCommand(worker) else {
+            return XCTFail("not dispatched")
+        }
+        first.close()
+        Thread.sleep(forTimeInterval: 0.3)  // the connection is gone at the broker
+        let secret = [UInt8](repeating: 0x5A, count: 4096)
+        try send(WorkerToBrokerMessage.jobResult(.with {
+            $0.jobID = job.jobID
+            $0.attempt = job.attempt
+            $0.stage = .final
+            $0.terminal = true
+            $0.width = 1
+            $0.height = 1
+            $0.contentType = "image/jpeg"
+        }, image: secret).encoded(), on: worker)
+        Thread.sleep(forTimeInterval: 0.2)  // the result waits for Alice's routing id
+
+        let thief = try client(mallory)
+        for _ in 0..<3 {
+            try send(ClientToBrokerMessage<[UInt8]>.ping.encoded(), on: thief)
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        try send(ClientToBrokerMessage<[UInt8]>.statusRequest.encoded(), on: thief)
+        // Everything the thief gets: pongs and its own status, nothing of Alice's.
+        var received: [String] = []
+        var poller = Poller()
+        poller.register(thief)
+        while try poller.poll(timeout: .milliseconds(500)) > 0 {
+            let frames = try receive(thief)
+            XCTAssertFalse(frames.contains { $0.bytes.count >= secret.count && Array($0.bytes.suffix(secret.count)) == secret },
+                           "Alice's result reached another principal")
+            let event = try BrokerToClientMessage(frames: frames)
+            switch event {
+            case .pong: received.append("pong")
+            case .statusReply(let status):
+                received.append("status")
+                XCTAssertEqual(status.totals.submitted, 0, "Alice's counts are not the thief's")
+            default: received.append("\(event)")
+            }
+        }
+        XCTAssertEqual(received.filter { $0 != "pong" }, ["status"], "\(received)")
+        thief.close()
+    }
+
     func testStopReturnsPromptlyWhenIdle() throws {
         let (_, thread) = try startBroker()
         let started = ContinuousClock.now
