@@ -416,6 +416,24 @@ extension BrokerCore {
         dispatch(now: now, &actions)
     }
 
+    // MARK: Revoked keys
+    //
+    // A key removed from an allow-list loses its open connections too: each live request of
+    // the principal ends with Failed{UNAUTHORIZED} (sent to its connection, whose owner it
+    // is), a worker of that key is lost (its jobs run again elsewhere, charged to no
+    // request), and nothing more from those connections is taken.
+
+    mutating func revokeClient(_ principal: Principal, now: MonotonicInstant, _ actions: inout [Action]) {
+        for (peer, client) in clients.sorted(by: { $0.key < $1.key }) where client.principal == principal {
+            for key in client.requests.sorted() {
+                let request = endOneRequest(key, .failed(.unauthorized), now: now, &actions)
+                sendFailed(request, .unauthorized, "the key of this connection was revoked", &actions)
+            }
+            clients[peer] = nil
+        }
+        dispatch(now: now, &actions)
+    }
+
     func send(_ message: BrokerToClientMessage<Payload>, to peer: PeerID, _ actions: inout [Action]) {
         actions.append(.sendToClient(peer, message.encoded()))
     }

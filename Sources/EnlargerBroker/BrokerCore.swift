@@ -355,6 +355,29 @@ public struct BrokerCore<Payload: FrameBytes> {
         principal.isAdmin || principal == .local || configuration.admins.contains(principal)
     }
 
+    /// A principal's key was removed from the client allow-list: its live requests end
+    /// with Failed{UNAUTHORIZED}.
+    public mutating func clientPrincipalRevoked(_ principal: Principal, now: MonotonicInstant) -> [Action] {
+        var actions: [Action] = []
+        revokeClient(principal, now: now, &actions)
+        settleBatches(now: now, &actions)
+        return actions
+    }
+
+    /// A key was removed from the worker allow-list: its workers are lost.
+    public mutating func workerPrincipalRevoked(_ principal: Principal, now: MonotonicInstant) -> [Action] {
+        var actions: [Action] = []
+        while let index = workers.firstIndex(where: { $0.principal == principal }) {
+            loseWorker(at: index, reason: "its key was revoked", charge: false, now: now, &actions)
+        }
+        settleBatches(now: now, &actions)
+        return actions
+    }
+
+    /// The principals of the client connections with live requests, and of the workers.
+    public var clientPrincipals: Set<Principal> { Set(clients.values.map(\.principal)) }
+    public var workerPrincipals: Set<Principal> { Set(workers.map(\.principal)) }
+
     /// The principal whose connection `peer` is, while it has live requests.
     public func clientPrincipal(_ peer: PeerID) -> Principal? { clients[peer]?.principal }
 

@@ -246,13 +246,17 @@ public final class BrokerService: @unchecked Sendable {
             }
             if let closeAt, now >= closeAt { break }
 
-            var deadline = min(core.nextDeadline, closeAt ?? core.nextDeadline)
+            // At least once a second: allow-lists are re-read on that timer.
+            var deadline = min(core.nextDeadline, closeAt ?? core.nextDeadline, now + .seconds(1))
             if let retry = nextBacklogRetry { deadline = min(deadline, retry) }
             _ = try poller.poll(timeout: pending ? .zero : deadline.duration(since: now))
             if poller.events(at: wakeupIndex).contains(.readable) { wakeup.drain() }
             if poller.events(at: gatekeeperIndex).contains(.readable) {
                 for event in try gatekeeper.serviceRequests() { Self.log(event, logger) }
             }
+            let reloaded = gatekeeper.refreshIfDue()
+            for event in reloaded { Self.log(event, logger) }
+            if !reloaded.isEmpty { try revokeWithdrawnKeys(now: MonotonicInstant.now()) }
 
             // Bounded batches per socket, so a flood on one side cannot starve the other side
             // or the timers.
@@ -296,6 +300,13 @@ public final class BrokerService: @unchecked Sendable {
             let peer = PeerID(frames[0].bytes)
             let body = frames[1...]
             let sender = principal(of: frames)
+            guard gatekeeper.admits(userID: sender.name, domain: role == .client ? Self.clientDomain : Self.workerDomain)
+            else {
+                // Its key was revoked since the handshake: nothing of it is taken any more.
+                try perform(role == .client ? core.clientPrincipalRevoked(sender, now: now)
+                                            : core.workerPrincipalRevoked(sender, now: now), now: now)
+                continue
+            }
             if role == .client { heard(from: peer, as: sender) }
             let actions = switch role {
             case .client: core.clientFrames(from: peer, principal: sender, body, now: now)
@@ -310,6 +321,22 @@ public final class BrokerService: @unchecked Sendable {
             }
         }
         return true
+    }
+
+    /// After the allow-lists changed: every live principal whose key is no longer listed
+    /// for its role loses its requests (clients) or its jobs (workers), within a second of the
+    /// change, whether or not it sends anything.
+    private func revokeWithdrawnKeys(now: MonotonicInstant) throws(ZMQError) {
+        for principal in core.clientPrincipals.sorted()
+        where !gatekeeper.admits(userID: principal.name, domain: Self.clientDomain) {
+            logger.notice("client key revoked; ending its requests", metadata: ["principal": "\(principal)"])
+            try perform(core.clientPrincipalRevoked(principal, now: now), now: now)
+        }
+        for principal in core.workerPrincipals.sorted()
+        where !gatekeeper.admits(userID: principal.name, domain: Self.workerDomain) {
+            logger.notice("worker key revoked; its jobs run elsewhere", metadata: ["principal": "\(principal)"])
+            try perform(core.workerPrincipalRevoked(principal, now: now), now: now)
+        }
     }
 
     /// A message came from `peer`'s connection as `principal`: the connection is that

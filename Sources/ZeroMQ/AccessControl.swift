@@ -37,6 +37,14 @@ struct AccessControl {
         return directories.keys.sorted().flatMap { directories[$0]!.refresh(force: false) }
     }
 
+    /// Whether `userID` may still use `domain` as the lists were last read: a CURVE
+    /// principal whose key is still listed there; any other (NULL) user id is the domain's own.
+    func admits(userID: String, domain: String) -> Bool {
+        guard let key = AccessPolicy.publicKey(inUserID: userID) else { return true }
+        guard let rules = policy.domains[domain] else { return false }
+        return keys(rules.curveKeys).contains(key) || (rules.admitsAdmins && keys(policy.admins).contains(key))
+    }
+
     func isAdmin(userID: String) -> Bool {
         guard let key = AccessPolicy.publicKey(inUserID: userID) else { return false }
         return keys(policy.admins).contains(key)

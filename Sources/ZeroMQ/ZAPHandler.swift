@@ -76,6 +76,19 @@ public final class ZAPHandler {
         return events
     }
 
+    /// Re-reads the allow-list directories that changed, if the reload interval has passed
+    /// since the last check. Owner thread only. Call it on a timer, so that a key removed
+    /// from a list loses its open connections too (see `admits(userID:domain:)`).
+    public func refreshIfDue() -> [ZAPEvent] {
+        control.refreshIfDue(now: .now)
+    }
+
+    /// Whether a connection authenticated as `userID` in `domain` is still allowed, as the
+    /// lists were last read: the handshake checks a key once, this checks it afterwards.
+    public func admits(userID: String, domain: String) -> Bool {
+        control.admits(userID: userID, domain: domain)
+    }
+
     /// Whether `userID` (from `[Message].userID`) is a CURVE principal whose key is in the
     /// policy's admin list as last read. Does not re-read the list.
     public func isAdmin(userID: String) -> Bool {

@@ -208,4 +208,48 @@ final class AuthenticationTests: XCTestCase {
         }
         XCTAssertTrue(revoked, "a key removed from the directory is refused on its next connection")
     }
+
+    /// A key removed from its list loses its open connections within about a second, without
+    /// the connection sending anything: the client's live requests end with UNAUTHORIZED and
+    /// it gets nothing more; an admin removed from the admin list loses its rights at once.
+    func testRevocationReachesOpenConnectionsWithinASecond() async throws {
+        let (broker, _) = try startBroker()
+        let alice = try client("alice", broker)
+        let admin = try client("admin", broker)
+        // No worker: the request waits in the queue, live, until its key goes.
+        let photo = try Corpus.good("ljt_testorig.jpg")
+        let events = alice.submit(ResizeRequest(id: "waiting", image: photo, options: ResizeOptions(width: 64),
+                                                delivery: .final))
+        var iterator = events.makeAsyncIterator()
+        let accepted = try await iterator.next()
+        XCTAssertEqual(accepted, .accepted)
+        let before = try await admin.status()
+        XCTAssertEqual(before.totals.submitted, 1, "an admin sees every principal's counts")
+        let revokedAt = ContinuousClock.now
+        try revoke("alice", in: "clients")
+        try revoke("admin", in: "admins")
+        do {
+            while let event = try await iterator.next() {
+                if case .final = event { XCTFail("the request finished after its key was revoked") }
+            }
+            XCTFail("the request ended without an error")
+        } catch {
+            XCTAssertEqual(error, .failed(.unauthorized, "the key of this connection was revoked"))
+        }
+        let took = ContinuousClock.now - revokedAt
+        XCTAssertLessThan(took, .seconds(3), "revocation took \(took)")
+        do {
+            _ = try await alice.status()
+            XCTFail("a revoked key still gets answers")
+        } catch {}
+        let deadline = ContinuousClock.now + .seconds(3)
+        var status = try await admin.status()
+        while status.totals.submitted != 0, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            status = try await admin.status()
+        }
+        XCTAssertEqual(status.totals.submitted, 0, "admin rights end with the admin list: only its own counts now")
+        await alice.close()
+        await admin.close()
+    }
 }
