@@ -57,7 +57,7 @@ let package = Package(
         .target(name: "ZeroMQ", dependencies: ["CZeroMQ", "Locking"]),
         .target(
             name: "EnlargerProtocol",
-            dependencies: [.product(name: "SwiftProtobuf", package: "swift-protobuf")]
+            dependencies: ["ImageModel", .product(name: "SwiftProtobuf", package: "swift-protobuf")]
         ),
         // Where the protocol meets ZeroMQ: shared by the broker, the worker and the client.
         .target(name: "EnlargerTransport", dependencies: ["EnlargerProtocol", "ZeroMQ"]),

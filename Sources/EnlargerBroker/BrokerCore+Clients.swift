@@ -214,9 +214,11 @@ extension BrokerCore {
         case nil:
             return nil
         }
+        // The Submit was validated with the same conversion: a spec that fails here was refused.
+        guard let spec = try? submit.spec.sharingKey(delivery: submit.delivery) else { return nil }
         return ShareKey(
             scope: configuration.shareAcrossPrincipals ? nil : principal.name, kind: kind, source: source,
-            spec: submit.spec.normalisedForSharing(delivery: submit.delivery), delivery: submit.delivery)
+            spec: spec, delivery: submit.delivery)
     }
 
     static func sameBytes(_ a: Payload, _ b: Payload) -> Bool {

@@ -21,7 +21,7 @@ struct ShareKey: Hashable {
     let scope: String?
     let kind: Kind
     let source: Data
-    /// `ResizeSpec.normalisedForSharing(delivery:)`.
+    /// `ResizeSpec.sharingKey(delivery:)`: the worker's own reading, in canonical form.
     let spec: [UInt8]
     let delivery: Enlarger_V1_Delivery
 

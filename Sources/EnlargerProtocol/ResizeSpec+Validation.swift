@@ -1,3 +1,5 @@
+import ImageModel
+
 /// A resize spec or delivery that the protocol does not allow. Answered with
 /// `Rejected{INVALID_ARGUMENT}` by the broker.
 public struct InvalidArgumentError: Error, Equatable, Sendable, CustomStringConvertible {
@@ -11,8 +13,9 @@ public struct InvalidArgumentError: Error, Equatable, Sendable, CustomStringConv
 }
 
 extension Enlarger_V1_ResizeSpec {
-    /// Checks the ranges documented in common.proto: a box within 65535 px with at least one
-    /// side set, quality 0 to 100, and enum values this version knows.
+    /// Checks the ranges documented in common.proto (a box within 16384 px with at least one
+    /// side set, quality 0 to 100), then reads it as the worker will (`ResizeOptions(_:)`):
+    /// enum values this version knows, a known type in `accept`, a 0xRRGGBB background.
     public func validate() throws(InvalidArgumentError) {
         guard width != 0 || height != 0 else {
             throw InvalidArgumentError("at least one of width and height must be non-zero")
@@ -24,38 +27,12 @@ extension Enlarger_V1_ResizeSpec {
         guard quality <= 100 else {
             throw InvalidArgumentError("quality must be 0 (default) to 100, got \(quality)")
         }
-        if case .UNRECOGNIZED(let value) = fit { throw InvalidArgumentError("unknown fit \(value)") }
-        if case .UNRECOGNIZED(let value) = chroma { throw InvalidArgumentError("unknown chroma \(value)") }
-        if case .UNRECOGNIZED(let value) = format { throw InvalidArgumentError("unknown format \(value)") }
-        if case .UNRECOGNIZED(let value) = failOn { throw InvalidArgumentError("unknown fail_on \(value)") }
-        if !accept.isEmpty {
-            guard accept.count <= Self.maxAccepted else {
-                throw InvalidArgumentError("accept lists \(accept.count) types, at most \(Self.maxAccepted) are allowed")
-            }
-            guard accept.contains(where: { Self.contentTypes.contains(Self.bareType($0)) }) else {
-                throw InvalidArgumentError("accept names no known content type (known: "
-                                           + Self.contentTypes.sorted().joined(separator: ", ") + ")")
-            }
-        }
-        if hasBackground && background > 0xFF_FFFF {
-            throw InvalidArgumentError("background must be 0xRRGGBB, got 0x\(String(background, radix: 16))")
-        }
+        // The rest is the worker's own reading of the spec: what is accepted here can be done.
+        _ = try ResizeOptions(self)
     }
 
     /// The most entries `accept` may have.
     public static let maxAccepted = 16
-
-    /// The content types of the output formats, as `accept` names them (and their aliases).
-    public static let contentTypes: Set<String> = [
-        "image/jpeg", "image/jpg", "image/pjpeg", "image/png", "image/webp", "image/avif",
-        "image/x-portable-anymap", "image/x-portable-pixmap", "image/x-portable-graymap",
-    ]
-
-    /// A media type without parameters or surrounding blanks, in lower case.
-    static func bareType(_ type: String) -> String {
-        let bare = type.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-        return String(bare.filter { $0 != " " && $0 != "\t" }).lowercased()
-    }
 
     /// Only `fail_on`: all an info request's spec needs.
     public func validateFailOn() throws(InvalidArgumentError) {

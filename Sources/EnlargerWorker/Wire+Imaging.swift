@@ -3,61 +3,19 @@ import ImageModel
 import Imaging
 
 // Conversions between the wire types and the Imaging pipeline's types. The broker has
-// validated the spec already; anything this version cannot honour still ends the job with
-// INVALID_ARGUMENT rather than a guess.
+// validated the spec already, with the same conversion; anything this version cannot honour
+// still ends the job with INVALID_ARGUMENT rather than a guess.
 
 extension ResizeOptions {
-    init(_ spec: Enlarger_V1_ResizeSpec) throws(ImagingError) {
-        let fit: Fit
-        switch spec.fit {
-        case .inside: fit = .inside
-        case .cover: fit = .cover
-        case .fill: fit = .fill
-        case .UNRECOGNIZED(let value): throw ImagingError(.invalidArgument, "unknown fit \(value)")
+    /// The spec read as the broker read it when it accepted the Submit (one conversion,
+    /// `ResizeOptions(_:)` of the protocol); anything this version cannot honour fails the
+    /// job with INVALID_ARGUMENT.
+    init(wire spec: Enlarger_V1_ResizeSpec) throws(ImagingError) {
+        do throws(InvalidArgumentError) {
+            self = try ResizeOptions(spec)
+        } catch {
+            throw ImagingError(.invalidArgument, error.message)
         }
-        let format: OutputFormat
-        switch spec.format {
-        case .jpeg: format = .jpeg
-        case .pnm: format = .pnm
-        case .png: format = .png
-        case .webp: format = .webp
-        case .avif: format = .avif
-        case .UNRECOGNIZED(let value): throw ImagingError(.invalidArgument, "unknown format \(value)")
-        }
-        let chroma444: Bool
-        switch spec.chroma {
-        case .yuv420: chroma444 = false
-        case .yuv444: chroma444 = true
-        case .UNRECOGNIZED(let value): throw ImagingError(.invalidArgument, "unknown chroma \(value)")
-        }
-        let failOn: FailOn
-        switch spec.failOn {
-        case .default, .error: failOn = .error
-        case .none: failOn = .none
-        case .truncated: failOn = .truncated
-        case .warning: failOn = .warning
-        case .UNRECOGNIZED(let value): throw ImagingError(.invalidArgument, "unknown fail_on \(value)")
-        }
-        self.init(
-            width: spec.width == 0 ? nil : Int(spec.width),
-            height: spec.height == 0 ? nil : Int(spec.height),
-            fit: fit, enlarge: spec.enlarge, quality: Int(spec.effectiveQuality),
-            progressive: spec.progressive, chroma444: chroma444, format: format, failOn: failOn,
-            keepProfile: spec.keepProfile)
-        if !spec.accept.isEmpty {
-            accept = spec.accept.compactMap(OutputFormat.init(contentType:))
-            if accept.isEmpty {
-                throw ImagingError(.invalidArgument, "no known content type in accept (\(spec.accept.joined(separator: ", ")))")
-            }
-        }
-        flatten = spec.flatten
-        if spec.hasBackground {
-            guard spec.background <= 0xFF_FFFF else {
-                throw ImagingError(.invalidArgument, "background 0x\(String(spec.background, radix: 16)) is not 0xRRGGBB")
-            }
-            background = RGBColour(packed: spec.background)
-        }
-        lossless = spec.lossless
     }
 }
 

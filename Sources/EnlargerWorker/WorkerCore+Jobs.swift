@@ -133,7 +133,7 @@ extension WorkerCore {
         let infoOnly = job.delivery == .info
         let source: JobSource
         do throws(ImagingError) {
-            options = try ResizeOptions(job.spec)
+            options = try ResizeOptions(wire: job.spec)
             delivery = infoOnly ? .final : try ImageModel.Delivery(job.delivery)
             source = try Self.source(of: job, image: image)
         } catch {

@@ -319,7 +319,7 @@ final class BrokerCoreSharingTests: XCTestCase {
         func key(_ configure: (inout Enlarger_V1_ResizeSpec) -> Void, _ delivery: Enlarger_V1_Delivery = .final) -> [UInt8] {
             var spec = Enlarger_V1_ResizeSpec.with { $0.width = 100 }
             configure(&spec)
-            return spec.normalisedForSharing(delivery: delivery)
+            return try! spec.sharingKey(delivery: delivery)
         }
         let plain = key { _ in }
         XCTAssertEqual(plain, key { $0.quality = 80 })
@@ -331,6 +331,12 @@ final class BrokerCoreSharingTests: XCTestCase {
         XCTAssertEqual(key { $0.accept = ["image/webp", "image/jpeg"]; $0.format = .png },
                        key { $0.accept = ["IMAGE/WEBP; q=1", "text/plain", "image/jpeg"] })
         XCTAssertNotEqual(key { $0.accept = ["image/webp", "image/jpeg"] }, key { $0.accept = ["image/jpeg", "image/webp"] })
+        // A blank inside a type makes it unknown to the worker, which then makes a JPEG: the
+        // key says JPEG too, and never WebP's.
+        XCTAssertEqual(key { $0.accept = ["image/ webp", "image/jpeg"] }, key { $0.accept = ["image/jpeg"] })
+        XCTAssertNotEqual(key { $0.accept = ["image/ webp", "image/jpeg"] }, key { $0.accept = ["image/webp", "image/jpeg"] })
+        XCTAssertEqual(key { $0.accept = [" image/webp\t", "image/x-portable-pixmap"] },
+                       key { $0.accept = ["image/webp", "image/x-portable-anymap"] })
         XCTAssertEqual(key({ $0.width = 10 }, .info), key({ $0.width = 20; $0.quality = 5 }, .info),
                        "an info request's spec is only its fail_on")
         XCTAssertNotEqual(key({ _ in }, .info), key({ $0.failOn = .warning }, .info))

@@ -59,10 +59,13 @@
 //
 // IDENTITY AND RECONNECTION
 //
-// A connection is known by its routing id. A client should set a random, stable routing id
-// (ZMQ_ROUTING_ID, 16 bytes) on its DEALER: after a reset, libzmq reconnects with the same
-// id, the broker hands the id over to the new connection, and whatever was waiting for the
-// client is delivered there. While a client cannot be reached, or does not read, messages
+// A connection is known by its routing id and its principal. A client should set a random,
+// stable routing id (ZMQ_ROUTING_ID, 16 bytes), and keep it to itself, on its DEALER: after a
+// reset, libzmq reconnects with the same id; the broker gives the id to the new connection
+// once the old one is gone (it never hands a live connection's id to another), and whatever
+// was waiting for the client is delivered there as soon as the client has sent a message
+// (Ping will do) as the same principal. A connection of another principal under the id
+// gets none of it, and the client's requests end. While a client cannot be reached, or does not read, messages
 // for it wait at the broker (bounded per client) and the client's queued work is not
 // dispatched; a client that stays silent past the silence limit is judged gone (above).
 // To learn which of its requests the broker still holds, a client sends Sync with the ids
@@ -111,8 +114,9 @@
 //   a version the cache holds (the worker stops reading): a changed file or a changed
 //   validator is another version, so a cached result is never stale.
 // - Shared jobs: a Submit that matches a live request joins its job instead of starting
-//   another (file and URL requests join while the job has not opened its source yet, and
-//   jobs that open the same version merge). Each request keeps its own id, deadline, events
+//   another (file and URL requests join only while the job waits to be dispatched: once a
+//   worker has it, it may open the source at any moment, so a later request gets a job of
+//   its own; jobs that open the same version merge). Each request keeps its own id, deadline, events
 //   and terminal event: a request that joins late gets the events still to come (a degraded
 //   result already sent is not sent again). Cancelling, or the deadline of, one request ends
 //   only that request; the job is stopped when no request is left on it.
@@ -121,8 +125,11 @@
 // job only when its payload is byte-for-byte the job's, so a wrong digest harms only the
 // request that sent it. A file that changes while it is read or was written less than a
 // second before (file times come from a coarse clock), and a response without a strong ETag
-// or a Last-Modified, give results that are delivered but not cached. A job retried on
-// another worker names the version that attempt opened.
+// or a strong Last-Modified (one at least a second before the response's Date, RFC 9110
+// 8.8.2.2), give results that are delivered but not cached. A job retried on another worker
+// names the version that attempt opened. Blind spot: bytes changed through a shared memory
+// mapping change no file time until written back (on some file systems, never), so such a
+// change may go unseen.
 // ImageSource.no_share opts a file or URL request out of both.
 //
 // BATCHES
@@ -749,7 +756,11 @@ public nonisolated struct Enlarger_V1_CancelAck: Sendable {
   public init() {}
 }
 
-/// A snapshot of the broker, answering StatusRequest.
+/// A snapshot of the broker, answering StatusRequest. For an admin principal (and the ipc
+/// owner), the whole broker. For any other principal, only its own: its live requests
+/// (queue_depth, in_flight), its connections with live requests, its own counts in `totals`
+/// and the bytes waiting for its connections; no workers and no cache status (which would
+/// show other principals' traffic).
 public nonisolated struct Enlarger_V1_StatusReply: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -825,7 +836,7 @@ public nonisolated struct Enlarger_V1_CacheStatus: Sendable {
   public init() {}
 }
 
-/// Worker names and pids are shown to admin principals only; others see empty ones.
+/// Workers are shown to admin principals only; others get an empty list.
 public nonisolated struct Enlarger_V1_WorkerStatus: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for

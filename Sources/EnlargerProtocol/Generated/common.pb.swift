@@ -495,8 +495,10 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
   /// connection, or the Submit never arrived).
   case requestLost // = 18
 
-  /// Rejected, Error: the peer's principal may not do this (for instance a worker key on
-  /// the client endpoint). The handshake refuses unknown keys before any message.
+  /// Failed: the key of the request's connection was removed from the client allow-list
+  /// while the request was live (every live request of that principal ends so, within about
+  /// a second of the change). The handshake refuses unknown keys before any message, and
+  /// messages from a revoked key's open connections are not taken.
   case unauthorized // = 19
 
   /// Failed: the payload's SHA-256 is not the digest its Submit named (ImageSource). The

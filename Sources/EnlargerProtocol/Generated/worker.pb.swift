@@ -317,8 +317,9 @@ public nonisolated struct Enlarger_V1_JobResult: @unchecked Sendable {
 /// reading, before it reads the image. `identity` is opaque to the broker, at most 4096
 /// bytes, and equal for two readings only when they read the same bytes: for a file its
 /// device, inode, size and modification and change times; for a URL the final URL and the
-/// response's validator (ETag, else Last-Modified). Empty when the source has no such name
-/// (a response without a validator): the result is then neither cached nor shared. The
+/// response's validator (a strong ETag, else a Last-Modified at least a second before the
+/// response's Date). Empty when the source has no such name (a response without a
+/// validator): the result is then neither cached nor shared. The
 /// broker uses it to answer from its cache or to merge the job into another reading the
 /// same version. Sent at most once per attempt, before any JobResult.
 public nonisolated struct Enlarger_V1_JobSourceOpened: Sendable {
