@@ -32,6 +32,7 @@ from .codes import ErrorCode
 from .core import AnswerCancel, AnswerStatus, CallFailure, ClientCore, Deliver, Reconnect
 from .errors import ClientClosedError, DuplicateRequestIdError, call_error
 from .events import Failed
+from ._limit import InFlightLimit
 from .keys import CurveCredentials
 from .request import _Channel
 
@@ -44,9 +45,11 @@ _HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_
 
 class _Shared:
     """What callers share with the I/O thread: the mailbox, which requests a cancel must
-    reach, and whether the client still takes commands."""
+    reach, whether the client still takes commands, and the slots of the in-flight limit
+    (taken by callers before `submit`, given back by the I/O thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_in_flight: int | None = None) -> None:
+        self.limit = InFlightLimit(max_in_flight)
         self._lock = threading.Lock()
         self._mail: deque[tuple] = deque()
         # Every request whose consumer may still take events, by id: a cancel must reach a
@@ -72,6 +75,15 @@ class _Shared:
     # -- Callers --------------------------------------------------------------------------
 
     def submit(self, channel: _Channel, submit: Any, image: bytes) -> None:
+        """Posts a request that holds a slot of the limit; the slot is given back here if it
+        cannot be posted, else by the I/O thread once it is done with the request."""
+        try:
+            self._submit(channel, submit, image)
+        except BaseException:
+            self.limit.release()
+            raise
+
+    def _submit(self, channel: _Channel, submit: Any, image: bytes) -> None:
         with self._lock:
             if not self._open:
                 raise ClientClosedError(ErrorCode.CLIENT_CLOSED, "the client is closed")
@@ -107,15 +119,27 @@ class _Shared:
     def cancel(self, request_id: str, future: Future | None) -> None:
         """Marks every request with this id cancelled, at once, then posts the Cancel."""
         with self._lock:
-            for channel in self._reachable(request_id):
-                channel.cancel()
-            # Cancelled channels take no more events: a cancel need not reach them again.
-            self._channels.pop(request_id, None)
-            if self._open:
-                self._post(("cancel", request_id, future))
+            if self._cancel_locked(request_id, future):
                 return
         if future is not None:
             _settle_future(future, error=ClientClosedError(ErrorCode.CLIENT_CLOSED, "the client is closed"))
+
+    def _cancel_locked(self, request_id: str, future: Future | None) -> bool:
+        for channel in self._reachable(request_id):
+            channel.cancel()
+        # Cancelled channels take no more events: a cancel need not reach them again.
+        self._channels.pop(request_id, None)
+        if self._open:
+            self._post(("cancel", request_id, future))
+        return self._open
+
+    def abandon(self, channel: _Channel) -> None:
+        """The consumer left the request's scope: if it has not ended, cancel its id as
+        `cancel` does. Checked and done under the lock that `submit` checks ids under: while
+        this request is live no other request of this client holds its id."""
+        with self._lock:
+            if channel.is_live:
+                self._cancel_locked(channel.request_id, None)
 
     def status(self, future: Future) -> None:
         with self._lock:
@@ -359,6 +383,7 @@ class _Loop:
             channel.deliver(action.event, action.terminal)
             if action.terminal:
                 del self._requests[action.token]
+                self.shared.limit.release()
         elif isinstance(action, AnswerCancel):
             future = self._cancel_waiters.pop(action.token, None)
             if future is not None:
@@ -386,6 +411,7 @@ class _Loop:
         for mail in self.shared.mark_closed():
             if mail[0] == "submit":
                 mail[1].deliver(Failed(mail[1].request_id, code, message), True)
+                self.shared.limit.release()
             elif mail[0] in ("cancel", "status") and mail[-1] is not None:
                 _settle_future(mail[-1], error=call_error(code, message))
         for action in self.core.close(code, message):

@@ -17,6 +17,8 @@ __all__ = [
     "InputTooLargeError",
     "DuplicateRequestIdError",
     "KeyFileError",
+    "InsecureEndpointError",
+    "InFlightLimitError",
     "CallFailedError",
     "BrokerUnreachableError",
     "BrokerLostError",
@@ -61,6 +63,21 @@ class KeyFileError(EnlargerError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class InsecureEndpointError(InvalidArgumentError):
+    """A `tcp://` endpoint without CURVE keys: the client fails closed. Give
+    `server_public_key` and `key`, or `insecure=True` (``ENLARGER_INSECURE_TCP=1``) on a
+    network where nobody else can listen or connect."""
+
+
+class InFlightLimitError(EnlargerError):
+    """`submit(wait=False)` (or a wait that ran out) found `max_in_flight` requests in flight.
+    Nothing was sent."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class CallFailedError(EnlargerError):
