@@ -82,7 +82,7 @@ class InFlightLimit:
     def _error(self, wait: bool | float) -> InFlightLimitError:
         waited = "" if wait is False else f" after waiting {float(wait):g} s"
         return InFlightLimitError(
-            f"{self.limit} requests are in flight, the client's max_in_flight{waited}; "
+            f"the client has max_in_flight={self.limit} requests in flight{waited}; "
             "submit with wait=True to wait for one to end, or raise max_in_flight", self.limit or 0)
 
 

@@ -176,7 +176,7 @@ def read_key_file(path: str | os.PathLike[str]) -> CurveKeyPair:
     path = os.fspath(path)
     text, mode = _read(path)
     lines = list(_lines(text, path))
-    if len(lines) == 1 and "=" not in lines[0][1]:
+    if len(lines) == 1 and _is_z85_key(lines[0][1]):
         raise KeyFileError(path, "holds a single public key, like a .pub file: this client's key is its .key "
                                  "file (made with it by `python -m enlarger keygen` or `enlarger keygen`)")
     if mode & 0o077:
@@ -229,6 +229,13 @@ def _lines(text: str, path: str) -> Iterator[tuple[int, str]]:
         content = line.strip(" \t\r")
         if content and not content.startswith("#"):
             yield number, content
+
+
+def _is_z85_key(text: str) -> bool:
+    try:
+        return len(text) == 40 and len(z85.decode(text.encode("ascii"))) == 32
+    except (UnicodeEncodeError, ValueError, KeyError, IndexError, OverflowError):
+        return False
 
 
 def _z85_key(text: str, path: str, number: int) -> bytes:
