@@ -213,6 +213,7 @@ class _Loop:
         self._requests: dict[int, _Channel] = {}
         self._cancel_waiters: dict[int, Future] = {}
         self._status_waiters: dict[int, Future] = {}
+        self._unhandled: deque[tuple] = deque()
         try:
             self._connect()
         except BaseException:
@@ -282,8 +283,11 @@ class _Loop:
         timeout = None if wakeup is None else max(0, math.ceil((wakeup - time.monotonic()) * 1000))
         ready = dict(poller.poll(timeout))
 
-        for mail in self.shared.take_all():
-            self._handle(mail)
+        # Mail taken and not yet handled stays where `_shut_down` finds it: a close (or a
+        # failure) in the middle of a batch must still end the requests posted after it.
+        self._unhandled.extend(self.shared.take_all())
+        while self._unhandled:
+            self._handle(self._unhandled.popleft())
             if not self.running:
                 return
         if ready.get(self.monitor, 0) & zmq.POLLIN:
@@ -408,7 +412,9 @@ class _Loop:
         if not self.running:
             return
         self.running = False
-        for mail in self.shared.mark_closed():
+        unhandled = [*self._unhandled, *self.shared.mark_closed()]
+        self._unhandled.clear()
+        for mail in unhandled:
             if mail[0] == "submit":
                 mail[1].deliver(Failed(mail[1].request_id, code, message), True)
                 self.shared.limit.release()
@@ -416,3 +422,9 @@ class _Loop:
                 _settle_future(mail[-1], error=call_error(code, message))
         for action in self.core.close(code, message):
             self._settle(action)
+        # The core ends every request it knows of; one it never heard of, because the
+        # failure came while it was being handed over, ends here.
+        for token, channel in list(self._requests.items()):
+            del self._requests[token]
+            channel.deliver(Failed(channel.request_id, code, message), True)
+            self.shared.limit.release()
