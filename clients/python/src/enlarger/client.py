@@ -35,6 +35,7 @@ _MAX_DEADLINE_MS = 2**32 - 1
 #: once, far fewer than the broker's default queue limit (1024) shared by every client.
 DEFAULT_MAX_IN_FLIGHT = 256
 
+
 def default_endpoint() -> str:
     """Where the broker is when no endpoint is given, by the Swift CLI's rule:
     ``$ENLARGER_BROKER``, else the socket of `enlarger serve`'s runtime directory
