@@ -111,6 +111,16 @@ class Client:
     result was delivered asks for the final only); with `resubmit_after_broker_restart` off
     they fail `BROKER_LOST`.
 
+    **Abandoning a request.** ``with client.submit(...) as request:`` cancels the request
+    when the block is left before it ended (a ``break``, an exception).
+
+    **In flight.** At most `max_in_flight` requests (default 256) are in flight at once, from
+    `submit` until the client knows their end; `submit` waits for a slot (or fails fast with
+    `InFlightLimitError` for ``wait=False``). Results not yet read hold no slot.
+
+    **asyncio.** `enlarger.AsyncClient` is this client for event loops: the same I/O thread
+    and protocol core, with awaitable calls.
+
     Use it as a context manager, or call `close()`: outstanding requests then end with
     `Failed(CLIENT_CLOSED)` and the I/O thread stops.
     """
