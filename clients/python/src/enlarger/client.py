@@ -275,16 +275,16 @@ class Client:
           one job with identical ones in flight; the worker checks the digest. For a file or
           URL the worker names the version it reads instead (file identity, URL validator);
           False opts out the same.
-
         - `wait`: what to do when `max_in_flight` requests are in flight already: True
           (default) waits until one ends, False raises `InFlightLimitError` at once, a number
           waits that many seconds first.
 
-        Blocks only for `wait` (and to read a `local_file`). Raises `InvalidArgumentError` (a `ValueError`) for arguments the
-        protocol does not allow, `InputTooLargeError` for an image over the broker's limit
-        (`max_input_bytes`), `DuplicateRequestIdError` for an id live in this client, and
-        `ClientClosedError` once the client is closed, `OSError` for a `local_file` that
-        cannot be read; nothing is sent then.
+        Blocks only for `wait` (and to read a `local_file`). Raises `InvalidArgumentError` (a
+        `ValueError`) for arguments the protocol does not allow, `InputTooLargeError` for an
+        image over the broker's limit (`max_input_bytes`), `DuplicateRequestIdError` for an id
+        live in this client, `InFlightLimitError` as `wait` says, `OSError` for a `local_file`
+        that cannot be read, and `ClientClosedError` once the client is closed; nothing is
+        sent then.
 
         Use the request as a context manager (``with client.submit(...) as request:``) to
         cancel it when the block is left before it ended.
@@ -372,11 +372,13 @@ class Client:
             image = read_local_file(local_file, self.max_input_bytes)
         submit, data = self._prepare_info(image, worker_file, url, fail_on, request_id, timeout)
         self._shared.limit.acquire(wait)
-        for event in Request(self, self._post(submit, data)):
-            if isinstance(event, Info) and event.info is not None:
-                return event.info
-            if event.terminal:
-                raise RequestError(event)
+        # Interrupted (KeyboardInterrupt, say), it is cancelled rather than left running.
+        with Request(self, self._post(submit, data)) as request:
+            for event in request:
+                if isinstance(event, Info) and event.info is not None:
+                    return event.info
+                if event.terminal:
+                    raise RequestError(event)
         raise RequestError(Info(submit.request_id))
 
     def status(self, timeout: float | None = None) -> BrokerStatus:
