@@ -71,6 +71,18 @@ class ChannelTest(unittest.TestCase):
         asyncio.run(main())
 
 
+    def test_two_waiting_coroutines_both_hear_the_end(self):
+        async def main():
+            channel = _Channel("r")
+            request = enlarger.AsyncRequest(None, channel)  # type: ignore[arg-type]
+            waiters = [asyncio.ensure_future(request.next_event()) for _ in range(2)]
+            await asyncio.sleep(0.01)
+            later(0.02, lambda: channel.deliver(enlarger.Failed("r", enlarger.ErrorCode.CORRUPT, "x"), True))
+            results = await asyncio.wait_for(asyncio.gather(*waiters), 1)
+            self.assertEqual(sorted(type(r).__name__ for r in results), ["Failed", "NoneType"])
+        asyncio.run(main())
+
+
 class LimitTest(unittest.TestCase):
     def test_threads_wait_and_fail_fast(self):
         limit = InFlightLimit(2)

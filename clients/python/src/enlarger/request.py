@@ -53,19 +53,17 @@ class _Channel:
         self._finished = False
         #: Called (outside the lock) once the consumer has taken the last event.
         self.on_finished: Callable[[_Channel], None] | None = None
-        # A coroutine waiting for something to take: its event loop and future.
-        self._async_waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+        # Coroutines waiting for something to take: their event loops and futures.
+        self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def _wake_async(self) -> None:
-        """Under the lock: resolves the waiting coroutine's future on its own loop."""
-        if self._async_waiter is None:
-            return
-        loop, future = self._async_waiter
-        self._async_waiter = None
-        try:
-            loop.call_soon_threadsafe(_resolve, future)
-        except RuntimeError:  # its loop is closed: nobody waits any more
-            pass
+        """Under the lock: resolves the waiting coroutines' futures on their own loops."""
+        waiters, self._async_waiters = self._async_waiters, []
+        for loop, future in waiters:
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:  # its loop is closed: nobody waits any more
+                pass
 
     # -- I/O thread side ------------------------------------------------------------------
 
@@ -125,17 +123,16 @@ class _Channel:
 
     def wait_async(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> bool:
         """Has `future` resolved (on `loop`) when there is something to take; False, and
-        nothing registered, when there is already. One coroutine waits at a time."""
+        nothing registered, when there is already."""
         with self._condition:
             if self._cancelled or self._events or self._finished:
                 return False
-            self._async_waiter = (loop, future)
+            self._async_waiters.append((loop, future))
             return True
 
     def stop_waiting(self, future: asyncio.Future[None]) -> None:
         with self._condition:
-            if self._async_waiter is not None and self._async_waiter[1] is future:
-                self._async_waiter = None
+            self._async_waiters = [waiter for waiter in self._async_waiters if waiter[1] is not future]
 
     def _taken(self, event: Event | None | _Empty) -> Event | None:
         assert not isinstance(event, _Empty)
