@@ -29,7 +29,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from . import wire
 from .codes import ErrorCode
-from .core import AnswerCancel, AnswerStatus, CallFailure, ClientCore, Deliver, Reconnect
+from .core import Action, AnswerCancel, AnswerStatus, CallFailure, ClientCore, Deliver, Reconnect
 from .errors import ClientClosedError, DuplicateRequestIdError, call_error
 from .events import Failed
 from ._limit import InFlightLimit
@@ -51,7 +51,7 @@ class _Shared:
     def __init__(self, max_in_flight: int | None = None) -> None:
         self.limit = InFlightLimit(max_in_flight)
         self._lock = threading.Lock()
-        self._mail: deque[tuple] = deque()
+        self._mail: deque[tuple[Any, ...]] = deque()
         # Every request whose consumer may still take events, by id: a cancel must reach a
         # request whose end is queued but not yet taken, too. Weak: a request whose consumer
         # dropped it, and that the I/O thread is done with, goes away; its entry is pruned.
@@ -62,7 +62,7 @@ class _Shared:
         os.set_blocking(self.wake_fd, False)
         os.set_blocking(self._wake_write_fd, False)
 
-    def _post(self, mail: tuple) -> None:
+    def _post(self, mail: tuple[Any, ...]) -> None:
         # Under the lock. One byte per empty-to-non-empty change: the loop drains the pipe
         # before it takes the mail, so a mail posted after that always finds the queue empty.
         if not self._mail:
@@ -116,7 +116,7 @@ class _Shared:
             else:
                 del self._channels[channel.request_id]
 
-    def cancel(self, request_id: str, future: Future | None) -> None:
+    def cancel(self, request_id: str, future: Future[Any] | None) -> None:
         """Marks every request with this id cancelled, at once, then posts the Cancel."""
         with self._lock:
             if self._cancel_locked(request_id, future):
@@ -124,7 +124,7 @@ class _Shared:
         if future is not None:
             _settle_future(future, error=ClientClosedError(ErrorCode.CLIENT_CLOSED, "the client is closed"))
 
-    def _cancel_locked(self, request_id: str, future: Future | None) -> bool:
+    def _cancel_locked(self, request_id: str, future: Future[Any] | None) -> bool:
         for channel in self._reachable(request_id):
             channel.cancel()
         # Cancelled channels take no more events: a cancel need not reach them again.
@@ -141,7 +141,7 @@ class _Shared:
             if channel.is_live:
                 self._cancel_locked(channel.request_id, None)
 
-    def status(self, future: Future) -> None:
+    def status(self, future: Future[Any]) -> None:
         with self._lock:
             if self._open:
                 self._post(("status", future))
@@ -155,7 +155,7 @@ class _Shared:
 
     # -- I/O thread -----------------------------------------------------------------------
 
-    def take_all(self) -> list[tuple]:
+    def take_all(self) -> list[tuple[Any, ...]]:
         try:
             while os.read(self.wake_fd, 4096):
                 pass
@@ -166,7 +166,7 @@ class _Shared:
             self._mail.clear()
         return mail
 
-    def mark_closed(self) -> list[tuple]:
+    def mark_closed(self) -> list[tuple[Any, ...]]:
         """Refuses every later command, then returns the mail posted before that moment."""
         with self._lock:
             self._open = False
@@ -178,7 +178,7 @@ class _Shared:
         return mail
 
 
-def _settle_future(future: Future, result: Any = None, error: BaseException | None = None) -> None:
+def _settle_future(future: Future[Any], result: Any = None, error: BaseException | None = None) -> None:
     try:
         if error is not None:
             future.set_exception(error)
@@ -188,8 +188,8 @@ def _settle_future(future: Future, result: Any = None, error: BaseException | No
         pass
 
 
-def new_future() -> Future:
-    future: Future = Future()
+def new_future() -> Future[Any]:
+    future: Future[Any] = Future()
     # Running: a caller cannot cancel it (the answer is the loop's to give).
     future.set_running_or_notify_cancel()
     return future
@@ -206,14 +206,14 @@ class _Loop:
         self.curve = curve
         self.shared = shared
         self.context = zmq.Context()
-        self.socket: zmq.Socket | None = None
-        self.monitor: zmq.Socket | None = None
+        self.socket: zmq.Socket[bytes] | None = None
+        self.monitor: zmq.Socket[bytes] | None = None
         self.running = True
         self._tokens = itertools.count(1)
         self._requests: dict[int, _Channel] = {}
-        self._cancel_waiters: dict[int, Future] = {}
-        self._status_waiters: dict[int, Future] = {}
-        self._unhandled: deque[tuple] = deque()
+        self._cancel_waiters: dict[int, Future[Any]] = {}
+        self._status_waiters: dict[int, Future[Any]] = {}
+        self._unhandled: deque[tuple[Any, ...]] = deque()
         try:
             self._connect()
         except BaseException:
@@ -297,7 +297,7 @@ class _Loop:
         self._perform(self.core.tick(time.monotonic()))
         self._flush()
 
-    def _handle(self, mail: tuple) -> None:
+    def _handle(self, mail: tuple[Any, ...]) -> None:
         kind = mail[0]
         now = time.monotonic()
         if kind == "submit":
@@ -328,7 +328,7 @@ class _Loop:
             try:
                 # libzmq queues a multipart message atomically: all of it or, with EAGAIN on
                 # the first frame, none of it.
-                self.socket.send_multipart(outgoing.frames, zmq.DONTWAIT, copy=False)
+                self._socket().send_multipart(outgoing.frames, zmq.DONTWAIT, copy=False)
             except zmq.Again:
                 return
             outgoing.frames = None
@@ -337,7 +337,7 @@ class _Loop:
     def _receive(self) -> None:
         for _ in range(_RECEIVE_BUDGET):
             try:
-                frames = self.socket.recv_multipart(zmq.DONTWAIT)
+                frames = self._socket().recv_multipart(zmq.DONTWAIT)
             except zmq.Again:
                 return
             now = time.monotonic()
@@ -352,6 +352,7 @@ class _Loop:
     def _read_monitor(self) -> None:
         while True:
             try:
+                assert self.monitor is not None  # made with the socket
                 event = recv_monitor_message(self.monitor, zmq.DONTWAIT)
             except zmq.Again:
                 return
@@ -369,7 +370,12 @@ class _Loop:
 
     # -- Actions --------------------------------------------------------------------------
 
-    def _perform(self, actions: list) -> None:
+    def _socket(self) -> zmq.Socket[bytes]:
+        # Closed only by `_close_sockets`, after which the loop uses it no more.
+        assert self.socket is not None
+        return self.socket
+
+    def _perform(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Reconnect):
                 self._close_sockets()
@@ -377,7 +383,7 @@ class _Loop:
             else:
                 self._settle(action)
 
-    def _settle(self, action) -> None:
+    def _settle(self, action: Action) -> None:
         """Hands an event or an answer over."""
         if isinstance(action, Deliver):
             channel = self._requests.get(action.token)
@@ -398,7 +404,7 @@ class _Loop:
                 self._answer(future, action.status)
 
     @staticmethod
-    def _answer(future: Future, answer: Any) -> None:
+    def _answer(future: Future[Any], answer: Any) -> None:
         if isinstance(answer, CallFailure):
             _settle_future(future, error=call_error(answer.code, answer.message))
         else:

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from types import TracebackType
-from typing import Any
+import enum
+from typing import Any, TypeGuard, TypeVar
 
 import zmq
 
@@ -388,9 +389,10 @@ class Client:
         future = new_future()
         self._shared.status(future)
         try:
-            return future.result(timeout)
+            status: BrokerStatus = future.result(timeout)
         except FutureTimeoutError:
             raise TimeoutError(f"no status from {self._endpoint} within {timeout:g} s") from None
+        return status
 
     # -- Lifetime -------------------------------------------------------------------------
 
@@ -414,9 +416,13 @@ class Client:
     # -- Validation -----------------------------------------------------------------------
 
     @staticmethod
-    def _build_submit(*, width, height, fit, enlarge, quality, progressive, chroma, format, fail_on=FailOn.ERROR,
-                      keep_profile=False, accept=None, flatten=False, background=None, lossless=False,
-                      degraded, delivery, request_id, timeout) -> client_pb2.Submit:
+    def _build_submit(*, width: int | None, height: int | None, fit: Fit | str, enlarge: bool, quality: int | None,
+                      progressive: bool, chroma: Chroma | str, format: ImageFormat | str,
+                      fail_on: FailOn | str = FailOn.ERROR, keep_profile: bool = False,
+                      accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
+                      background: str | int | None = None, lossless: bool = False, degraded: bool,
+                      delivery: Delivery | str | None, request_id: str | None,
+                      timeout: float | None) -> client_pb2.Submit:
         submit = client_pb2.Submit()
         submit.request_id = wire.check_request_id(str(uuid.uuid4()) if request_id is None else request_id)
         spec = submit.spec
@@ -472,21 +478,24 @@ class Client:
         return submit
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
-def _flag(value, name: str) -> bool:
+def _flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
     return value
 
 
-def _member(enum_type, value, name: str):
+_Member = TypeVar("_Member", bound=enum.Enum)
+
+
+def _member(enum_type: type[_Member], value: object, name: str) -> _Member:
     if isinstance(value, enum_type):
         return value
     try:
@@ -505,16 +514,16 @@ _MAX_SOURCE_URL_BYTES = 2048
 
 
 def _deadline_ms(timeout: object) -> int:
-    if not _is_number(timeout) or not 0 < timeout * 1000 <= _MAX_DEADLINE_MS:  # type: ignore[operator]
+    if not _is_number(timeout) or not 0 < timeout * 1000 <= _MAX_DEADLINE_MS:
         raise InvalidArgumentError(
             f"timeout must be a positive number of seconds up to {_MAX_DEADLINE_MS / 1000:g}, got {timeout!r}")
-    return max(1, math.ceil(timeout * 1000))  # type: ignore[operator]
+    return max(1, math.ceil(timeout * 1000))
 
 
 def _check_wait(wait: object) -> None:
     if isinstance(wait, bool):
         return
-    if not _is_number(wait) or not 0 <= wait < math.inf:  # type: ignore[operator]
+    if not _is_number(wait) or not 0 <= wait < math.inf:
         raise InvalidArgumentError(f"wait must be True, False or a number of seconds >= 0, got {wait!r}")
 
 

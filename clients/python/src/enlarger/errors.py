@@ -8,7 +8,12 @@ be used, a `status()` or `cancel()` answer that cannot come, a closed client.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .codes import ErrorCode
+
+if TYPE_CHECKING:
+    from .events import Event
 
 __all__ = [
     "EnlargerError",
@@ -106,7 +111,7 @@ class RequestError(EnlargerError):
     """Raised by `Request.result()` when the request ended without the result asked for;
     `event` is its terminal event (`Failed`, `Rejected` or `Cancelled`)."""
 
-    def __init__(self, event) -> None:
+    def __init__(self, event: Event) -> None:
         code = getattr(event, "code", ErrorCode.UNSPECIFIED)
         message = getattr(event, "message", "") or type(event).__name__.lower()
         super().__init__(f"request {event.request_id}: {code.name}: {message}")
