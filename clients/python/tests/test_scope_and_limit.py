@@ -162,6 +162,22 @@ class InFlightLimitTest(_Queued):
                 request.cancel()
         asyncio.run(main())
 
+    def test_a_submit_in_a_callback_never_waits_on_itself(self):
+        # Callbacks of cancel()/status() futures run on the I/O thread, the one that frees slots.
+        with self.service.client(max_in_flight=1, heartbeat_interval=0.25) as client:
+            client.submit(IMAGE, width=103)
+            outcome: list[BaseException | enlarger.Request] = []
+
+            def submit_again(_):
+                try:
+                    outcome.append(client.submit(IMAGE, width=104))
+                except BaseException as error:
+                    outcome.append(error)
+            client.cancel("unknown-id").add_done_callback(submit_again)
+            wait_for(lambda: outcome, 5, "the callback")
+            self.assertIsInstance(outcome[0], enlarger.InFlightLimitError)
+            self.assertIn("callback", str(outcome[0]))
+
     def test_default_limit(self):
         self.assertEqual(enlarger.DEFAULT_MAX_IN_FLIGHT, 256)
         self.assertEqual(self.client._shared.limit.limit, 256)

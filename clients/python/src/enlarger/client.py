@@ -23,7 +23,7 @@ from ._loop import _Loop, _Shared, new_future
 from ._proto import client_pb2, common_pb2
 from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, ImageFormat
 from .core import ClientCore, Configuration
-from .errors import InputTooLargeError, InsecureEndpointError, InvalidArgumentError, RequestError
+from .errors import InFlightLimitError, InputTooLargeError, InsecureEndpointError, InvalidArgumentError, RequestError
 from .events import BrokerStatus, ImageInfo, Info
 from .keys import CurveCredentials
 from .request import Request, _Channel
@@ -300,7 +300,7 @@ class Client:
             chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
             flatten=flatten, background=background, lossless=lossless, degraded=degraded, delivery=delivery,
             request_id=request_id, timeout=timeout), share)
-        self._shared.limit.acquire(wait)
+        self._acquire_slot(wait)
         return Request(self, self._post(submit, data))
 
     def _prepare(self, image: bytes | bytearray | memoryview | None, worker_file: str | None, url: str | None,
@@ -332,6 +332,18 @@ class Client:
         if len(data) > limit:
             raise InputTooLargeError(len(data), limit)
         return submit, data
+
+    def _acquire_slot(self, wait: bool | float) -> None:
+        if threading.current_thread() is self._thread:
+            # In a future's callback: only this thread gives slots back, so waiting here
+            # would wait forever.
+            try:
+                self._shared.limit.acquire(False)
+            except InFlightLimitError as error:
+                raise InFlightLimitError(f"{error} (a submit in a callback on the client's I/O thread cannot "
+                                         "wait)", error.limit) from None
+            return
+        self._shared.limit.acquire(wait)
 
     def _post(self, submit: client_pb2.Submit, data: bytes) -> _Channel:
         """Hands a checked request holding a slot of the in-flight limit to the I/O thread."""
@@ -372,7 +384,7 @@ class Client:
         if local_file is not None:
             image = read_local_file(local_file, self.max_input_bytes)
         submit, data = self._prepare_info(image, worker_file, url, fail_on, request_id, timeout)
-        self._shared.limit.acquire(wait)
+        self._acquire_slot(wait)
         # Interrupted (KeyboardInterrupt, say), it is cancelled rather than left running.
         with Request(self, self._post(submit, data)) as request:
             for event in request:
