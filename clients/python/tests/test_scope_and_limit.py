@@ -178,6 +178,52 @@ class InFlightLimitTest(_Queued):
             self.assertIsInstance(outcome[0], enlarger.InFlightLimitError)
             self.assertIn("callback", str(outcome[0]))
 
+    def test_a_cancel_reaches_a_submit_waiting_for_a_slot(self):
+        with self.service.client(max_in_flight=1, heartbeat_interval=0.25) as client:
+            first = client.submit(IMAGE, width=105)
+            self.assertIsInstance(first.next_event(timeout=5), enlarger.Accepted)
+            accepted = self.client.status().totals.accepted
+            waiting: list[enlarger.Request] = []
+            waiter = threading.Thread(target=lambda: waiting.append(client.submit(IMAGE, width=106,
+                                                                                  request_id="waiting")))
+            waiter.start()
+            time.sleep(0.2)
+            self.assertTrue(waiter.is_alive())
+            client.cancel("waiting")
+            waiter.join(2)
+            self.assertFalse(waiter.is_alive(), "a cancelled submit stops waiting")
+            self.assertEqual(collect(waiting[0]), [enlarger.Cancelled("waiting")])
+            self.assertEqual(client._shared.limit.used, 1, "it took no slot")
+            first.cancel()
+            time.sleep(0.3)
+            self.assertEqual(self.client.status().totals.accepted, accepted, "it never reached the broker")
+
+    def test_async_cancel_before_the_await_sends_nothing(self):
+        async def main():
+            async with enlarger.AsyncClient(self.service.endpoint, heartbeat_interval=0.25) as client:
+                accepted = (await client.status()).totals.accepted
+                pending = client.submit(IMAGE, width=107, request_id="never")
+                # The id is taken from the call on.
+                with self.assertRaises(enlarger.DuplicateRequestIdError):
+                    client.submit(IMAGE, width=107, request_id="never")
+                client.cancel("never")
+                request = await pending
+                self.assertEqual([e async for e in request], [enlarger.Cancelled("never")])
+                # And one waiting for a slot gives up as soon as it is cancelled.
+                async with enlarger.AsyncClient(self.service.endpoint, max_in_flight=1) as small:
+                    first = await small.submit(IMAGE, width=108)
+                    waiting = asyncio.ensure_future(small.submit(IMAGE, width=109, request_id="waits"))
+                    await asyncio.sleep(0.1)
+                    self.assertFalse(waiting.done())
+                    small.cancel("waits")
+                    request = await asyncio.wait_for(waiting, 2)
+                    self.assertEqual([e async for e in request], [enlarger.Cancelled("waits")])
+                    first.cancel()
+                await asyncio.sleep(0.3)
+                # Only `first` was accepted.
+                self.assertEqual((await client.status()).totals.accepted, accepted + 1)
+        asyncio.run(main())
+
     def test_default_limit(self):
         self.assertEqual(enlarger.DEFAULT_MAX_IN_FLIGHT, 256)
         self.assertEqual(self.client._shared.limit.limit, 256)

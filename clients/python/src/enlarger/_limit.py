@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 from .errors import InFlightLimitError
 
@@ -35,25 +36,31 @@ class InFlightLimit:
         self.used += 1
         return True
 
-    def acquire(self, wait: bool | float) -> None:
+    def acquire(self, wait: bool | float, given_up: Callable[[], bool] = lambda: False) -> bool:
         """Takes a slot: at once, or waiting (`True`: as long as it takes, a number: that many
-        seconds); raises `InFlightLimitError` when none is free in time."""
+        seconds); raises `InFlightLimitError` when none is free in time. Returns False, with
+        no slot, once `given_up()` (checked whenever `wake` is called)."""
         deadline = None if wait is True else time.monotonic() + (0.0 if wait is False else float(wait))
         with self._condition:
             while not self._try():
+                if given_up():
+                    return False
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise self._error(wait)
                 self._condition.wait(remaining)
+        return True
 
-    async def acquire_async(self, wait: bool | float) -> None:
+    async def acquire_async(self, wait: bool | float, given_up: Callable[[], bool] = lambda: False) -> bool:
         """`acquire` for a coroutine: waits without blocking its event loop."""
         loop = asyncio.get_running_loop()
         deadline = None if wait is True else loop.time() + (0.0 if wait is False else float(wait))
         while True:
             with self._condition:
                 if self._try():
-                    return
+                    return True
+                if given_up():
+                    return False
                 remaining = None if deadline is None else deadline - loop.time()
                 if remaining is not None and remaining <= 0:
                     raise self._error(wait)
@@ -71,6 +78,11 @@ class InFlightLimit:
     def release(self) -> None:
         with self._condition:
             self.used -= 1
+        self.wake()
+
+    def wake(self) -> None:
+        """Has every waiter look again (a slot came free, or a waiter may have given up)."""
+        with self._condition:
             self._condition.notify_all()
             waiters, self._async_waiters = self._async_waiters, []
         for loop, future in waiters:

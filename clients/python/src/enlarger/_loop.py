@@ -74,16 +74,14 @@ class _Shared:
 
     # -- Callers --------------------------------------------------------------------------
 
-    def submit(self, channel: _Channel, submit: Any, image: bytes) -> None:
-        """Posts a request that holds a slot of the limit; the slot is given back here if it
-        cannot be posted, else by the I/O thread once it is done with the request."""
-        try:
-            self._submit(channel, submit, image)
-        except BaseException:
-            self.limit.release()
-            raise
+    # A submit comes in two steps, so that a cancel reaches a request from the moment it is
+    # submitted, also while it waits for a slot of the in-flight limit (or, in asyncio, for
+    # its local file): `register` makes its id live and cancellable, `post` hands it to the
+    # I/O thread once it holds a slot, unless it was cancelled meanwhile: then it never goes
+    # out, and its consumer gets the local Cancelled.
 
-    def _submit(self, channel: _Channel, submit: Any, image: bytes) -> None:
+    def register(self, channel: _Channel) -> None:
+        """Takes the channel's id for it; raises when the id is live or the client closed."""
         with self._lock:
             if not self._open:
                 raise ClientClosedError(ErrorCode.CLIENT_CLOSED, "the client is closed")
@@ -97,7 +95,26 @@ class _Shared:
                     if not self._reachable(request_id):
                         del self._channels[request_id]
                 self._prune_at = 2 * len(self._channels) + 64
-            self._post(("submit", channel, submit, image))
+
+    def unregister(self, channel: _Channel) -> None:
+        """A registered request that will not be posted (no slot, no file) frees its id."""
+        self._forget(channel)
+
+    def post(self, channel: _Channel, submit: Any, image: bytes) -> None:
+        """Hands a registered request holding a slot of the limit to the I/O thread, which
+        gives the slot back once it is done with it; a request cancelled meanwhile, or one
+        that cannot be posted, gives it back here."""
+        try:
+            with self._lock:
+                if not self._open:
+                    raise ClientClosedError(ErrorCode.CLIENT_CLOSED, "the client is closed")
+                if channel.is_live:
+                    self._post(("submit", channel, submit, image))
+                    return
+        except BaseException:
+            self.limit.release()
+            raise
+        self.limit.release()
 
     def _reachable(self, request_id: str) -> list[_Channel]:
         """The requests with this id whose consumers may still take events."""
@@ -129,6 +146,8 @@ class _Shared:
             channel.cancel()
         # Cancelled channels take no more events: a cancel need not reach them again.
         self._channels.pop(request_id, None)
+        # A submit of the id waiting for a slot gives up.
+        self.limit.wake()
         if self._open:
             self._post(("cancel", request_id, future))
         return self._open

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from types import TracebackType
 from typing import Any
@@ -80,30 +81,35 @@ class AsyncClient:
         worker_file = _worker_file(worker_file, file)
         _check_wait(wait)
         _one_source(image, local_file, worker_file, url)
+        if request_id is None:
+            request_id = str(uuid.uuid4())
         spec: dict[str, Any] = dict(
             width=width, height=height, fit=fit, enlarge=enlarge, quality=quality, progressive=progressive,
             chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
             flatten=flatten, background=background, lossless=lossless, degraded=degraded, delivery=delivery,
             request_id=request_id, timeout=timeout)
         client = self._client
-        if local_file is None:
-            prepared = client._prepare(image, worker_file, url, spec, share)
+        path = local_file
+        # Argument errors at once, before a local file is read.
+        prepared = client._prepare(b"" if path is not None else image, worker_file, url, spec, share)
+        # Cancellable by its id from here on, while it waits for its file and a slot.
+        channel = client._register(request_id)
 
-            async def start() -> AsyncRequest:
-                return AsyncRequest(self, await self._post(*prepared, wait))
-        else:
-            path = local_file
-            client._prepare(b"", None, None, spec, share)  # argument errors at once, before the file is read
-
-            async def start() -> AsyncRequest:
-                data = await asyncio.to_thread(read_local_file, path, client.max_input_bytes)
-                submit, payload = client._prepare(data, None, None, spec, share)
-                return AsyncRequest(self, await self._post(submit, payload, wait))
+        async def start() -> AsyncRequest:
+            try:
+                submit, data = prepared
+                if path is not None:
+                    image = await asyncio.to_thread(read_local_file, path, client.max_input_bytes)
+                    submit, data = client._prepare(image, None, None, spec, share)
+                holds_slot = await client._shared.limit.acquire_async(wait, lambda: not channel.is_live)
+            except BaseException:
+                client._shared.unregister(channel)
+                raise
+            if holds_slot:
+                client._shared.post(channel, submit, data)
+            # Else it was cancelled while it waited: it never goes out.
+            return AsyncRequest(self, channel)
         return PendingRequest(start)
-
-    async def _post(self, submit: Any, data: bytes, wait: bool | float) -> _Channel:
-        await self._client._shared.limit.acquire_async(wait)
-        return self._client._post(submit, data)
 
     def cancel(self, request_id: str) -> asyncio.Future[CancelOutcome]:
         """Cancels the request with this id, as `Client.cancel`.
@@ -133,7 +139,15 @@ class AsyncClient:
             client._prepare_info(b"", None, None, fail_on, request_id, timeout)  # argument errors first
             image = await asyncio.to_thread(read_local_file, local_file, client.max_input_bytes)
         submit, data = client._prepare_info(image, worker_file, url, fail_on, request_id, timeout)
-        async with AsyncRequest(self, await self._post(submit, data, wait)) as request:
+        channel = client._register(submit.request_id)
+        try:
+            holds_slot = await client._shared.limit.acquire_async(wait, lambda: not channel.is_live)
+        except BaseException:
+            client._shared.unregister(channel)
+            raise
+        if holds_slot:
+            client._shared.post(channel, submit, data)
+        async with AsyncRequest(self, channel) as request:
             async for event in request:
                 if isinstance(event, Info) and event.info is not None:
                     return event.info

@@ -300,8 +300,7 @@ class Client:
             chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
             flatten=flatten, background=background, lossless=lossless, degraded=degraded, delivery=delivery,
             request_id=request_id, timeout=timeout), share)
-        self._acquire_slot(wait)
-        return Request(self, self._post(submit, data))
+        return Request(self, self._submit_waiting(submit, data, wait))
 
     def _prepare(self, image: bytes | bytearray | memoryview | None, worker_file: str | None, url: str | None,
                  spec: dict[str, Any], share: bool) -> tuple[client_pb2.Submit, bytes]:
@@ -333,7 +332,8 @@ class Client:
             raise InputTooLargeError(len(data), limit)
         return submit, data
 
-    def _acquire_slot(self, wait: bool | float) -> None:
+    def _acquire_slot(self, wait: bool | float, channel: _Channel) -> bool:
+        """True once the request holds a slot; False when it was cancelled first."""
         if threading.current_thread() is self._thread:
             # In a future's callback: only this thread gives slots back, so waiting here
             # would wait forever.
@@ -342,13 +342,26 @@ class Client:
             except InFlightLimitError as error:
                 raise InFlightLimitError(f"{error} (a submit in a callback on the client's I/O thread cannot "
                                          "wait)", error.limit) from None
-            return
-        self._shared.limit.acquire(wait)
+            return True
+        return self._shared.limit.acquire(wait, lambda: not channel.is_live)
 
-    def _post(self, submit: client_pb2.Submit, data: bytes) -> _Channel:
-        """Hands a checked request holding a slot of the in-flight limit to the I/O thread."""
-        channel = _Channel(submit.request_id)
-        self._shared.submit(channel, submit, data)
+    def _submit_waiting(self, submit: client_pb2.Submit, data: bytes, wait: bool | float) -> _Channel:
+        """Registers a checked request (cancellable from here on), waits for a slot of the
+        in-flight limit, and hands it to the I/O thread."""
+        channel = self._register(submit.request_id)
+        try:
+            holds_slot = self._acquire_slot(wait, channel)
+        except BaseException:
+            self._shared.unregister(channel)
+            raise
+        if holds_slot:
+            self._shared.post(channel, submit, data)
+        # Else it was cancelled while it waited: it never goes out.
+        return channel
+
+    def _register(self, request_id: str) -> _Channel:
+        channel = _Channel(request_id)
+        self._shared.register(channel)
         return channel
 
     def _abandon(self, channel: _Channel) -> None:
@@ -384,9 +397,8 @@ class Client:
         if local_file is not None:
             image = read_local_file(local_file, self.max_input_bytes)
         submit, data = self._prepare_info(image, worker_file, url, fail_on, request_id, timeout)
-        self._acquire_slot(wait)
         # Interrupted (KeyboardInterrupt, say), it is cancelled rather than left running.
-        with Request(self, self._post(submit, data)) as request:
+        with Request(self, self._submit_waiting(submit, data, wait)) as request:
             for event in request:
                 if isinstance(event, Info) and event.info is not None:
                     return event.info
