@@ -189,7 +189,11 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 class PendingRequest:
     """What `AsyncClient.submit` returns: await it for the `AsyncRequest`, or enter it with
-    ``async with`` (leaving the block before the request ended cancels it). Once only."""
+    ``async with`` (leaving the block before the request ended cancels it). Once only.
+
+    Its request id is taken from the `submit` call on: `cancel(id)` reaches it while it waits
+    (for its local file, for a slot of the in-flight limit, to be awaited at all); it then
+    never goes out, and its request yields only the local `Cancelled`."""
 
     def __init__(self, start: Callable[[], Awaitable[AsyncRequest]]) -> None:
         self._start: Callable[[], Awaitable[AsyncRequest]] | None = start
