@@ -57,8 +57,8 @@ class AsyncCancelRaceTest(unittest.TestCase):
 
     async def race(self, seed: int) -> tuple[list[str], dict[str, int]]:
         rng = random.Random(seed)
-        strategies = ["immediately", "after_events", "pause", "other_task", "other_task", "abandon", "no_cancel",
-                      "reuse_id"]
+        strategies = ["immediately", "before_await", "after_events", "pause", "other_task", "other_task", "abandon",
+                      "no_cancel", "reuse_id"]
         plans = [(index, rng.choice(strategies)) for index in range(REQUESTS)]
         failures: list[str] = []
         counts: dict[str, int] = {}
@@ -103,6 +103,16 @@ class AsyncCancelRaceTest(unittest.TestCase):
         request = await self.submit(client, request_id, rng)
         client.cancel(request_id)
         self.assert_only_local_cancel(await collect(request), request_id)
+
+    async def run_before_await(self, client, request_id, rng):
+        # Cancelled between the submit call and its await (maybe after other tasks ran): the
+        # request never goes out.
+        image = corpus(rng.choice([WITH_DEGRADED, *SMALL_IMAGES]))
+        pending = client.submit(image, width=rng.choice([64, 160]), request_id=request_id)
+        if rng.random() < 0.5:
+            await asyncio.sleep(0)
+        client.cancel(request_id)
+        self.assert_only_local_cancel(await collect(await pending), request_id)
 
     async def run_pause(self, client, request_id, rng):
         # Events pile up in the request's channel during the pause; none may come out. A
