@@ -191,14 +191,16 @@ class Service:
 
     def _make_keys(self) -> None:
         keys = os.path.join(self.directory, "keys")
-        for allowed in ("clients", "workers"):
+        for allowed in ("clients", "workers", "admins"):
             os.makedirs(os.path.join(keys, allowed))
-        for name in ("broker", "client", "worker"):
+        for name in ("broker", "client", "worker", "admin"):
             key, pub = self.keygen(name)
             self.curve_files[f"{name}.key"] = key
             self.curve_files[f"{name}.pub"] = pub
         shutil.copy(self.curve_files["client.pub"], os.path.join(keys, "clients"))
         shutil.copy(self.curve_files["worker.pub"], os.path.join(keys, "workers"))
+        # An operator's key: only an admin's status lists the workers of other principals.
+        shutil.copy(self.curve_files["admin.pub"], os.path.join(keys, "admins"))
 
     # -- Processes --------------------------------------------------------------------------
 
@@ -218,7 +220,7 @@ class Service:
         if self.curve_files:
             keys = os.path.join(self.directory, "keys")
             args += ["--server-key", self.curve_files["broker.key"], "--client-keys", os.path.join(keys, "clients"),
-                     "--worker-keys", os.path.join(keys, "workers")]
+                     "--worker-keys", os.path.join(keys, "workers"), "--admin-keys", os.path.join(keys, "admins")]
         elif self.endpoint.startswith("tcp://"):
             args.append("--insecure-tcp")
         self.broker = self._spawn("broker", args)
@@ -244,7 +246,8 @@ class Service:
             self.start_broker()
             self.start_workers()
             if self.workers:
-                with self.client() as client:
+                admin = {"key": self.curve_files["admin.key"]} if self.curve_files else {}
+                with self.client(**admin) as client:
                     wait_for(lambda: len(client.status(timeout=10).workers) >= self.workers, 15,
                              f"{self.workers} worker(s) to register")
         except BaseException:
@@ -255,6 +258,8 @@ class Service:
     def client(self, **options) -> enlarger.Client:
         if self.curve_files and "key" not in options:
             options.update(server_public_key=self.curve_files["broker.pub"], key=self.curve_files["client.key"])
+        elif self.curve_files and "server_public_key" not in options:
+            options["server_public_key"] = self.curve_files["broker.pub"]
         elif self.endpoint.startswith("tcp://") and "key" not in options:
             options.setdefault("insecure", True)  # a tcp service without CURVE runs --insecure-tcp
         return enlarger.Client(self.endpoint, **options)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import zmq
 from zmq.utils import z85
 
-from .errors import KeyFileError
+from .errors import InvalidArgumentError, KeyFileError
 
 __all__ = ["CurveKeyPair", "CurveCredentials", "KeyFilePaths", "generate_key_pair", "read_public_key_file",
            "read_key_file"]
@@ -83,11 +83,12 @@ def generate_key_pair(name: str, directory: str | os.PathLike[str] = ".", *, for
 
     For a client: keep its ``.key`` and give it to `Client(key=...)`; put its ``.pub`` in
     the broker's client allow-list directory (``--client-keys``). Existing files are
-    refused (`KeyFileError`) unless `force`, which replaces both.
+    refused (`KeyFileError`) unless `force`, which replaces both; a name that is not one
+    raises `InvalidArgumentError`.
     """
     if (not isinstance(name, str) or not 1 <= len(name) <= 100 or not set(name) <= _NAME_CHARACTERS
             or name.startswith(".")):
-        raise ValueError(f"a key name is 1 to 100 letters, digits, '.', '_' or '-', not starting with '.'; "
+        raise InvalidArgumentError(f"a key name is 1 to 100 letters, digits, '.', '_' or '-', not starting with '.'; "
                          f"got {name!r}")
     directory = os.fspath(directory)
     try:
