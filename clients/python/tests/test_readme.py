@@ -7,11 +7,16 @@ Each block is preceded by a comment saying how it is tested:
 - ``<!-- readme-test: run-curve ... -->``: the same against a tcp broker that requires CURVE,
   with ``keys/broker.pub`` and ``keys/client.key`` in that directory.
 
-A Python block without such a comment fails the test: none may go unchecked.
+A Python block without such a comment fails the test: none may go unchecked. The API summary
+is checked against the code too: its signatures' parameters and literal defaults, and every
+class it names.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
+import inspect
 import os
 import re
 import shutil
@@ -20,6 +25,8 @@ import sys
 import tempfile
 import unittest
 from pathlib import Path
+
+import enlarger
 
 from .support import WITH_DEGRADED, Service, corpus
 
@@ -77,6 +84,65 @@ class ReadmeTest(unittest.TestCase):
                 compile(code, f"README.md:{line}", "exec")
                 self.assertIn(mode, ("run", "run-curve"), f"README.md line {line}: say how this block is tested")
                 self.run_block(line, mode, code)
+
+
+
+def api_summary() -> str:
+    text = README.read_text()
+    return text[text.index("## The API in short"):text.index("## Threads and liveness")]
+
+
+def summary_parameters(call: str) -> dict[str, str | None]:
+    """The parameters of the first `call(...)` signature in the summary: name -> default as
+    written (None when none is given)."""
+    summary = " ".join(api_summary().split())
+    start = summary.index(f"`{call}(") + len(call) + 2
+    depth, end = 1, start
+    while depth:
+        depth += {"(": 1, ")": -1}.get(summary[end], 0)
+        end += 1
+    parameters: dict[str, str | None] = {}
+    for part in re.split(r",\s*", summary[start:end - 1]):
+        if part.strip() in ("*", ""):
+            continue
+        name, _, default = part.partition("=")
+        parameters[name.strip()] = default.strip() or None
+    return parameters
+
+
+class ApiSummaryTest(unittest.TestCase):
+    def check(self, call: str, function, deprecated: tuple[str, ...] = ()) -> None:
+        written = summary_parameters(call)
+        actual = {name: parameter for name, parameter in inspect.signature(function).parameters.items()
+                  if name != "self" and name not in deprecated}
+        self.assertEqual(set(written), set(actual), f"README's {call}(...) against the code")
+        for name, default in written.items():
+            try:
+                value = ast.literal_eval(default) if default is not None else None
+            except (ValueError, SyntaxError):
+                continue  # "inside"|"cover"|..., 64 MiB: prose, not a literal
+            if default is not None:
+                self.assertEqual(actual[name].default, value, f"README's {call}(... {name}={default})")
+
+    def test_signatures(self):
+        self.check("Client", enlarger.Client.__init__)
+        self.check("client.submit", enlarger.Client.submit, deprecated=("file",))
+        self.check("client.info", enlarger.Client.info, deprecated=("file",))
+        self.check("generate_key_pair", enlarger.generate_key_pair)
+        # AsyncClient takes what Client takes, and its methods what Client's do.
+        for name in ("__init__", "submit", "info"):
+            self.assertEqual(list(inspect.signature(getattr(enlarger.AsyncClient, name)).parameters),
+                             list(inspect.signature(getattr(enlarger.Client, name)).parameters), name)
+
+    def test_every_named_class_exists(self):
+        names = set(re.findall(r"`([A-Z][A-Za-z_]+)[`(]", api_summary()))
+        codes = {name for name in names if name.isupper()}
+        classes = names - codes - set(dir(builtins))
+        self.assertGreater(len(classes), 20)
+        self.assertGreaterEqual(len(codes), 4)
+        missing = sorted(name for name in classes if not hasattr(enlarger, name))
+        missing += sorted(name for name in codes if name not in enlarger.ErrorCode.__members__)
+        self.assertEqual(missing, [], "named in the README's API summary, missing from the package")
 
 
 if __name__ == "__main__":
