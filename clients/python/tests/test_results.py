@@ -304,8 +304,9 @@ class FileSourceTest(unittest.TestCase):
         # And a file only on the worker's side is not here.
         with self.assertRaises(FileNotFoundError):
             self.client.submit(local_file=os.path.join(here, "photo.jpg"), width=80)
-        # A local file over the limit is refused before it is read.
-        with enlarger.Client(self.service.endpoint, max_input_bytes=100) as small:
+        # A local file over the limit is refused before it is read. (No broker at this
+        # endpoint: the configured limit holds until a broker tells its own.)
+        with enlarger.Client(f"ipc://{here}/no-broker.sock", max_input_bytes=100) as small:
             with self.assertRaises(enlarger.InputTooLargeError):
                 small.submit(local_file=local, width=80)
 
