@@ -156,7 +156,8 @@ class Service:
     ipc:// by default. `stop()` ends every process it started (and only those)."""
 
     def __init__(self, workers: int = 1, concurrency: int = 2, heartbeat_ms: int = 1000,
-                 broker_args: tuple = (), tcp: bool = False, curve: bool = False, worker_args: tuple = ()) -> None:
+                 broker_args: tuple = (), tcp: bool = False, curve: bool = False, worker_args: tuple = (),
+                 python_keys: bool = False) -> None:
         self.directory = tempfile.mkdtemp(prefix="enl-py-")
         self.processes: list[subprocess.Popen] = []
         self.workers = workers
@@ -166,6 +167,8 @@ class Service:
         self.worker_args = list(worker_args)
         self.broker: subprocess.Popen | None = None
         self.curve_files: dict[str, str] = {}
+        #: Keys made by this package's generate_key_pair instead of `enlarger keygen`.
+        self.python_keys = python_keys
         if tcp:
             self.endpoint = f"tcp://127.0.0.1:{free_tcp_port()}"
             self.worker_endpoint = f"tcp://127.0.0.1:{free_tcp_port()}"
@@ -179,20 +182,25 @@ class Service:
 
     def keygen(self, name: str, directory: str | None = None) -> tuple[str, str]:
         directory = directory or os.path.join(self.directory, "keys")
+        if self.python_keys:
+            paths = enlarger.generate_key_pair(name, directory)
+            return paths.key_file, paths.public_key_file
         subprocess.run([enlarger_bin(), "keygen", name, "--directory", directory], check=True,
                        capture_output=True)
         return os.path.join(directory, f"{name}.key"), os.path.join(directory, f"{name}.pub")
 
     def _make_keys(self) -> None:
         keys = os.path.join(self.directory, "keys")
-        for allowed in ("clients", "workers"):
+        for allowed in ("clients", "workers", "admins"):
             os.makedirs(os.path.join(keys, allowed))
-        for name in ("broker", "client", "worker"):
+        for name in ("broker", "client", "worker", "admin"):
             key, pub = self.keygen(name)
             self.curve_files[f"{name}.key"] = key
             self.curve_files[f"{name}.pub"] = pub
         shutil.copy(self.curve_files["client.pub"], os.path.join(keys, "clients"))
         shutil.copy(self.curve_files["worker.pub"], os.path.join(keys, "workers"))
+        # An operator's key: only an admin's status lists the workers of other principals.
+        shutil.copy(self.curve_files["admin.pub"], os.path.join(keys, "admins"))
 
     # -- Processes --------------------------------------------------------------------------
 
@@ -212,7 +220,9 @@ class Service:
         if self.curve_files:
             keys = os.path.join(self.directory, "keys")
             args += ["--server-key", self.curve_files["broker.key"], "--client-keys", os.path.join(keys, "clients"),
-                     "--worker-keys", os.path.join(keys, "workers")]
+                     "--worker-keys", os.path.join(keys, "workers"), "--admin-keys", os.path.join(keys, "admins")]
+        elif self.endpoint.startswith("tcp://"):
+            args.append("--insecure-tcp")
         self.broker = self._spawn("broker", args)
         if self.endpoint.startswith("ipc://"):
             wait_for(lambda: os.path.exists(self.endpoint[len("ipc://"):]) or self.broker.poll() is not None,
@@ -227,6 +237,8 @@ class Service:
                     *self.worker_args]
             if self.curve_files:
                 args += ["--server-public-key", self.curve_files["broker.pub"], "--key", self.curve_files["worker.key"]]
+            elif self.worker_endpoint.startswith("tcp://"):
+                args.append("--insecure-tcp")
             self._spawn(f"worker-{index}", args)
 
     def start(self) -> Service:
@@ -234,7 +246,8 @@ class Service:
             self.start_broker()
             self.start_workers()
             if self.workers:
-                with self.client() as client:
+                admin = {"key": self.curve_files["admin.key"]} if self.curve_files else {}
+                with self.client(**admin) as client:
                     wait_for(lambda: len(client.status(timeout=10).workers) >= self.workers, 15,
                              f"{self.workers} worker(s) to register")
         except BaseException:
@@ -245,6 +258,10 @@ class Service:
     def client(self, **options) -> enlarger.Client:
         if self.curve_files and "key" not in options:
             options.update(server_public_key=self.curve_files["broker.pub"], key=self.curve_files["client.key"])
+        elif self.curve_files and "server_public_key" not in options:
+            options["server_public_key"] = self.curve_files["broker.pub"]
+        elif self.endpoint.startswith("tcp://") and "key" not in options:
+            options.setdefault("insecure", True)  # a tcp service without CURVE runs --insecure-tcp
         return enlarger.Client(self.endpoint, **options)
 
     def kill_broker(self) -> None:

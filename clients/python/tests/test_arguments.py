@@ -49,7 +49,7 @@ class ArgumentsTest(unittest.TestCase):
             with self.subTest(timeout=bad):
                 self.assertIn("timeout", self.refused(width=10, timeout=bad))
         self.assertIn("image must be bytes", self.refused(image="a str", width=10))
-        self.assertIn("give exactly one of image, file and url", self.refused(image=None, width=10))
+        self.assertIn("give exactly one of image, local_file, worker_file and url", self.refused(image=None, width=10))
 
     def test_request_ids(self):
         for bad in ("", "x" * 65, "é" * 33, 42, "\ud800"):
@@ -85,7 +85,7 @@ class ArgumentsTest(unittest.TestCase):
                     self.client.cancel(request.id)
 
     def test_client_arguments(self):
-        for endpoint in ("", "http://host", "ipc://", "tcp://", "/tmp/clients.sock", None):
+        for endpoint in ("", "http://host", "ipc://", "tcp://", "/tmp/clients.sock", 5570):
             with self.subTest(endpoint=endpoint), self.assertRaises(enlarger.InvalidArgumentError):
                 enlarger.Client(endpoint)
         with self.assertRaises(enlarger.InvalidArgumentError) as caught:
@@ -96,9 +96,11 @@ class ArgumentsTest(unittest.TestCase):
         with self.assertRaises(enlarger.InvalidArgumentError):
             enlarger.Client("tcp://127.0.0.1:5570", server_public_key="broker.pub")
         for options in ({"heartbeat_interval": 0}, {"sync_interval": -1}, {"missed_heartbeats": 0},
-                        {"max_input_bytes": 0}, {"heartbeat_interval": float("nan")}):
-            with self.subTest(**options), self.assertRaises(enlarger.InvalidArgumentError):
-                enlarger.Client("tcp://127.0.0.1:5570", **options)
+                        {"max_input_bytes": 0}, {"heartbeat_interval": float("nan")}, {"max_in_flight": 0},
+                        {"max_in_flight": 2.5}, {"insecure": "yes"}):
+            with self.subTest(**options), self.assertRaises(enlarger.InvalidArgumentError) as caught:
+                enlarger.Client("tcp://127.0.0.1:5570", **{"insecure": True, **options})
+            self.assertIn(next(iter(options)), str(caught.exception))
 
 
 class ProtocolCoverageTest(unittest.TestCase):

@@ -2,7 +2,8 @@
 
 Many requests share one client; each is cancelled at a random moment (right after submit,
 after some of its events, after a random pause while its events pile up, from another thread
-while it is being iterated), or not at all, or cancelled and its id submitted again at once.
+while it is being iterated, by leaving its ``with`` block early), or not at all, or cancelled
+and its id submitted again at once.
 Whatever the timing, nothing about a request reaches its consumer once `cancel()` has
 returned, except at most one local `Cancelled`.
 
@@ -40,7 +41,8 @@ class CancelRaceTest(unittest.TestCase):
         seed = int(os.environ.get("ENLARGER_TEST_SEED") or random.SystemRandom().randrange(2**32))
         log(f"\ncancel races: seed {seed} (ENLARGER_TEST_SEED={seed} replays the choices)")
         rng = random.Random(seed)
-        strategies = ["immediately", "after_events", "pause", "other_thread", "other_thread", "no_cancel", "reuse_id"]
+        strategies = ["immediately", "after_events", "pause", "other_thread", "other_thread", "abandon", "no_cancel",
+                      "reuse_id"]
         plans = queue.SimpleQueue()
         for index in range(REQUESTS):
             plans.put((index, rng.choice(strategies)))
@@ -144,6 +146,24 @@ class CancelRaceTest(unittest.TestCase):
         # Later cancels change nothing for a finished iterator.
         client.cancel(request_id)
         self.assertIsNone(request.next_event(timeout=0))
+
+    def run_abandon(self, client, request_id, rng):
+        # Leaving the block early cancels; the request then yields nothing more than a local
+        # Cancelled, unless it had ended before the block was left.
+        image = corpus(rng.choice([WITH_DEGRADED, *SMALL_IMAGES]))
+        taken = []
+        with client.submit(image, width=rng.choice([64, 160]), request_id=request_id) as request:
+            for event in request:
+                taken.append(event)
+                if len(taken) > rng.randint(0, 3):
+                    break
+        rest = collect(request)
+        if any(event.terminal for event in taken):
+            self.assertEqual(rest, [], taken)
+        elif rest != [LOCAL_CANCEL(request_id, by_this_client=True)]:
+            self.assertTrue(rest and rest[-1].terminal, f"after {taken}: {rest}")
+            self.assertNotIsInstance(rest[-1], enlarger.Cancelled, rest)
+        check_life(self, taken + rest)
 
     def run_no_cancel(self, client, request_id, rng):
         events = collect(self.submit(client, request_id, rng))

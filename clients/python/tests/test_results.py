@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 import unittest
+from pathlib import Path
 
 import enlarger
 from enlarger._proto import client_pb2
@@ -266,27 +267,60 @@ class FileSourceTest(unittest.TestCase):
         shutil.rmtree(cls.root, ignore_errors=True)
 
     def test_a_file_source_is_read_by_the_worker_and_then_cached(self):
-        events = collect(self.client.submit(file="photo.jpg", width=160))
+        events = collect(self.client.submit(worker_file="photo.jpg", width=160))
         check_life(self, events)
         final = events[-1]
         self.assertIsInstance(final, enlarger.Final)
         self.assertEqual(jpeg_size(final.data), (final.width, final.height))
         self.assertEqual(final.width, 160)
-        again = collect(self.client.submit(file="photo.jpg", width=160, degraded=False))
+        again = collect(self.client.submit(worker_file="photo.jpg", width=160, degraded=False))
         self.assertTrue(again[-1].cached)
         self.assertEqual(again[-1].data, final.data)
-        self.assertEqual(self.client.info(file="photo.jpg").width, 3024)
+        self.assertEqual(self.client.info(worker_file="photo.jpg").width, 3024)
+
+    def test_file_is_the_deprecated_name_of_worker_file(self):
+        with self.assertWarns(DeprecationWarning) as caught:
+            request = self.client.submit(file="photo.jpg", width=96, degraded=False)
+        self.assertIn("worker_file", str(caught.warning))
+        self.assertIn("local_file", str(caught.warning))
+        self.assertEqual(caught.filename, __file__, "the warning points at the caller")
+        self.assertEqual(request.result(timeout=30).width, 96)
+        with self.assertRaises(enlarger.InvalidArgumentError):
+            self.client.submit(file="photo.jpg", worker_file="photo.jpg", width=96)
+
+    def test_a_local_file_is_read_here_and_a_worker_file_there(self):
+        # A file only on this side: local_file sends its bytes; as a worker path it is not there.
+        here = tempfile.mkdtemp(prefix="enl-py-local-")
+        self.addCleanup(shutil.rmtree, here, ignore_errors=True)
+        local = os.path.join(here, "only-here.jpg")
+        with open(local, "wb") as f:
+            f.write(corpus(SMALL_IMAGES[1]))
+        final = self.client.submit(local_file=local, width=80, degraded=False).result(timeout=30)
+        self.assertEqual(jpeg_size(final.data), (final.width, final.height))
+        self.assertEqual(final.width, 80)
+        self.assertGreater(self.client.info(local_file=Path(local)).width, 80)
+        missing = collect(self.client.submit(worker_file="only-here.jpg", width=80))[-1]
+        self.assertEqual(missing.code, enlarger.ErrorCode.SOURCE_UNAVAILABLE)
+        # And a file only on the worker's side is not here.
+        with self.assertRaises(FileNotFoundError):
+            self.client.submit(local_file=os.path.join(here, "photo.jpg"), width=80)
+        # A local file over the limit is refused before it is read. (No broker at this
+        # endpoint: the configured limit holds until a broker tells its own.)
+        with enlarger.Client(f"ipc://{here}/no-broker.sock", max_input_bytes=100) as small:
+            with self.assertRaises(enlarger.InputTooLargeError):
+                small.submit(local_file=local, width=80)
 
     def test_refused_paths_fail_with_source_refused(self):
         for path in ("../photo.jpg", "/etc/passwd"):
-            failed = collect(self.client.submit(file=path, width=64))[-1]
+            failed = collect(self.client.submit(worker_file=path, width=64))[-1]
             self.assertIsInstance(failed, enlarger.Failed, path)
             self.assertEqual(failed.code, enlarger.ErrorCode.SOURCE_REFUSED, path)
-        missing = collect(self.client.submit(file="missing.jpg", width=64))[-1]
+        missing = collect(self.client.submit(worker_file="missing.jpg", width=64))[-1]
         self.assertEqual(missing.code, enlarger.ErrorCode.SOURCE_UNAVAILABLE)
 
     def test_exactly_one_source(self):
-        for arguments in ({}, {"image": b"x", "file": "a.jpg"}, {"file": "a.jpg", "url": "http://x/"}, {"file": ""},
-                          {"url": "x" * 2049}, {"file": 7}):
+        for arguments in ({}, {"image": b"x", "worker_file": "a.jpg"}, {"worker_file": "a.jpg", "url": "http://x/"},
+                          {"worker_file": ""}, {"url": "x" * 2049}, {"worker_file": 7}, {"local_file": 7},
+                          {"image": b"x", "local_file": "a.jpg"}, {"local_file": "a.jpg", "worker_file": "a.jpg"}):
             with self.assertRaises(enlarger.InvalidArgumentError, msg=str(arguments)):
                 self.client.submit(width=64, **arguments)

@@ -2,32 +2,42 @@
 
     import enlarger
 
-    with enlarger.Client("ipc:///tmp/enlarger-0/clients.sock") as client:
-        for event in client.submit(jpeg_bytes, width=320, height=240):
-            ...
+    with enlarger.Client() as client:        # $ENLARGER_BROKER, else `enlarger serve`'s socket
+        with client.submit(jpeg_bytes, width=320, height=240) as request:
+            for event in request:
+                ...
+
+    async with enlarger.AsyncClient() as client:
+        async with client.submit(jpeg_bytes, width=320) as request:
+            async for event in request:
+                ...
 
 See `Client` for the threading, strict-cancel and liveness rules, `enlarger.events` for what
-a request yields.
+a request yields, `enlarger.keys.generate_key_pair` (``python -m enlarger keygen``) for CURVE
+keys.
 """
 
-from .client import Client
+from .aio import AsyncClient, AsyncRequest, PendingRequest
+from .client import DEFAULT_MAX_IN_FLIGHT, Client, default_endpoint
 from .codes import CancelOutcome, Chroma, Delivery, ErrorCode, FailOn, Fit, ImageFormat
 from .errors import (BrokerLostError, BrokerUnreachableError, CallFailedError, ClientClosedError,
-                     DuplicateRequestIdError, EnlargerError, InputTooLargeError, InvalidArgumentError,
-                     InvalidRequestIdError, KeyFileError, RequestError)
+                     DuplicateRequestIdError, EnlargerError, InFlightLimitError, InputTooLargeError,
+                     InsecureEndpointError, InvalidArgumentError, InvalidRequestIdError, KeyFileError, RequestError)
 from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Download, Event, Failed, Final, ImageInfo, Info, Rejected,
                      Result, Started, Totals, WorkerStatus, CacheStatus)
+from .keys import KeyFilePaths, generate_key_pair
 from .request import Request
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Request",
+    "Client", "Request", "AsyncClient", "AsyncRequest", "PendingRequest", "default_endpoint",
+    "DEFAULT_MAX_IN_FLIGHT", "generate_key_pair", "KeyFilePaths",
     "Event", "Accepted", "Started", "Download", "Result", "Degraded", "Final", "Info", "ImageInfo", "Failed", "Rejected",
     "Cancelled",
     "BrokerStatus", "WorkerStatus", "Totals", "CacheStatus",
     "ErrorCode", "Fit", "Chroma", "ImageFormat", "FailOn", "Delivery", "CancelOutcome",
     "EnlargerError", "InvalidArgumentError", "InvalidRequestIdError", "InputTooLargeError",
-    "DuplicateRequestIdError", "KeyFileError", "CallFailedError", "BrokerUnreachableError",
+    "DuplicateRequestIdError", "KeyFileError", "InsecureEndpointError", "InFlightLimitError", "CallFailedError", "BrokerUnreachableError",
     "BrokerLostError", "ClientClosedError", "RequestError",
 ]

@@ -29,9 +29,10 @@ from zmq.utils.monitor import recv_monitor_message
 
 from . import wire
 from .codes import ErrorCode
-from .core import AnswerCancel, AnswerStatus, CallFailure, ClientCore, Deliver, Reconnect
+from .core import Action, AnswerCancel, AnswerStatus, CallFailure, ClientCore, Deliver, Reconnect
 from .errors import ClientClosedError, DuplicateRequestIdError, call_error
 from .events import Failed
+from ._limit import InFlightLimit
 from .keys import CurveCredentials
 from .request import _Channel
 
@@ -44,11 +45,13 @@ _HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_
 
 class _Shared:
     """What callers share with the I/O thread: the mailbox, which requests a cancel must
-    reach, and whether the client still takes commands."""
+    reach, whether the client still takes commands, and the slots of the in-flight limit
+    (taken by callers before `submit`, given back by the I/O thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_in_flight: int | None = None) -> None:
+        self.limit = InFlightLimit(max_in_flight)
         self._lock = threading.Lock()
-        self._mail: deque[tuple] = deque()
+        self._mail: deque[tuple[Any, ...]] = deque()
         # Every request whose consumer may still take events, by id: a cancel must reach a
         # request whose end is queued but not yet taken, too. Weak: a request whose consumer
         # dropped it, and that the I/O thread is done with, goes away; its entry is pruned.
@@ -59,7 +62,7 @@ class _Shared:
         os.set_blocking(self.wake_fd, False)
         os.set_blocking(self._wake_write_fd, False)
 
-    def _post(self, mail: tuple) -> None:
+    def _post(self, mail: tuple[Any, ...]) -> None:
         # Under the lock. One byte per empty-to-non-empty change: the loop drains the pipe
         # before it takes the mail, so a mail posted after that always finds the queue empty.
         if not self._mail:
@@ -71,7 +74,14 @@ class _Shared:
 
     # -- Callers --------------------------------------------------------------------------
 
-    def submit(self, channel: _Channel, submit: Any, image: bytes) -> None:
+    # A submit comes in two steps, so that a cancel reaches a request from the moment it is
+    # submitted, also while it waits for a slot of the in-flight limit (or, in asyncio, for
+    # its local file): `register` makes its id live and cancellable, `post` hands it to the
+    # I/O thread once it holds a slot, unless it was cancelled meanwhile: then it never goes
+    # out, and its consumer gets the local Cancelled.
+
+    def register(self, channel: _Channel) -> None:
+        """Takes the channel's id for it; raises when the id is live or the client closed."""
         with self._lock:
             if not self._open:
                 raise ClientClosedError(ErrorCode.CLIENT_CLOSED, "the client is closed")
@@ -85,7 +95,26 @@ class _Shared:
                     if not self._reachable(request_id):
                         del self._channels[request_id]
                 self._prune_at = 2 * len(self._channels) + 64
-            self._post(("submit", channel, submit, image))
+
+    def unregister(self, channel: _Channel) -> None:
+        """A registered request that will not be posted (no slot, no file) frees its id."""
+        self._forget(channel)
+
+    def post(self, channel: _Channel, submit: Any, image: bytes) -> None:
+        """Hands a registered request holding a slot of the limit to the I/O thread, which
+        gives the slot back once it is done with it; a request cancelled meanwhile, or one
+        that cannot be posted, gives it back here."""
+        try:
+            with self._lock:
+                if not self._open:
+                    raise ClientClosedError(ErrorCode.CLIENT_CLOSED, "the client is closed")
+                if channel.is_live:
+                    self._post(("submit", channel, submit, image))
+                    return
+        except BaseException:
+            self.limit.release()
+            raise
+        self.limit.release()
 
     def _reachable(self, request_id: str) -> list[_Channel]:
         """The requests with this id whose consumers may still take events."""
@@ -104,20 +133,34 @@ class _Shared:
             else:
                 del self._channels[channel.request_id]
 
-    def cancel(self, request_id: str, future: Future | None) -> None:
+    def cancel(self, request_id: str, future: Future[Any] | None) -> None:
         """Marks every request with this id cancelled, at once, then posts the Cancel."""
         with self._lock:
-            for channel in self._reachable(request_id):
-                channel.cancel()
-            # Cancelled channels take no more events: a cancel need not reach them again.
-            self._channels.pop(request_id, None)
-            if self._open:
-                self._post(("cancel", request_id, future))
+            if self._cancel_locked(request_id, future):
                 return
         if future is not None:
             _settle_future(future, error=ClientClosedError(ErrorCode.CLIENT_CLOSED, "the client is closed"))
 
-    def status(self, future: Future) -> None:
+    def _cancel_locked(self, request_id: str, future: Future[Any] | None) -> bool:
+        for channel in self._reachable(request_id):
+            channel.cancel()
+        # Cancelled channels take no more events: a cancel need not reach them again.
+        self._channels.pop(request_id, None)
+        # A submit of the id waiting for a slot gives up.
+        self.limit.wake()
+        if self._open:
+            self._post(("cancel", request_id, future))
+        return self._open
+
+    def abandon(self, channel: _Channel) -> None:
+        """The consumer left the request's scope: if it has not ended, cancel its id as
+        `cancel` does. Checked and done under the lock that `submit` checks ids under: while
+        this request is live no other request of this client holds its id."""
+        with self._lock:
+            if channel.is_live:
+                self._cancel_locked(channel.request_id, None)
+
+    def status(self, future: Future[Any]) -> None:
         with self._lock:
             if self._open:
                 self._post(("status", future))
@@ -131,7 +174,7 @@ class _Shared:
 
     # -- I/O thread -----------------------------------------------------------------------
 
-    def take_all(self) -> list[tuple]:
+    def take_all(self) -> list[tuple[Any, ...]]:
         try:
             while os.read(self.wake_fd, 4096):
                 pass
@@ -142,7 +185,7 @@ class _Shared:
             self._mail.clear()
         return mail
 
-    def mark_closed(self) -> list[tuple]:
+    def mark_closed(self) -> list[tuple[Any, ...]]:
         """Refuses every later command, then returns the mail posted before that moment."""
         with self._lock:
             self._open = False
@@ -154,7 +197,7 @@ class _Shared:
         return mail
 
 
-def _settle_future(future: Future, result: Any = None, error: BaseException | None = None) -> None:
+def _settle_future(future: Future[Any], result: Any = None, error: BaseException | None = None) -> None:
     try:
         if error is not None:
             future.set_exception(error)
@@ -164,8 +207,8 @@ def _settle_future(future: Future, result: Any = None, error: BaseException | No
         pass
 
 
-def new_future() -> Future:
-    future: Future = Future()
+def new_future() -> Future[Any]:
+    future: Future[Any] = Future()
     # Running: a caller cannot cancel it (the answer is the loop's to give).
     future.set_running_or_notify_cancel()
     return future
@@ -182,13 +225,14 @@ class _Loop:
         self.curve = curve
         self.shared = shared
         self.context = zmq.Context()
-        self.socket: zmq.Socket | None = None
-        self.monitor: zmq.Socket | None = None
+        self.socket: zmq.Socket[bytes] | None = None
+        self.monitor: zmq.Socket[bytes] | None = None
         self.running = True
         self._tokens = itertools.count(1)
         self._requests: dict[int, _Channel] = {}
-        self._cancel_waiters: dict[int, Future] = {}
-        self._status_waiters: dict[int, Future] = {}
+        self._cancel_waiters: dict[int, Future[Any]] = {}
+        self._status_waiters: dict[int, Future[Any]] = {}
+        self._unhandled: deque[tuple[Any, ...]] = deque()
         try:
             self._connect()
         except BaseException:
@@ -258,8 +302,11 @@ class _Loop:
         timeout = None if wakeup is None else max(0, math.ceil((wakeup - time.monotonic()) * 1000))
         ready = dict(poller.poll(timeout))
 
-        for mail in self.shared.take_all():
-            self._handle(mail)
+        # Mail taken and not yet handled stays where `_shut_down` finds it: a close (or a
+        # failure) in the middle of a batch must still end the requests posted after it.
+        self._unhandled.extend(self.shared.take_all())
+        while self._unhandled:
+            self._handle(self._unhandled.popleft())
             if not self.running:
                 return
         if ready.get(self.monitor, 0) & zmq.POLLIN:
@@ -269,7 +316,7 @@ class _Loop:
         self._perform(self.core.tick(time.monotonic()))
         self._flush()
 
-    def _handle(self, mail: tuple) -> None:
+    def _handle(self, mail: tuple[Any, ...]) -> None:
         kind = mail[0]
         now = time.monotonic()
         if kind == "submit":
@@ -300,7 +347,7 @@ class _Loop:
             try:
                 # libzmq queues a multipart message atomically: all of it or, with EAGAIN on
                 # the first frame, none of it.
-                self.socket.send_multipart(outgoing.frames, zmq.DONTWAIT, copy=False)
+                self._socket().send_multipart(outgoing.frames, zmq.DONTWAIT, copy=False)
             except zmq.Again:
                 return
             outgoing.frames = None
@@ -309,7 +356,7 @@ class _Loop:
     def _receive(self) -> None:
         for _ in range(_RECEIVE_BUDGET):
             try:
-                frames = self.socket.recv_multipart(zmq.DONTWAIT)
+                frames = self._socket().recv_multipart(zmq.DONTWAIT)
             except zmq.Again:
                 return
             now = time.monotonic()
@@ -324,6 +371,7 @@ class _Loop:
     def _read_monitor(self) -> None:
         while True:
             try:
+                assert self.monitor is not None  # made with the socket
                 event = recv_monitor_message(self.monitor, zmq.DONTWAIT)
             except zmq.Again:
                 return
@@ -341,7 +389,12 @@ class _Loop:
 
     # -- Actions --------------------------------------------------------------------------
 
-    def _perform(self, actions: list) -> None:
+    def _socket(self) -> zmq.Socket[bytes]:
+        # Closed only by `_close_sockets`, after which the loop uses it no more.
+        assert self.socket is not None
+        return self.socket
+
+    def _perform(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Reconnect):
                 self._close_sockets()
@@ -349,7 +402,7 @@ class _Loop:
             else:
                 self._settle(action)
 
-    def _settle(self, action) -> None:
+    def _settle(self, action: Action) -> None:
         """Hands an event or an answer over."""
         if isinstance(action, Deliver):
             channel = self._requests.get(action.token)
@@ -359,6 +412,7 @@ class _Loop:
             channel.deliver(action.event, action.terminal)
             if action.terminal:
                 del self._requests[action.token]
+                self.shared.limit.release()
         elif isinstance(action, AnswerCancel):
             future = self._cancel_waiters.pop(action.token, None)
             if future is not None:
@@ -369,7 +423,7 @@ class _Loop:
                 self._answer(future, action.status)
 
     @staticmethod
-    def _answer(future: Future, answer: Any) -> None:
+    def _answer(future: Future[Any], answer: Any) -> None:
         if isinstance(answer, CallFailure):
             _settle_future(future, error=call_error(answer.code, answer.message))
         else:
@@ -383,10 +437,19 @@ class _Loop:
         if not self.running:
             return
         self.running = False
-        for mail in self.shared.mark_closed():
+        unhandled = [*self._unhandled, *self.shared.mark_closed()]
+        self._unhandled.clear()
+        for mail in unhandled:
             if mail[0] == "submit":
                 mail[1].deliver(Failed(mail[1].request_id, code, message), True)
+                self.shared.limit.release()
             elif mail[0] in ("cancel", "status") and mail[-1] is not None:
                 _settle_future(mail[-1], error=call_error(code, message))
         for action in self.core.close(code, message):
             self._settle(action)
+        # The core ends every request it knows of; one it never heard of, because the
+        # failure came while it was being handed over, ends here.
+        for token, channel in list(self._requests.items()):
+            del self._requests[token]
+            channel.deliver(Failed(channel.request_id, code, message), True)
+            self.shared.limit.release()

@@ -8,9 +8,13 @@ import os
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
+from types import TracebackType
+import enum
+from typing import Any, TypeGuard, TypeVar
 
 import zmq
 
@@ -19,14 +23,60 @@ from ._loop import _Loop, _Shared, new_future
 from ._proto import client_pb2, common_pb2
 from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, ImageFormat
 from .core import ClientCore, Configuration
-from .errors import InputTooLargeError, InvalidArgumentError, RequestError
+from .errors import InFlightLimitError, InputTooLargeError, InsecureEndpointError, InvalidArgumentError, RequestError
 from .events import BrokerStatus, ImageInfo, Info
 from .keys import CurveCredentials
 from .request import Request, _Channel
 
-__all__ = ["Client"]
+__all__ = ["Client", "default_endpoint", "DEFAULT_MAX_IN_FLIGHT"]
 
 _MAX_DEADLINE_MS = 2**32 - 1
+
+#: Requests a client keeps in flight unless told otherwise: far more than a worker fleet runs at
+#: once, far fewer than the broker's default queue limit (1024) shared by every client.
+DEFAULT_MAX_IN_FLIGHT = 256
+
+
+def default_endpoint() -> str:
+    """Where the broker is when no endpoint is given, by the Swift CLI's rule:
+    ``$ENLARGER_BROKER``, else the socket of `enlarger serve`'s runtime directory
+    (``$ENLARGER_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/enlarger``, else
+    ``/tmp/enlarger-UID``)."""
+    environment = os.environ
+    if environment.get("ENLARGER_BROKER"):
+        return environment["ENLARGER_BROKER"]
+    directory = environment.get("ENLARGER_RUNTIME_DIR") or (
+        environment["XDG_RUNTIME_DIR"] + "/enlarger" if environment.get("XDG_RUNTIME_DIR")
+        else f"/tmp/enlarger-{os.getuid()}")
+    return f"ipc://{directory}/clients.sock"
+
+
+def _endpoint_problem(endpoint: object) -> str | None:
+    if isinstance(endpoint, str) and (
+            (endpoint.startswith("ipc://") and len(endpoint) > len("ipc://"))
+            or (endpoint.startswith("tcp://") and len(endpoint) > len("tcp://"))):
+        return None
+    problem = f"endpoint must be ipc://PATH or tcp://HOST:PORT, got {endpoint!r}"
+    if isinstance(endpoint, str) and "://" not in endpoint and ":" in endpoint and not endpoint.startswith("/"):
+        problem += f" (did you mean tcp://{endpoint}?)"
+    return problem
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def _insecure_from(insecure: object) -> bool:
+    """`insecure`, else ``ENLARGER_INSECURE_TCP`` (1 or true, 0 or false; any case), as the
+    Swift tools read it."""
+    if insecure is not None:
+        return _flag(insecure, "insecure")
+    value = os.environ.get("ENLARGER_INSECURE_TCP", "")
+    if value.strip().lower() in _TRUE:
+        return True
+    if value.strip().lower() in _FALSE:
+        return False
+    raise InvalidArgumentError(f"ENLARGER_INSECURE_TCP={value}: expected 1 or true (0 or false for off)")
 
 
 class Client:
@@ -62,28 +112,55 @@ class Client:
     result was delivered asks for the final only); with `resubmit_after_broker_restart` off
     they fail `BROKER_LOST`.
 
+    **Abandoning a request.** ``with client.submit(...) as request:`` cancels the request
+    when the block is left before it ended (a ``break``, an exception).
+
+    **In flight.** At most `max_in_flight` requests (default 256) are in flight at once, from
+    `submit` until the client knows their end; `submit` waits for a slot (or fails fast with
+    `InFlightLimitError` for ``wait=False``). Results not yet read hold no slot.
+
+    **asyncio.** `enlarger.AsyncClient` is this client for event loops: the same I/O thread
+    and protocol core, with awaitable calls.
+
     Use it as a context manager, or call `close()`: outstanding requests then end with
     `Failed(CLIENT_CLOSED)` and the I/O thread stops.
     """
 
-    def __init__(self, endpoint: str, *, server_public_key: str | os.PathLike | None = None,
-                 key: str | os.PathLike | None = None, heartbeat_interval: float = 1.0,
+    def __init__(self, endpoint: str | None = None, *, server_public_key: str | os.PathLike[str] | None = None,
+                 key: str | os.PathLike[str] | None = None, insecure: bool | None = None,
+                 max_in_flight: int | None = DEFAULT_MAX_IN_FLIGHT, heartbeat_interval: float = 1.0,
                  missed_heartbeats: int = 3, sync_interval: float = 2.0,
                  max_input_bytes: int = 64 << 20, resubmit_after_broker_restart: bool = True) -> None:
         """Connects in the background: a broker that is not there yet is not an error here;
         requests and calls made meanwhile end with `BROKER_UNREACHABLE` if none answers.
 
+        `endpoint`: ``ipc://PATH`` or ``tcp://HOST:PORT``; None reads it as the ``enlarger``
+        commands do (`default_endpoint()`: ``$ENLARGER_BROKER``, else the socket of
+        ``enlarger serve`` on this host).
+
         `server_public_key` (the broker's ``NAME.pub``) and `key` (this client's ``NAME.key``,
-        mode 0600), both written by ``enlarger keygen``, turn on CURVE; a tcp broker requires
-        them unless it runs with ``--insecure-tcp``.
+        mode 0600), both written by `enlarger.keys.generate_key_pair` (``python -m enlarger
+        keygen``) or ``enlarger keygen``, turn on CURVE. For a ``tcp://`` endpoint they default
+        to the files named by ``$ENLARGER_SERVER_PUBLIC_KEY`` and ``$ENLARGER_KEY``.
+
+        **Fails closed:** a ``tcp://`` endpoint without keys raises `InsecureEndpointError`
+        unless `insecure` is True (None reads ``ENLARGER_INSECURE_TCP``: ``1`` or ``true``),
+        for closed test networks only: anyone who can reach the port could then pose as
+        the broker or read the images.
+
+        `max_in_flight`: how many of this client's requests may be in flight at once
+        (default `DEFAULT_MAX_IN_FLIGHT`, 256; None for no limit); `submit` waits for a slot
+        beyond it, or raises `InFlightLimitError` when asked not to wait.
 
         Raises `InvalidArgumentError` for an endpoint or setting that cannot work and
         `KeyFileError` for a key file that cannot be used.
         """
-        if not isinstance(endpoint, str) or not (
-                (endpoint.startswith("ipc://") and len(endpoint) > len("ipc://"))
-                or (endpoint.startswith("tcp://") and len(endpoint) > len("tcp://"))):
-            raise InvalidArgumentError(f"endpoint must be ipc://PATH or tcp://HOST:PORT, got {endpoint!r}")
+        from_environment = endpoint is None
+        if endpoint is None:
+            endpoint = default_endpoint()
+        problem = _endpoint_problem(endpoint)
+        if problem is not None:
+            raise InvalidArgumentError(f"ENLARGER_BROKER={endpoint}: {problem}" if from_environment else problem)
         if (server_public_key is None) != (key is None):
             raise InvalidArgumentError("CURVE needs both server_public_key (the broker's .pub file) "
                                        "and key (this client's .key file)")
@@ -94,6 +171,22 @@ class Client:
             raise InvalidArgumentError(f"missed_heartbeats must be an int >= 1, got {missed_heartbeats!r}")
         if not _is_int(max_input_bytes) or max_input_bytes < 1:
             raise InvalidArgumentError(f"max_input_bytes must be a positive int, got {max_input_bytes!r}")
+        if max_in_flight is not None and (not _is_int(max_in_flight) or max_in_flight < 1):
+            raise InvalidArgumentError(f"max_in_flight must be a positive int or None, got {max_in_flight!r}")
+        is_tcp = endpoint.startswith("tcp://")
+        if server_public_key is None and is_tcp:
+            server_public_key = os.environ.get("ENLARGER_SERVER_PUBLIC_KEY") or None
+            key = os.environ.get("ENLARGER_KEY") or None
+            if (server_public_key is None) != (key is None):
+                raise InvalidArgumentError("ENLARGER_SERVER_PUBLIC_KEY and ENLARGER_KEY go together: set both, "
+                                           "or neither")
+        insecure = _insecure_from(insecure)
+        if is_tcp and server_public_key is None and not insecure:
+            raise InsecureEndpointError(
+                f"refusing to connect to {endpoint} without authentication: give server_public_key= (the broker's "
+                ".pub file) and key= (this client's .key file; make one with `python -m enlarger keygen NAME` or "
+                "`enlarger keygen NAME`), or set ENLARGER_SERVER_PUBLIC_KEY and ENLARGER_KEY; or pass insecure=True "
+                "(ENLARGER_INSECURE_TCP=1) on a closed network")
         curve = None
         if server_public_key is not None and key is not None:
             if not zmq.has("curve"):
@@ -106,7 +199,7 @@ class Client:
             heartbeat_interval=float(heartbeat_interval), missed_heartbeats=missed_heartbeats,
             sync_interval=float(sync_interval), resubmit_after_broker_restart=resubmit_after_broker_restart,
             max_input_bytes=max_input_bytes, endpoint=endpoint)
-        self._shared = _Shared()
+        self._shared = _Shared(max_in_flight)
         core = ClientCore(configuration, time.monotonic())
         try:
             self._loop = _Loop(endpoint, core, curve, self._shared)
@@ -130,22 +223,29 @@ class Client:
 
     # -- Requests -------------------------------------------------------------------------
 
-    def submit(self, image: bytes | bytearray | memoryview | None = None, *, file: str | None = None,
-               url: str | None = None, width: int | None = None,
+    def submit(self, image: bytes | bytearray | memoryview | None = None, *,
+               local_file: str | os.PathLike[str] | None = None, worker_file: str | None = None,
+               url: str | None = None, file: str | None = None, width: int | None = None,
                height: int | None = None, fit: Fit | str = Fit.INSIDE, enlarge: bool = False,
                quality: int | None = None, progressive: bool = False, chroma: Chroma | str = Chroma.YUV420,
                format: ImageFormat | str = ImageFormat.JPEG, fail_on: FailOn | str = FailOn.ERROR,
                keep_profile: bool = False, accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
                background: str | int | None = None, lossless: bool = False,
                degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
-               timeout: float | None = None, share: bool = True) -> Request:
+               timeout: float | None = None, share: bool = True, wait: bool | float = True) -> Request:
         """Submits one image (JPEG, PNG, WebP, HEIC or AVIF, recognised by the worker from its
         content) and returns its `Request`, an iterator of events.
 
-        - The image: `image` (its bytes, sent with the request), or `file` (a path relative
-          to the worker's files root, `enlarger worker --files-root`), or `url` (an http or
-          https URL the worker downloads; the request then yields `Download` events before
-          its results). Exactly one.
+        - The image, exactly one of:
+
+          - `image`: its bytes, sent with the request;
+          - `local_file`: a file on **this** machine, read here and sent as `image` is;
+          - `worker_file`: a path on the **worker's** machine, relative to the directory the
+            worker was started with (``enlarger worker --files-root DIR``); the worker reads
+            it, nothing is read here (a worker without a files root refuses it with
+            `SOURCE_REFUSED`). `file` is its old name, deprecated;
+          - `url`: an http or https URL the worker downloads; the request then yields
+            `Download` events before its results.
 
         - `width`, `height`: the output box, 1 to 16384 px; at least one. With only one, the
           other side follows the aspect ratio.
@@ -176,28 +276,96 @@ class Client:
           one job with identical ones in flight; the worker checks the digest. For a file or
           URL the worker names the version it reads instead (file identity, URL validator);
           False opts out the same.
+        - `wait`: what to do when `max_in_flight` requests are in flight already: True
+          (default) waits until one ends, False raises `InFlightLimitError` at once, a number
+          waits that many seconds first.
 
-        Never blocks. Raises `InvalidArgumentError` (a `ValueError`) for arguments the
-        protocol does not allow, `InputTooLargeError` for an image over the broker's limit
-        (`max_input_bytes`), `DuplicateRequestIdError` for an id live in this client, and
-        `ClientClosedError` once the client is closed; nothing is sent then.
+        Blocks only for `wait` (and to read a `local_file`). Raises `InvalidArgumentError` (a
+        `ValueError`) for arguments the protocol does not allow, `InputTooLargeError` for an
+        image over the broker's limit (`max_input_bytes`), `DuplicateRequestIdError` for an id
+        live in this client, `InFlightLimitError` as `wait` says, `OSError` for a `local_file`
+        that cannot be read, and `ClientClosedError` once the client is closed; nothing is
+        sent then.
+
+        Use the request as a context manager (``with client.submit(...) as request:``) to
+        cancel it when the block is left before it ended.
         """
-        data = _source_bytes(image, file, url)
-        submit = self._build_submit(width=width, height=height, fit=fit, enlarge=enlarge, quality=quality,
-                                    progressive=progressive, chroma=chroma, format=format, fail_on=fail_on,
-                                    keep_profile=keep_profile, accept=accept, flatten=flatten,
-                                    background=background, lossless=lossless, degraded=degraded,
-                                    delivery=delivery, request_id=request_id, timeout=timeout)
+        worker_file = _worker_file(worker_file, file)
+        _check_wait(wait)
+        _one_source(image, local_file, worker_file, url)
+        if local_file is not None:
+            image = read_local_file(local_file, self.max_input_bytes)
+        submit, data = self._prepare(image, worker_file, url, dict(
+            width=width, height=height, fit=fit, enlarge=enlarge, quality=quality, progressive=progressive,
+            chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
+            flatten=flatten, background=background, lossless=lossless, degraded=degraded, delivery=delivery,
+            request_id=request_id, timeout=timeout), share)
+        return Request(self, self._submit_waiting(submit, data, wait))
+
+    def _prepare(self, image: bytes | bytearray | memoryview | None, worker_file: str | None, url: str | None,
+                 spec: dict[str, Any], share: bool) -> tuple[client_pb2.Submit, bytes]:
+        """The Submit and its payload, checked; shared with `AsyncClient`."""
+        data = _source_bytes(image, worker_file, url)
+        submit = self._build_submit(**spec)
         shares = _flag(share, "share")
-        _set_source(submit, file, url, shares)
+        _set_source(submit, worker_file, url, shares)
         if image is not None and shares:
             submit.source.inline.sha256 = hashlib.sha256(data).digest()
         limit = self.max_input_bytes
         if len(data) > limit:
             raise InputTooLargeError(len(data), limit)
-        channel = _Channel(submit.request_id)
-        self._shared.submit(channel, submit, data)
-        return Request(self, channel)
+        return submit, data
+
+    def _prepare_info(self, image: bytes | bytearray | memoryview | None, worker_file: str | None, url: str | None,
+                      fail_on: FailOn | str, request_id: str | None,
+                      timeout: float | None) -> tuple[client_pb2.Submit, bytes]:
+        data = _source_bytes(image, worker_file, url)
+        submit = client_pb2.Submit()
+        submit.request_id = wire.check_request_id(str(uuid.uuid4()) if request_id is None else request_id)
+        submit.spec.fail_on = _member(FailOn, fail_on, "fail_on").wire
+        submit.delivery = common_pb2.DELIVERY_INFO
+        _set_source(submit, worker_file, url, True)
+        if timeout is not None:
+            submit.deadline_ms = _deadline_ms(timeout)
+        limit = self.max_input_bytes
+        if len(data) > limit:
+            raise InputTooLargeError(len(data), limit)
+        return submit, data
+
+    def _acquire_slot(self, wait: bool | float, channel: _Channel) -> bool:
+        """True once the request holds a slot; False when it was cancelled first."""
+        if threading.current_thread() is self._thread:
+            # In a future's callback: only this thread gives slots back, so waiting here
+            # would wait forever.
+            try:
+                self._shared.limit.acquire(False)
+            except InFlightLimitError as error:
+                raise InFlightLimitError(f"{error} (a submit in a callback on the client's I/O thread cannot "
+                                         "wait)", error.limit) from None
+            return True
+        return self._shared.limit.acquire(wait, lambda: not channel.is_live)
+
+    def _submit_waiting(self, submit: client_pb2.Submit, data: bytes, wait: bool | float) -> _Channel:
+        """Registers a checked request (cancellable from here on), waits for a slot of the
+        in-flight limit, and hands it to the I/O thread."""
+        channel = self._register(submit.request_id)
+        try:
+            holds_slot = self._acquire_slot(wait, channel)
+        except BaseException:
+            self._shared.unregister(channel)
+            raise
+        if holds_slot:
+            self._shared.post(channel, submit, data)
+        # Else it was cancelled while it waited: it never goes out.
+        return channel
+
+    def _register(self, request_id: str) -> _Channel:
+        channel = _Channel(request_id)
+        self._shared.register(channel)
+        return channel
+
+    def _abandon(self, channel: _Channel) -> None:
+        self._shared.abandon(channel)
 
     def cancel(self, request_id: str) -> Future[CancelOutcome]:
         """Cancels the request with this id, whichever of this principal's connections
@@ -213,35 +381,29 @@ class Client:
         self._shared.cancel(request_id, future)
         return future
 
-    def info(self, image: bytes | bytearray | memoryview | None = None, *, file: str | None = None,
-             url: str | None = None, fail_on: FailOn | str = FailOn.ERROR,
-             request_id: str | None = None, timeout: float | None = None) -> ImageInfo:
+    def info(self, image: bytes | bytearray | memoryview | None = None, *,
+             local_file: str | os.PathLike[str] | None = None, worker_file: str | None = None,
+             url: str | None = None, file: str | None = None, fail_on: FailOn | str = FailOn.ERROR,
+             request_id: str | None = None, timeout: float | None = None, wait: bool | float = True) -> ImageInfo:
         """What the image's header says (size after orientation, colour space, profile
-        description, thumbnail, ...), read by a worker without decoding pixels; of a `file` or
-        `url` it reads no more than the header needs. Blocks until the answer; raises
-        `RequestError` when the request fails (not an image, damaged as `fail_on` says, over
-        the limits, a refused source), and the argument errors of `submit`."""
-        data = _source_bytes(image, file, url)
-        submit = client_pb2.Submit()
-        submit.request_id = wire.check_request_id(str(uuid.uuid4()) if request_id is None else request_id)
-        submit.spec.fail_on = _member(FailOn, fail_on, "fail_on").wire
-        submit.delivery = common_pb2.DELIVERY_INFO
-        _set_source(submit, file, url, True)
-        if timeout is not None:
-            if not _is_number(timeout) or not 0 < timeout * 1000 <= _MAX_DEADLINE_MS:
-                raise InvalidArgumentError(
-                    f"timeout must be a positive number of seconds up to {_MAX_DEADLINE_MS / 1000:g}, got {timeout!r}")
-            submit.deadline_ms = max(1, math.ceil(timeout * 1000))
-        limit = self.max_input_bytes
-        if len(data) > limit:
-            raise InputTooLargeError(len(data), limit)
-        channel = _Channel(submit.request_id)
-        self._shared.submit(channel, submit, data)
-        for event in Request(self, channel):
-            if isinstance(event, Info):
-                return event.info
-            if event.terminal:
-                raise RequestError(event)
+        description, thumbnail, ...), read by a worker without decoding pixels; of a
+        `worker_file` or `url` it reads no more than the header needs. The image and `wait` as
+        for `submit`. Blocks until the answer; raises `RequestError` when the request fails
+        (not an image, damaged as `fail_on` says, over the limits, a refused source), and the
+        argument errors of `submit`."""
+        worker_file = _worker_file(worker_file, file)
+        _check_wait(wait)
+        _one_source(image, local_file, worker_file, url)
+        if local_file is not None:
+            image = read_local_file(local_file, self.max_input_bytes)
+        submit, data = self._prepare_info(image, worker_file, url, fail_on, request_id, timeout)
+        # Interrupted (KeyboardInterrupt, say), it is cancelled rather than left running.
+        with Request(self, self._submit_waiting(submit, data, wait)) as request:
+            for event in request:
+                if isinstance(event, Info) and event.info is not None:
+                    return event.info
+                if event.terminal:
+                    raise RequestError(event)
         raise RequestError(Info(submit.request_id))
 
     def status(self, timeout: float | None = None) -> BrokerStatus:
@@ -251,9 +413,10 @@ class Client:
         future = new_future()
         self._shared.status(future)
         try:
-            return future.result(timeout)
+            status: BrokerStatus = future.result(timeout)
         except FutureTimeoutError:
             raise TimeoutError(f"no status from {self._endpoint} within {timeout:g} s") from None
+        return status
 
     # -- Lifetime -------------------------------------------------------------------------
 
@@ -267,7 +430,8 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -276,9 +440,13 @@ class Client:
     # -- Validation -----------------------------------------------------------------------
 
     @staticmethod
-    def _build_submit(*, width, height, fit, enlarge, quality, progressive, chroma, format, fail_on=FailOn.ERROR,
-                      keep_profile=False, accept=None, flatten=False, background=None, lossless=False,
-                      degraded, delivery, request_id, timeout) -> client_pb2.Submit:
+    def _build_submit(*, width: int | None, height: int | None, fit: Fit | str, enlarge: bool, quality: int | None,
+                      progressive: bool, chroma: Chroma | str, format: ImageFormat | str,
+                      fail_on: FailOn | str = FailOn.ERROR, keep_profile: bool = False,
+                      accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
+                      background: str | int | None = None, lossless: bool = False, degraded: bool,
+                      delivery: Delivery | str | None, request_id: str | None,
+                      timeout: float | None) -> client_pb2.Submit:
         submit = client_pb2.Submit()
         submit.request_id = wire.check_request_id(str(uuid.uuid4()) if request_id is None else request_id)
         spec = submit.spec
@@ -330,28 +498,28 @@ class Client:
             delivery = Delivery.PROGRESSIVE if _flag(degraded, "degraded") else Delivery.FINAL
         submit.delivery = _member(Delivery, delivery, "delivery").wire
         if timeout is not None:
-            if not _is_number(timeout) or not 0 < timeout * 1000 <= _MAX_DEADLINE_MS:
-                raise InvalidArgumentError(
-                    f"timeout must be a positive number of seconds up to {_MAX_DEADLINE_MS / 1000:g}, got {timeout!r}")
-            submit.deadline_ms = max(1, math.ceil(timeout * 1000))
+            submit.deadline_ms = _deadline_ms(timeout)
         return submit
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
-def _flag(value, name: str) -> bool:
+def _flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
     return value
 
 
-def _member(enum_type, value, name: str):
+_Member = TypeVar("_Member", bound=enum.Enum)
+
+
+def _member(enum_type: type[_Member], value: object, name: str) -> _Member:
     if isinstance(value, enum_type):
         return value
     try:
@@ -369,17 +537,68 @@ _MAX_SOURCE_PATH_BYTES = 1024
 _MAX_SOURCE_URL_BYTES = 2048
 
 
-def _source_bytes(image: object, file: object, url: object) -> bytes:
-    """The payload for exactly one of `image`, `file`, `url`: the image's bytes (a copy of a
-    mutable buffer, which the caller may reuse while the I/O thread sends), or nothing."""
-    given = [name for name, value in (("image", image), ("file", file), ("url", url)) if value is not None]
+def _deadline_ms(timeout: object) -> int:
+    if not _is_number(timeout) or not 0 < timeout * 1000 <= _MAX_DEADLINE_MS:
+        raise InvalidArgumentError(
+            f"timeout must be a positive number of seconds up to {_MAX_DEADLINE_MS / 1000:g}, got {timeout!r}")
+    return max(1, math.ceil(timeout * 1000))
+
+
+def _check_wait(wait: object) -> None:
+    if isinstance(wait, bool):
+        return
+    if not _is_number(wait) or not 0 <= wait < math.inf:
+        raise InvalidArgumentError(f"wait must be True, False or a number of seconds >= 0, got {wait!r}")
+
+
+def _worker_file(worker_file: str | None, file: str | None) -> str | None:
+    """`worker_file`, or the deprecated `file` that meant the same."""
+    if file is None:
+        return worker_file
+    if worker_file is not None:
+        raise InvalidArgumentError("give worker_file (file is its deprecated name), not both")
+    warnings.warn("file= names a path on the worker (under its --files-root), not on this machine: call it "
+                  "worker_file=, or use local_file= to send a file from here", DeprecationWarning, stacklevel=3)
+    return file
+
+
+def _one_source(image: object, local_file: object, worker_file: object, url: object) -> None:
+    given = [name for name, value in (("image", image), ("local_file", local_file), ("worker_file", worker_file),
+                                      ("url", url)) if value is not None]
     if len(given) != 1:
-        raise InvalidArgumentError(f"give exactly one of image, file and url, got {', '.join(given) or 'none'}")
+        raise InvalidArgumentError("give exactly one of image, local_file, worker_file and url, got "
+                                   f"{', '.join(given) or 'none'}")
+
+
+def read_local_file(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of a file on this machine, refused without reading it whole when it is over
+    `limit` (`InputTooLargeError`); `OSError` when it cannot be read."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentError(f"local_file must be a path (str or os.PathLike), got {type(path).__name__}")
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > limit:
+            raise InputTooLargeError(size, limit)
+        data = file.read(limit + 1)
+    if len(data) > limit:  # it grew meanwhile
+        raise InputTooLargeError(len(data), limit)
+    return data
+
+
+def _source_bytes(image: object, worker_file: object, url: object) -> bytes:
+    """The payload for exactly one of `image`, `worker_file`, `url`: the image's bytes (a copy
+    of a mutable buffer, which the caller may reuse while the I/O thread sends), or nothing."""
+    given = [name for name, value in (("image", image), ("worker_file", worker_file), ("url", url))
+             if value is not None]
+    if len(given) != 1:
+        raise InvalidArgumentError("give exactly one of image, local_file, worker_file and url, got "
+                                   f"{', '.join(given) or 'none'}")
     if image is not None:
         if not isinstance(image, (bytes, bytearray, memoryview)):
             raise InvalidArgumentError(f"image must be bytes, got {type(image).__name__}")
         return image if isinstance(image, bytes) else bytes(image)
-    for name, value, limit in (("file", file, _MAX_SOURCE_PATH_BYTES), ("url", url, _MAX_SOURCE_URL_BYTES)):
+    for name, value, limit in (("worker_file", worker_file, _MAX_SOURCE_PATH_BYTES),
+                               ("url", url, _MAX_SOURCE_URL_BYTES)):
         if value is None:
             continue
         if not isinstance(value, str):
@@ -390,9 +609,9 @@ def _source_bytes(image: object, file: object, url: object) -> bytes:
     return b""
 
 
-def _set_source(submit: client_pb2.Submit, file: str | None, url: str | None, shares: bool) -> None:
-    if file is not None:
-        submit.source.file.path = file
+def _set_source(submit: client_pb2.Submit, worker_file: str | None, url: str | None, shares: bool) -> None:
+    if worker_file is not None:
+        submit.source.file.path = worker_file
         submit.source.no_share = not shares
     elif url is not None:
         submit.source.url.url = url

@@ -83,7 +83,7 @@ class Fit(str, enum.Enum):
     FILL = "fill"
 
     @property
-    def wire(self) -> int:
+    def wire(self) -> common_pb2.Fit:
         return {Fit.INSIDE: common_pb2.FIT_INSIDE, Fit.COVER: common_pb2.FIT_COVER,
                 Fit.FILL: common_pb2.FIT_FILL}[self]
 
@@ -95,7 +95,7 @@ class Chroma(str, enum.Enum):
     YUV444 = "444"
 
     @property
-    def wire(self) -> int:
+    def wire(self) -> common_pb2.Chroma:
         return common_pb2.CHROMA_YUV444 if self is Chroma.YUV444 else common_pb2.CHROMA_YUV420
 
 
@@ -113,7 +113,7 @@ class FailOn(str, enum.Enum):
     WARNING = "warning"
 
     @property
-    def wire(self) -> int:
+    def wire(self) -> common_pb2.FailOn:
         return {FailOn.NONE: common_pb2.FAIL_ON_NONE, FailOn.TRUNCATED: common_pb2.FAIL_ON_TRUNCATED,
                 FailOn.ERROR: common_pb2.FAIL_ON_DEFAULT, FailOn.WARNING: common_pb2.FAIL_ON_WARNING}[self]
 
@@ -132,7 +132,7 @@ class ImageFormat(str, enum.Enum):
     AVIF = "avif"
 
     @property
-    def wire(self) -> int:
+    def wire(self) -> common_pb2.ImageFormat:
         return _FORMAT_WIRE[self]
 
     @property
@@ -142,7 +142,7 @@ class ImageFormat(str, enum.Enum):
 
     @classmethod
     def from_wire(cls, value: int) -> ImageFormat | None:
-        return {wire: member for member, wire in _FORMAT_WIRE.items()}.get(value)
+        return {int(wire): member for member, wire in _FORMAT_WIRE.items()}.get(value)
 
     @classmethod
     def from_content_type(cls, content_type: str) -> ImageFormat | None:
@@ -153,7 +153,7 @@ class ImageFormat(str, enum.Enum):
         return {"image/jpg": cls.JPEG, "image/pjpeg": cls.JPEG}.get(bare)
 
 
-_FORMAT_WIRE = {
+_FORMAT_WIRE: dict[ImageFormat, common_pb2.ImageFormat] = {
     ImageFormat.JPEG: common_pb2.IMAGE_FORMAT_JPEG, ImageFormat.PNM: common_pb2.IMAGE_FORMAT_PNM,
     ImageFormat.PNG: common_pb2.IMAGE_FORMAT_PNG, ImageFormat.WEBP: common_pb2.IMAGE_FORMAT_WEBP,
     ImageFormat.AVIF: common_pb2.IMAGE_FORMAT_AVIF,
@@ -175,7 +175,7 @@ class Delivery(str, enum.Enum):
     DEGRADED = "degraded"
 
     @property
-    def wire(self) -> int:
+    def wire(self) -> common_pb2.Delivery:
         return {Delivery.PROGRESSIVE: common_pb2.DELIVERY_PROGRESSIVE, Delivery.FINAL: common_pb2.DELIVERY_FINAL,
                 Delivery.DEGRADED: common_pb2.DELIVERY_DEGRADED}[self]
 
@@ -193,4 +193,5 @@ class CancelOutcome(str, enum.Enum):
     @classmethod
     def from_wire(cls, value: int) -> CancelOutcome:
         ack = client_pb2.CancelAck
-        return {ack.OUTCOME_CANCELLED: cls.CANCELLED, ack.OUTCOME_FINISHED: cls.FINISHED}.get(value, cls.UNKNOWN)
+        outcomes: dict[int, CancelOutcome] = {ack.OUTCOME_CANCELLED: cls.CANCELLED, ack.OUTCOME_FINISHED: cls.FINISHED}
+        return outcomes.get(value, cls.UNKNOWN)

@@ -53,7 +53,7 @@ import heapq
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import NamedTuple, Union
+from typing import Any, NamedTuple, Union
 
 from ._proto import client_pb2, common_pb2
 from .codes import CancelOutcome, ErrorCode, ImageFormat
@@ -179,9 +179,9 @@ class _Outgoing:
     message: client_pb2.ClientToBroker
     payload: bytes | None
     #: ("route", id, token) | ("cancel", id) | ("status",) | ("sync", nonce) | ("ping",)
-    note: tuple
+    note: tuple[Any, ...]
     #: The loop's encoded frames, kept so that a message the socket refused is not encoded again.
-    frames: list | None = field(default=None, repr=False)
+    frames: list[bytes] | None = field(default=None, repr=False)
 
 
 def _ping() -> _Outgoing:
@@ -446,7 +446,9 @@ class ClientCore:
         # ended, to absorb its frames until its end is heard.
         while (token := self.deadlines.pop_expired(now)) is not None:
             request_id = self.route_ids.get(token)
-            routes = self.routes.get(request_id, []) if request_id is not None else []
+            if request_id is None:
+                continue
+            routes = self.routes.get(request_id, [])
             index = next((i for i, r in enumerate(routes) if r.token == token), None)
             if index is None:
                 continue
@@ -689,6 +691,8 @@ class ClientCore:
             if result.terminal:
                 self._finish_route(request_id)
             return
+        assert image_format is not None  # a violation otherwise
+        event: Event
         if result.stage == common_pb2.STAGE_INFO:
             event = Info(request_id, _image_info(result.info))
         elif result.stage == common_pb2.STAGE_DEGRADED:
@@ -844,7 +848,7 @@ class ClientCore:
             self.busy_since = now
 
 
-def _image_info(info) -> ImageInfo:
+def _image_info(info: common_pb2.ImageInfo) -> ImageInfo:
     return ImageInfo(format=info.format, width=info.width, height=info.height, orientation=info.orientation,
                      channels=info.channels, has_alpha=info.has_alpha, bit_depth=info.bit_depth,
                      color_space=info.color_space, profile_description=info.profile_description or None,

@@ -8,7 +8,12 @@ be used, a `status()` or `cancel()` answer that cannot come, a closed client.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .codes import ErrorCode
+
+if TYPE_CHECKING:
+    from .events import Event
 
 __all__ = [
     "EnlargerError",
@@ -17,6 +22,8 @@ __all__ = [
     "InputTooLargeError",
     "DuplicateRequestIdError",
     "KeyFileError",
+    "InsecureEndpointError",
+    "InFlightLimitError",
     "CallFailedError",
     "BrokerUnreachableError",
     "BrokerLostError",
@@ -63,6 +70,21 @@ class KeyFileError(EnlargerError):
         self.reason = reason
 
 
+class InsecureEndpointError(InvalidArgumentError):
+    """A `tcp://` endpoint without CURVE keys: the client fails closed. Give
+    `server_public_key` and `key`, or `insecure=True` (``ENLARGER_INSECURE_TCP=1``) on a
+    network where nobody else can listen or connect."""
+
+
+class InFlightLimitError(EnlargerError):
+    """`submit(wait=False)` (or a wait that ran out) found `max_in_flight` requests in flight.
+    Nothing was sent."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
 class CallFailedError(EnlargerError):
     """A `status()` or `cancel()` call got no answer from the broker. `code` says why, as in
     `ErrorCode` (for instance `BROKER_UNREACHABLE`, `BROKER_LOST`, `REQUEST_LOST`)."""
@@ -89,7 +111,7 @@ class RequestError(EnlargerError):
     """Raised by `Request.result()` when the request ended without the result asked for;
     `event` is its terminal event (`Failed`, `Rejected` or `Cancelled`)."""
 
-    def __init__(self, event) -> None:
+    def __init__(self, event: Event) -> None:
         code = getattr(event, "code", ErrorCode.UNSPECIFIED)
         message = getattr(event, "message", "") or type(event).__name__.lower()
         super().__init__(f"request {event.request_id}: {code.name}: {message}")

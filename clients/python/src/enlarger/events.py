@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
 from .codes import ErrorCode, ImageFormat
+
+if TYPE_CHECKING:
+    from ._proto import client_pb2
 
 __all__ = [
     "Event",
@@ -239,7 +244,7 @@ class BrokerStatus:
     cache: CacheStatus = CacheStatus()
 
     @classmethod
-    def from_wire(cls, reply) -> BrokerStatus:
+    def from_wire(cls, reply: client_pb2.StatusReply) -> BrokerStatus:
         totals = Totals(**{f.name: getattr(reply.totals, f.name) for f in dataclasses.fields(Totals)})
         workers = tuple(
             WorkerStatus(id=w.id, name=w.name, pid=w.pid, capacity=w.capacity, in_flight=w.in_flight,

@@ -28,7 +28,7 @@ class MalformedMessage(ValueError):
     """A message from the broker that breaks the framing rules."""
 
 
-def encode(message: client_pb2.ClientToBroker, payload: bytes | None = None) -> list:
+def encode(message: client_pb2.ClientToBroker, payload: bytes | None = None) -> list[bytes]:
     """The frames of one client -> broker message."""
     frames = [TAG, message.SerializeToString()]
     if payload is not None:
