@@ -137,7 +137,7 @@ let package = Package(
         // The test images are read from the source tree (like the corpus), not bundled.
         .testTarget(name: "ImagingTests", dependencies: ["ImageModel", "Imaging", "TestSupport"], exclude: ["Images", "Regressions"]),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "TestSupport"]),
-        .testTarget(name: "EnlargerProtocolTests", dependencies: ["EnlargerProtocol", "TestSupport"]),
+        .testTarget(name: "EnlargerProtocolTests", dependencies: ["EnlargerProtocol", "ImageModel", "TestSupport"]),
         .testTarget(
             name: "EnlargerBrokerTests",
             dependencies: ["EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "TestSupport", .product(name: "Logging", package: "swift-log")]

@@ -1,4 +1,6 @@
 import EnlargerProtocol
+import Foundation
+import ImageModel
 import XCTest
 
 final class ResizeSpecValidationTests: XCTestCase {
@@ -57,5 +59,33 @@ final class ResizeSpecValidationTests: XCTestCase {
         XCTAssertNil(Enlarger_V1_Delivery.progressive.isTerminal(.unspecified))
         XCTAssertThrowsError(try Enlarger_V1_Delivery.UNRECOGNIZED(5).validate())
         XCTAssertNoThrow(try Enlarger_V1_Delivery.degraded.validate())
+    }
+
+    /// One table of `accept` entries, shared with the Python client's tests: the worker's
+    /// reading, which the broker's validation and sharing key use too.
+    func testAcceptEntriesAreReadAsTheSharedTableSays() throws {
+        struct Table: Decodable {
+            struct Case: Decodable {
+                var entry: String
+                var format: String?
+            }
+            var cases: [Case]
+        }
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Shared/content-types.json")
+        let table = try JSONDecoder().decode(Table.self, from: Data(contentsOf: url))
+        XCTAssertGreaterThan(table.cases.count, 10)
+        for entry in table.cases {
+            XCTAssertEqual(OutputFormat(contentType: entry.entry)?.contentType, entry.format, "\(entry.entry.debugDescription)")
+            // The broker accepts a spec exactly when one entry is known, and keys it as the worker reads it.
+            let spec = Enlarger_V1_ResizeSpec.with { $0.width = 10; $0.accept = [entry.entry] }
+            if let format = entry.format {
+                XCTAssertNoThrow(try spec.validate())
+                let canonical = Enlarger_V1_ResizeSpec.with { $0.width = 10; $0.accept = [format] }
+                XCTAssertEqual(try spec.sharingKey(delivery: .final), try canonical.sharingKey(delivery: .final))
+            } else {
+                XCTAssertThrowsError(try spec.validate(), "\(entry.entry.debugDescription)")
+            }
+        }
     }
 }

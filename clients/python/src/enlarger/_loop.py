@@ -197,6 +197,10 @@ class _Shared:
         return mail
 
 
+#: How long closing waits for the broker to answer outstanding cancels.
+_CLOSE_WAIT = 1.0
+
+
 def _settle_future(future: Future[Any], result: Any = None, error: BaseException | None = None) -> None:
     try:
         if error is not None:
@@ -233,6 +237,9 @@ class _Loop:
         self._cancel_waiters: dict[int, Future[Any]] = {}
         self._status_waiters: dict[int, Future[Any]] = {}
         self._unhandled: deque[tuple[Any, ...]] = deque()
+        # While closing: when the loop stops waiting for the broker to answer the cancels
+        # still on their way (a request cancelled just before its client closed).
+        self._close_by: float | None = None
         try:
             self._connect()
         except BaseException:
@@ -298,7 +305,8 @@ class _Loop:
         wants_out = self.core.next_message() is not None
         poller.register(self.socket, zmq.POLLIN | (zmq.POLLOUT if wants_out else 0))
         poller.register(self.monitor, zmq.POLLIN)
-        wakeup = self.core.next_wakeup()
+        wakeups = [w for w in (self.core.next_wakeup(), self._close_by) if w is not None]
+        wakeup = min(wakeups) if wakeups else None
         timeout = None if wakeup is None else max(0, math.ceil((wakeup - time.monotonic()) * 1000))
         ready = dict(poller.poll(timeout))
 
@@ -315,10 +323,20 @@ class _Loop:
             self._receive()
         self._perform(self.core.tick(time.monotonic()))
         self._flush()
+        if self._close_by is not None and (not self.core.cancel_calls or time.monotonic() >= self._close_by):
+            self._shut_down(ErrorCode.CLIENT_CLOSED, "the client was closed before the request ended")
 
     def _handle(self, mail: tuple[Any, ...]) -> None:
         kind = mail[0]
         now = time.monotonic()
+        if self._close_by is not None and kind in ("submit", "status"):
+            # Closing: only cancels still go out.
+            if kind == "submit":
+                mail[1].deliver(Failed(mail[1].request_id, ErrorCode.CLIENT_CLOSED, "the client is closed"), True)
+                self.shared.limit.release()
+            else:
+                _settle_future(mail[1], error=ClientClosedError(ErrorCode.CLIENT_CLOSED, "the client is closed"))
+            return
         if kind == "submit":
             _, channel, submit, image = mail
             token = next(self._tokens)
@@ -336,7 +354,12 @@ class _Loop:
             self._status_waiters[token] = mail[1]
             self._perform(self.core.status(token, now))
         elif kind == "close":
-            self._shut_down(ErrorCode.CLIENT_CLOSED, "the client was closed before the request ended")
+            # Cancels still on their way are sent and answered first (at most a second):
+            # the broker would otherwise run those requests to their end for nobody.
+            if self._close_by is None:
+                self._close_by = now + _CLOSE_WAIT
+            if not self.core.cancel_calls:
+                self._shut_down(ErrorCode.CLIENT_CLOSED, "the client was closed before the request ended")
 
     def _flush(self) -> None:
         """Hands the core's outbox to the socket until it takes no more (no broker connected,

@@ -476,9 +476,11 @@ class Client:
                 member = entry if isinstance(entry, ImageFormat) else (
                     ImageFormat.from_content_type(entry) if isinstance(entry, str) and "/" in entry
                     else _member(ImageFormat, entry, "accept"))
-                if member is None:
-                    raise InvalidArgumentError(f"accept: unknown content type {entry!r}")
-                spec.accept.append(member.content_type)
+                # As the worker reads it: a content type it does not produce is skipped.
+                if member is not None:
+                    spec.accept.append(member.content_type)
+            if not spec.accept:
+                raise InvalidArgumentError(f"accept names no known content type: {list(accept)!r}")
         elif _flag(flatten, "flatten"):
             raise InvalidArgumentError("flatten goes with accept (a single format flattens as needed)")
         spec.flatten = _flag(flatten, "flatten")

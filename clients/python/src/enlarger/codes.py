@@ -146,17 +146,25 @@ class ImageFormat(str, enum.Enum):
 
     @classmethod
     def from_content_type(cls, content_type: str) -> ImageFormat | None:
-        bare = content_type.split(";", 1)[0].strip().lower()
+        """The format an `accept` entry names, read as the worker reads it (spaces and tabs
+        around it trimmed, parameters dropped, case ignored, aliases known); None for a
+        type the service does not produce. The rules are shared with the Swift side through
+        Tests/Shared/content-types.json."""
+        bare = content_type.split(";", 1)[0].strip(" \t").lower()
         for member, name in _CONTENT_TYPES.items():
             if name == bare:
                 return member
-        return {"image/jpg": cls.JPEG, "image/pjpeg": cls.JPEG}.get(bare)
+        return _CONTENT_TYPE_ALIASES.get(bare)
 
 
 _FORMAT_WIRE: dict[ImageFormat, common_pb2.ImageFormat] = {
     ImageFormat.JPEG: common_pb2.IMAGE_FORMAT_JPEG, ImageFormat.PNM: common_pb2.IMAGE_FORMAT_PNM,
     ImageFormat.PNG: common_pb2.IMAGE_FORMAT_PNG, ImageFormat.WEBP: common_pb2.IMAGE_FORMAT_WEBP,
     ImageFormat.AVIF: common_pb2.IMAGE_FORMAT_AVIF,
+}
+_CONTENT_TYPE_ALIASES = {
+    "image/jpg": ImageFormat.JPEG, "image/pjpeg": ImageFormat.JPEG,
+    "image/x-portable-pixmap": ImageFormat.PNM, "image/x-portable-graymap": ImageFormat.PNM,
 }
 _CONTENT_TYPES = {
     ImageFormat.JPEG: "image/jpeg", ImageFormat.PNM: "image/x-portable-anymap", ImageFormat.PNG: "image/png",
