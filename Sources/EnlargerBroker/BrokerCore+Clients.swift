@@ -107,6 +107,9 @@ extension BrokerCore {
             failed.code = .duplicateID
             failed.message = "a request with this id is already live; it is unaffected"
             send(.failed(failed), to: peer, &actions)
+            // A duplicate of an item of its own batch fails nothing: failing the batch would
+            // cancel the holder, which DUPLICATE_ID never ends (the place stays to be filled).
+            if let place, requests[key]?.batch?.batch == place.batch { return }
             refuseItem(.duplicateID, failed.message)
             return
         }

@@ -23,7 +23,11 @@ enum FrameDecoding {
         do {
             return try headerFrame.withUnsafeBytes { try Header(serializedBytes: $0.bytes) }
         } catch {
-            throw FrameError(.undecodableHeader, "header is not a valid \(Header.protoMessageName): \(error)")
+            // A Submit that names its id still gets an answer about that id (a terminal one).
+            let requestID = Header.self == Enlarger_V1_ClientToBroker.self
+                ? headerFrame.withUnsafeBytes { SubmitSalvage.requestID(in: Array($0)) } : nil
+            throw FrameError(.undecodableHeader, "header is not a valid \(Header.protoMessageName): \(error)",
+                             requestID: requestID)
         }
     }
 

@@ -89,6 +89,28 @@ final class BrokerCoreBatchTests: XCTestCase {
         XCTAssertEqual(broker.core.totals.batchesCancelled, 1)
     }
 
+    /// DUPLICATE_ID never ends the request holding the id: not even when the holder is an
+    /// item of the same batch (failing the batch would cancel it). A duplicate of a request
+    /// outside the batch fails the batch and leaves that request alone.
+    func testADuplicateIDNeverEndsItsHolderInABatchOrOutside() {
+        var broker = CoreHarness()
+        broker.ready(w1, capacity: 3)
+        item(&broker, "a", index: 0, size: 2)
+        item(&broker, "a", index: 1, size: 2)
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "failed a duplicateID"])
+        XCTAssertEqual(broker.core.liveRequestCount, 1, "the holder goes on")
+        item(&broker, "b", index: 1, size: 2)
+        let jobs = broker.jobs(for: w1)
+        for job in jobs { broker.finish(w1, job) }
+        XCTAssertEqual(broker.events(for: alice).map(\.summary).last, "batchEnded B completed")
+
+        broker.submit(bob, "solo")
+        _ = broker.events(for: bob)
+        item(&broker, "solo", from: bob, batch: "C", index: 0, size: 2)
+        XCTAssertEqual(broker.events(for: bob).map(\.summary), ["failed solo duplicateID", "batchEnded C failed 0 duplicateID"])
+        XCTAssertEqual(broker.core.liveRequestCount, 1, "the request outside the batch goes on")
+    }
+
     func testAnItemThatDoesNotFitFailsTheBatch() {
         for (index, size, reason) in [(UInt32(1), UInt32(4), "size differs"), (0, 3, "place taken"), (3, 3, "index out of range")] {
             var broker = CoreHarness()

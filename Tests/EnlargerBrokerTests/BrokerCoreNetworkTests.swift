@@ -389,6 +389,27 @@ final class BrokerCoreNetworkTests: XCTestCase {
         XCTAssertEqual(broker.core.liveRequestCount, 1)
     }
 
+    /// A Submit whose header does not decode (a file path that is not UTF-8) but whose id can
+    /// be read still gets a terminal answer for that id: Rejected{MALFORMED}, not a bare Error.
+    func testAnUndecodableSubmitThatNamesItsIDIsRejectedUnderThatID() throws {
+        var broker = harness()
+        let submit = Enlarger_V1_ClientToBroker.with {
+            $0.submit = .with {
+                $0.requestID = "bad-path"
+                $0.spec.width = 10
+                $0.source.file.path = "photo-XX.jpg"
+            }
+        }
+        var header: [UInt8] = try submit.serializedBytes()
+        let marker = Array("XX".utf8)
+        let at = try XCTUnwrap((0...(header.count - 2)).first { Array(header[$0..<$0 + 2]) == marker })
+        header.replaceSubrange(at..<at + 2, with: [0xFF, 0xFE])  // not UTF-8
+        broker.clientFrames(alice, [ProtocolTag.client.bytes, header, []])
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["rejected bad-path malformed"])
+        XCTAssertEqual(broker.core.totals.submitted, 1)
+        XCTAssertEqual(broker.core.totals.rejected, 1)
+    }
+
     func testARoutingIDTakenOverByAnotherPrincipalGetsNothingOfTheOld() {
         var broker = harness()
         broker.ready(w1)
