@@ -2,8 +2,10 @@ import EnlargerProtocol
 
 /// What the broker core asks its I/O loop to do after an event, in order.
 public enum BrokerAction<Payload> {
-    /// Send on the client ROUTER socket, routing id first.
-    case sendToClient(PeerID, OutgoingMessage<Payload>)
+    /// Send on the client ROUTER socket, routing id first, to the connection of `Principal`
+    /// under that routing id: the I/O loop sends nothing to a connection it has not heard
+    /// as that principal (nil: whoever just spoke there, for a reply).
+    case sendToClient(PeerID, OutgoingMessage<Payload>, for: Principal?)
     /// Send on the worker ROUTER socket, routing id first.
     case sendToWorker(PeerID, OutgoingMessage<Payload>)
     /// Something an operator may want in the log. Nothing to send.

@@ -160,14 +160,14 @@ extension BrokerCore {
             guard let batch = batches[key], let ending = batch.ending else { continue }
             for (_, item) in batch.live.sorted(by: { $0.key < $1.key }) where requests[item] != nil {
                 let request = endOneRequest(item, .cancelled, now: now, &actions)
-                send(.cancelled(.with { $0.requestID = request.requestID }), to: request.client, &actions)
+                send(.cancelled(.with { $0.requestID = request.requestID }), to: request, &actions)
             }
             switch ending.outcome {
             case .completed: counters.batchesCompleted += 1
             case .cancelled: counters.batchesCancelled += 1
             default: counters.batchesFailed += 1
             }
-            send(.batchEnded(ending), to: batch.client, &actions)
+            send(.batchEnded(ending), to: batch.client, for: key.principal, &actions)
             batches[key] = nil
             batchDeadlines.remove(key)
             endedBatches.remember(key, at: now)

@@ -340,7 +340,7 @@ extension BrokerCore {
                 let request = endOneRequest(target, .cancelled, now: now, &actions)
                 var cancelled = Enlarger_V1_Cancelled()
                 cancelled.requestID = requestID
-                send(.cancelled(cancelled), to: request.client, &actions)
+                send(.cancelled(cancelled), to: request, &actions)
             }
             ack.outcome = .cancelled
             dispatch(now: now, &actions)
@@ -439,7 +439,15 @@ extension BrokerCore {
         dispatch(now: now, &actions)
     }
 
-    func send(_ message: BrokerToClientMessage<Payload>, to peer: PeerID, _ actions: inout [Action]) {
-        actions.append(.sendToClient(peer, message.encoded()))
+    /// A reply to the connection that just spoke (or, with `principal`, to that principal's
+    /// connection under the id).
+    func send(_ message: BrokerToClientMessage<Payload>, to peer: PeerID, for principal: Principal? = nil,
+              _ actions: inout [Action]) {
+        actions.append(.sendToClient(peer, message.encoded(), for: principal ?? clients[peer]?.principal))
+    }
+
+    /// An event of `request`, for its principal's connection.
+    func send(_ message: BrokerToClientMessage<Payload>, to request: Request, _ actions: inout [Action]) {
+        actions.append(.sendToClient(request.client, message.encoded(), for: request.key.principal))
     }
 }

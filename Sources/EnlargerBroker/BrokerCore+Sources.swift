@@ -84,7 +84,7 @@ extension BrokerCore {
             tally(key.principal, \.cacheHits)
             result.requestID = request.requestID
             requests[key]!.bytesOut += hit.payload.count
-            send(.result(result, image: hit.payload), to: request.client, &actions)
+            send(.result(result, image: hit.payload), to: request, &actions)
             endRequest(key, .finished, job: job, now: now, &actions)
         }
     }
@@ -134,7 +134,7 @@ extension BrokerCore {
             for key in job.requests {
                 guard let request = requests[key] else { continue }
                 event.requestID = request.requestID
-                send(.download(event), to: request.client, &actions)
+                send(.download(event), to: request, &actions)
             }
         case .cancelled, .late:
             counters.lateResultsDropped += 1

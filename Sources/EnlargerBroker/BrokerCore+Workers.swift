@@ -169,7 +169,7 @@ extension BrokerCore {
         send(.started(.with {
             $0.requestID = request.requestID
             $0.attempt = attempt
-        }), to: request.client, &actions)
+        }), to: request, &actions)
     }
 
     // Finality is decided here from the request's delivery, and the worker's `terminal`
@@ -209,7 +209,7 @@ extension BrokerCore {
                 guard let request = requests[key] else { continue }
                 event.requestID = request.requestID
                 requests[key]!.bytesOut += image.count
-                send(.result(event, image: image), to: request.client, &actions)
+                send(.result(event, image: image), to: request, &actions)
             }
             if terminal {
                 workers[index].jobs[jobID] = nil

@@ -501,7 +501,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         let job = removeJob(jobID)
         for key in job.requests {
             guard let request = requests[key] else { continue }
-            send(message(request), to: request.client, &actions)
+            send(message(request), to: request, &actions)
             endRequest(key, outcome, job: job, now: now, &actions)
         }
     }
@@ -588,6 +588,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         failed.requestID = request.requestID
         failed.code = code
         failed.message = message
-        actions.append(.sendToClient(request.client, BrokerToClientMessage<Payload>.failed(failed).encoded()))
+        actions.append(.sendToClient(request.client, BrokerToClientMessage<Payload>.failed(failed).encoded(),
+                                     for: request.key.principal))
     }
 }

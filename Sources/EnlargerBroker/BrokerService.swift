@@ -109,6 +109,8 @@ public final class BrokerService: @unchecked Sendable {
 
     private let logger: Logger
     private let clients: Socket
+    /// The client socket's disconnections (a monitor PAIR socket).
+    private let clientConnections: Socket
     private let workers: Socket
     /// Decides who may connect (ZAP); owned by the loop's thread like the sockets.
     private let gatekeeper: ZAPHandler
@@ -127,8 +129,11 @@ public final class BrokerService: @unchecked Sendable {
     /// connected, in order, per client. See `ClientBacklog`.
     private var backlogs: [PeerID: ClientBacklog] = [:]
     /// The principal last heard on each client routing id that has live requests or a
-    /// backlog: whom a reply sent there is for.
+    /// backlog: whom a reply sent there is for. Forgotten when that connection ends.
     private var holders: [PeerID: Principal] = [:]
+    /// The connection (file descriptor) each client routing id was last heard on.
+    private var connectionOf: [PeerID: Int32] = [:]
+    private var peersOn: [Int32: Set<PeerID>] = [:]
 
     /// Creates the sockets and binds them, so connection errors surface here and peers may
     /// connect as soon as this returns (their messages wait until `run()`).
@@ -175,6 +180,12 @@ public final class BrokerService: @unchecked Sendable {
         // it has spoken as the same principal (see Client backlogs).
         try clients.set(.routerMandatory(true))
         try clients.set(.heartbeat(intervalMilliseconds: 2_000, timeoutMilliseconds: 6_000))
+        // When a client connection ends, its routing id may be taken by the next connection
+        // that presents it: the monitor says so before that can happen (see Client backlogs).
+        let monitorEndpoint = "inproc://enlarger-client-connections-\(UInt64.random(in: 0...UInt64.max))"
+        try clients.monitorDisconnections(at: monitorEndpoint)
+        clientConnections = try Socket(context, .pair)
+        try clientConnections.connect(monitorEndpoint)
         try clients.set(.maxMessageSize(configuration.clientFrameLimit))
         try clients.set(.sendHighWaterMark(configuration.clientSendHighWaterMark))
         try workers.set(.routerMandatory(true))
@@ -220,6 +231,7 @@ public final class BrokerService: @unchecked Sendable {
         telemetry?.start()
         defer {
             telemetry?.stop()
+            clientConnections.close()
             clients.close()
             workers.close()
             gatekeeper.close()
@@ -300,6 +312,7 @@ public final class BrokerService: @unchecked Sendable {
             let peer = PeerID(frames[0].bytes)
             let body = frames[1...]
             let sender = principal(of: frames)
+            if role == .client { noteConnection(of: peer, frames[0].sourceFileDescriptor) }
             guard gatekeeper.admits(userID: sender.name, domain: role == .client ? Self.clientDomain : Self.workerDomain)
             else {
                 // Its key was revoked since the handshake: nothing of it is taken any more.
@@ -317,7 +330,7 @@ public final class BrokerService: @unchecked Sendable {
             // waited for it now rather than at the next retry.
             if role == .client {
                 if backlogs[peer] != nil { try flush(peer, now: now) }
-                if backlogs[peer] == nil, core.clientPrincipal(peer) == nil { holders[peer] = nil }
+                if backlogs[peer] == nil, core.clientPrincipal(peer) == nil { forget(peer) }
             }
         }
         return true
@@ -336,6 +349,37 @@ public final class BrokerService: @unchecked Sendable {
         where !gatekeeper.admits(userID: principal.name, domain: Self.workerDomain) {
             logger.notice("worker key revoked; its jobs run elsewhere", metadata: ["principal": "\(principal)"])
             try perform(core.workerPrincipalRevoked(principal, now: now), now: now)
+        }
+    }
+
+    /// Nothing is kept for a routing id with no requests and nothing waiting.
+    private func forget(_ peer: PeerID) {
+        holders[peer] = nil
+        if let descriptor = connectionOf.removeValue(forKey: peer) {
+            peersOn[descriptor]?.remove(peer)
+            if peersOn[descriptor]?.isEmpty == true { peersOn[descriptor] = nil }
+        }
+    }
+
+    private func noteConnection(of peer: PeerID, _ descriptor: Int32?) {
+        guard let descriptor, connectionOf[peer] != descriptor else { return }
+        if let old = connectionOf[peer] { peersOn[old]?.remove(peer) }
+        connectionOf[peer] = descriptor
+        peersOn[descriptor, default: []].insert(peer)
+    }
+
+    /// Reads the client connections that ended: their routing ids are no one's until heard
+    /// again, so nothing more is sent to them before the next connection under the id has
+    /// spoken as its principal. Read before every send that is not held back: libzmq reports
+    /// a connection's end before it can give its routing id to another connection.
+    private func forgetEndedConnections() {
+        while let event = try? clientConnections.receiveMonitorEvent() {
+            guard event.isDisconnect, let peers = peersOn.removeValue(forKey: Int32(bitPattern: event.value)) else { continue }
+            for peer in peers {
+                connectionOf[peer] = nil
+                holders[peer] = nil
+                backlogs[peer]?.verified = false
+            }
         }
     }
 
@@ -409,8 +453,8 @@ public final class BrokerService: @unchecked Sendable {
             let action = pending[next]
             next += 1
             switch action {
-            case .sendToClient(let peer, let message):
-                pending += try sendToClient(message, to: peer, now: now)
+            case .sendToClient(let peer, let message, let principal):
+                pending += try sendToClient(message, to: peer, for: principal, now: now)
             case .sendToWorker(let peer, let message):
                 if try send(message, to: peer, on: workers) != .sent {
                     logger.debug("worker unreachable", metadata: ["peer": "\(peer)"])
@@ -438,10 +482,9 @@ public final class BrokerService: @unchecked Sendable {
     // connection not known to be that principal's. Once a send finds the routing id not
     // connected, the backlog is not retried until a message arrives from that id: from the
     // same principal, it is delivered; from another (a connection that took the free id),
-    // it is dropped unsent and the core ends its requests. Residual window: between the
-    // moment a client's connection drops and the broker's next send to it, a peer that knows
-    // the client's (random, never disclosed) routing id and connects under it in that
-    // instant would get the one message sent then.
+    // it is dropped unsent and the core ends its requests. A connection's end is learnt from
+    // the socket monitor, which libzmq tells before the id can pass to another connection,
+    // and read before every send: from then on the id is no one's until heard again.
 
     private struct ClientBacklog {
         let principal: Principal
@@ -464,9 +507,9 @@ public final class BrokerService: @unchecked Sendable {
     }
 
     private func sendToClient(
-        _ message: OutgoingMessage<Message>, to peer: PeerID, now: MonotonicInstant
+        _ message: OutgoingMessage<Message>, to peer: PeerID, for intended: Principal?, now: MonotonicInstant
     ) throws(ZMQError) -> [BrokerAction<Message>] {
-        guard let principal = core.clientPrincipal(peer) ?? holders[peer] else {
+        guard let principal = intended ?? holders[peer] else {
             // No principal is known for the id: there is no one this could be for.
             logger.debug("message for a client no principal is known for; dropped", metadata: ["peer": "\(peer)"])
             return []
@@ -478,6 +521,7 @@ public final class BrokerService: @unchecked Sendable {
             return try backlogChanged(peer, now: now)
         }
         backlogs[peer] = nil  // another principal's: never to be delivered here
+        forgetEndedConnections()
         if holders[peer] != principal {
             // The id was last heard as someone else (or not at all): wait to hear it again.
             backlogs[peer] = ClientBacklog(principal: principal, verified: false, messages: [message],
@@ -505,6 +549,7 @@ public final class BrokerService: @unchecked Sendable {
     }
 
     private func flush(_ peer: PeerID, now: MonotonicInstant) throws(ZMQError) {
+        forgetEndedConnections()
         guard var backlog = backlogs[peer], backlog.verified else { return }
         var progressed = false
         while !backlog.isEmpty {
@@ -553,7 +598,7 @@ public final class BrokerService: @unchecked Sendable {
         backlogs[peer] = ClientBacklog(principal: backlog.principal, verified: false, lastProgress: now, retryAt: now)
         try perform(followUp, now: now)
         backlogs[peer] = nil
-        if core.clientPrincipal(peer) == nil { holders[peer] = nil }
+        if core.clientPrincipal(peer) == nil { forget(peer) }
         return core.clientBacklog(peer, waitingBytes: 0, now: now)
     }
 

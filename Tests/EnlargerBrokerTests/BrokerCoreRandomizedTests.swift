@@ -254,7 +254,7 @@ private final class Simulation {
             from: client.peer, ClientToBrokerMessage<Bytes>.cancel(.with { $0.requestID = requestID }).encoded().frames,
             now: now)
         let summaries = actions.compactMap { action -> String? in
-            guard case .sendToClient(let peer, let message) = action,
+            guard case .sendToClient(let peer, let message, _) = action,
                   let event = try? BrokerToClientMessage(frames: message.frames),
                   event.requestID == requestID
             else { return nil }
@@ -507,7 +507,7 @@ private final class Simulation {
     private func perform(_ actions: [BrokerAction<Bytes>]) {
         for action in actions {
             switch action {
-            case .sendToClient(let peer, let message):
+            case .sendToClient(let peer, let message, _):
                 guard let event = try? BrokerToClientMessage(frames: message.frames) else {
                     problem("undecodable message to client \(peer)")
                     continue

@@ -74,7 +74,7 @@ struct CoreHarness {
     mutating func record(_ actions: [BrokerAction<Bytes>]) {
         for action in actions {
             switch action {
-            case .sendToClient(let peer, let message):
+            case .sendToClient(let peer, let message, _):
                 do {
                     toClients.append((peer, try ClientEvent(frames: message.frames)))
                 } catch {
