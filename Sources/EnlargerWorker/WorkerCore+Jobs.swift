@@ -4,7 +4,8 @@ import ImageModel
 import Imaging
 
 // Jobs: from the broker's Job to the one terminal frame. A job is `preparing` while its
-// thread reads the header, `waitingForMemory` once estimated, `running` once admitted, and
+// thread reads the header, `waitingForMemory` once estimated, `running` once admitted (a
+// file or URL job first waits for its source bytes and is `reading` once they are), and
 // then either sends its terminal result (`terminalSent`) or is cancelled (`cancelling`,
 // answered with JobCancelled when its thread returns). Whatever the phase, the job is
 // forgotten only when its thread returns (`jobEnded`). Its share of the budget is given back
@@ -12,19 +13,59 @@ import Imaging
 // the reaper have really been freed (`jobMemoryFreed`).
 
 extension WorkerCore {
-    /// A job thread read the header: the job needs `estimate` at its peak.
-    mutating func jobEstimated(_ token: JobToken, _ estimate: MemoryEstimate) -> [Action] {
+    /// A file or URL job's thread is about to read up to `bytes` of its source: it waits until
+    /// they are admitted, and fails at once when they can never be.
+    mutating func jobSourceWanted(_ token: JobToken, bytes: Int) -> [Action] {
         guard let job = jobs[token], !job.abandoned, job.phase == .preparing else { return [] }
         var actions: [Action] = []
+        guard admission.enqueue(token, bytes: bytes, source: true) else {
+            refuseTooLarge(token, bytes: bytes, "its source may need \(ByteCount(bytes))", &actions)
+            return actions
+        }
+        jobs[token]!.phase = .waitingForMemory
+        admitWaitingJobs(&actions)
+        if jobs[token]?.phase == .waitingForMemory {
+            actions.append(.report(.waitingForMemory(job.key, bytes: bytes, inUse: admission.inUse)))
+        }
+        return actions
+    }
+
+    /// A download's length is known and below what was reserved for it: the rest is free.
+    mutating func jobSourceExpected(_ token: JobToken, bytes: Int) -> [Action] {
+        guard let job = jobs[token], job.phase == .reading, bytes < job.reserved else { return [] }
+        admission.shrinkSource(token, to: bytes)
+        jobs[token]!.reserved = bytes
+        var actions: [Action] = []
+        if !isStopped { admitWaitingJobs(&actions) }
+        return actions
+    }
+
+    /// A job thread read the header: the job needs `estimate` at its peak (the source bytes
+    /// it holds included).
+    mutating func jobEstimated(_ token: JobToken, _ estimate: MemoryEstimate) -> [Action] {
+        guard let job = jobs[token], !job.abandoned, job.phase == .preparing || job.phase == .reading else { return [] }
+        var actions: [Action] = []
+        if job.phase == .reading {
+            switch admission.replace(token, with: estimate.bytes) {
+            case .admitted:
+                jobs[token]!.phase = .running
+                jobs[token]!.reserved = estimate.bytes
+                actions.append(.admit(job.control))
+                admitWaitingJobs(&actions)
+            case .waiting:
+                jobs[token]!.phase = .waitingForMemory
+                admitWaitingJobs(&actions)
+                if jobs[token]?.phase == .waitingForMemory {
+                    actions.append(.report(.waitingForMemory(job.key, bytes: estimate.bytes, inUse: admission.inUse)))
+                }
+            case .never:
+                refuseTooLarge(token, bytes: estimate.bytes, "the image needs \(estimate)", &actions)
+            }
+            return actions
+        }
         guard admission.enqueue(token, bytes: estimate.bytes) else {
             // It can never fit: fail it now, from its header, and release its thread.
-            jobs[token]!.phase = .terminalSent
-            jobs[token]!.ending = .failed(.tooLarge)
-            let budget = ByteCount(configuration.memoryBudget)
-            sendFailed(job.key, .tooLarge, "the image needs \(estimate), more than this worker's whole memory "
-                       + "budget of \(budget), so it can never run here", &actions)
-            actions.append(.cancel(job.control))
-            actions.append(.report(.tooLargeForBudget(job.key, bytes: estimate.bytes)))
+            refuseTooLarge(token, bytes: estimate.bytes, "the image needs \(estimate)", &actions)
             return actions
         }
         jobs[token]!.phase = .waitingForMemory
@@ -68,7 +109,7 @@ extension WorkerCore {
         guard let job = jobs.removeValue(forKey: token) else { return [] }
         var actions: [Action] = []
         if tokens[job.key] == token { tokens[job.key] = nil }
-        if job.phase == .waitingForMemory { admission.withdraw(token) }
+        admission.forget(token)
         if job.reserved > 0 { freeing[token] = job.reserved }
         // A terminal frame already sent stands even if the connection went afterwards.
         var ending = job.ending ?? .abandoned
@@ -104,6 +145,9 @@ extension WorkerCore {
             }
         }
         actions.append(.report(.jobEnded(JobEnd(key: job.key, requestID: job.requestID, outcome: ending, figures: figures))))
+        // A thread the broker counted as busy with an abandoned job is free: say so now
+        // rather than at the next heartbeat, so its credit comes back at once.
+        if job.abandoned, connection != nil, !isStopped { actions.append(.send(.occupancy(occupancy))) }
         if !isStopped { admitWaitingJobs(&actions) }
         return actions
     }
@@ -212,7 +256,7 @@ extension WorkerCore {
             return
         case .waitingForMemory:
             admission.withdraw(token)
-        case .preparing, .running:
+        case .preparing, .reading, .running:
             break
         }
         jobs[token]!.phase = .cancelling
@@ -226,10 +270,25 @@ extension WorkerCore {
 
     private mutating func admitWaitingJobs(_ actions: inout [Action]) {
         for (token, bytes) in admission.admitReady() {
-            jobs[token]!.phase = .running
+            // Admitted for its source bytes (it now reads them), or for its estimate.
+            jobs[token]!.phase = admission.holder?.token == token ? .reading : .running
             jobs[token]!.reserved = bytes
             actions.append(.admit(jobs[token]!.control))
         }
+    }
+
+    /// Fails a job whose source or estimate exceeds the whole budget, from what it knows
+    /// before reading or allocating, and releases its thread.
+    private mutating func refuseTooLarge(_ token: JobToken, bytes: Int, _ what: String, _ actions: inout [Action]) {
+        let job = jobs[token]!
+        admission.withdraw(token)
+        jobs[token]!.phase = .terminalSent
+        jobs[token]!.ending = .failed(.tooLarge)
+        let budget = ByteCount(configuration.memoryBudget)
+        sendFailed(job.key, .tooLarge, "\(what), more than this worker's whole memory budget of \(budget), "
+                   + "so it can never run here", &actions)
+        actions.append(.cancel(job.control))
+        actions.append(.report(.tooLargeForBudget(job.key, bytes: bytes)))
     }
 
     private func sendFailed(_ key: JobKey, _ code: Enlarger_V1_ErrorCode, _ message: String, _ actions: inout [Action]) {

@@ -116,6 +116,8 @@ final class WorkerLoop {
         case .sourceOpened(let token, let identity): try perform(core.jobSourceOpened(token, identity: identity))
         case .sourceRead(let token, let verified): try perform(core.jobSourceRead(token, verified: verified))
         case .download(let token, let progress): try perform(core.jobDownload(token, progress))
+        case .sourceWanted(let token, let bytes): try perform(core.jobSourceWanted(token, bytes: bytes))
+        case .sourceExpected(let token, let bytes): try perform(core.jobSourceExpected(token, bytes: bytes))
         case .estimated(let token, let estimate): try perform(core.jobEstimated(token, estimate))
         case .result(let token, let frame): try perform(core.jobResult(token, frame.output))
         case .ended(let token, let outcome, let figures): try perform(core.jobEnded(token, outcome, figures: figures))

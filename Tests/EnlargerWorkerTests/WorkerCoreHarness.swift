@@ -162,6 +162,7 @@ struct WorkerCoreHarness {
         case .jobCancelled(let m): "cancelled \(m.jobID)"
         case .jobSourceOpened(let m): "opened \(m.jobID)"
         case .jobDownload(let m): "download \(m.jobID) \(m.phase)"
+        case .occupancy(let m): "occupancy \(m.busyThreads) [\(m.stopping.map { "\($0.jobID)" }.joined(separator: " "))]"
         }
     }
 
