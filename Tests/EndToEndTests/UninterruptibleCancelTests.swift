@@ -1,0 +1,83 @@
+import Enlarger
+import EnlargerWorker
+import Foundation
+import ImageModel
+import Imaging
+import Locking
+import TestSupport
+import XCTest
+
+/// Honest credit, end to end: a request cancelled while the AV1 encoder runs (which cannot
+/// be interrupted) is told Cancelled at once; its thread's credit comes back only when the
+/// encode is over, so the next request waits for the thread rather than landing on a busy
+/// worker; and the worker, which keeps saying the thread is at work, is never retired, although
+/// the encode outlasts the broker's cancel-ack timeout several times.
+final class UninterruptibleCancelTests: XCTestCase {
+    func testCancellingAnAV1EncodeNeitherOverbooksNorRetiresTheWorker() async throws {
+        let cancelAckTimeout = Duration.milliseconds(300)
+        let cluster = try Cluster(self, heartbeat: .milliseconds(100)) {
+            $0.broker.cancelAckTimeout = cancelAckTimeout
+        }
+        try cluster.startThreadWorkers(1, concurrency: 1)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(1, client: client)
+        let photo = try Corpus.good("bimg_vertical.jpg")
+        // About 16 MP of AVIF: seconds of an encode nobody can stop (the default limit).
+        var avif = ResizeOptions(height: 4898, enlarge: true)
+        avif.accept = [.avif]
+        let small = ResizeOptions(width: 64)
+
+        // The cancel must land inside the encode, after the resize (which stops at once): wait
+        // after the degraded result, longer each time a cancel turned out to be answered at once.
+        var caught = false
+        for (round, delay) in [1.0, 1.5, 2.0, 2.5].enumerated() where !caught {
+            let big = client.submit(ResizeRequest(id: "encode-\(round)", image: photo, options: avif, delivery: .progressive,
+                                                  sharesResults: false))
+            var sawDegraded = false
+            for try await event in big {
+                if case .degraded = event { sawDegraded = true; break }
+            }
+            XCTAssertTrue(sawDegraded)
+            try await Task.sleep(for: .seconds(delay))
+            let cancelledAt = ContinuousClock.now
+            let answer = try await client.cancel("encode-\(round)")
+            let answeredIn = ContinuousClock.now - cancelledAt
+            XCTAssertEqual("\(answer)", "cancelled")
+            XCTAssertLessThan(answeredIn, .milliseconds(500), "the client hears Cancelled at once")
+
+            // The next request waits for the thread, and the broker sees no more than one job on it.
+            let next = client.submit(ResizeRequest(id: "next-\(round)", image: photo, options: small, delivery: .final,
+                                                   sharesResults: false))
+            let startedAt = Lock<ContinuousClock.Instant?>(nil)
+            let consumer = Task.detached { () -> Bool in
+                var final = false
+                for try await event in next {
+                    if case .started = event { startedAt.withLock { $0 = $0 ?? .now } }
+                    if case .final = event { final = true }
+                }
+                return final
+            }
+            var maxInFlight = 0
+            while startedAt.withLock({ $0 }) == nil, ContinuousClock.now - cancelledAt < .seconds(20) {
+                let status = try await client.status()
+                XCTAssertEqual(status.workers.count, 1, "the worker is never retired")
+                maxInFlight = max(maxInFlight, status.workers.first?.inFlight ?? 0)
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            let finished = try await consumer.value
+            XCTAssertTrue(finished)
+            let freedIn = try XCTUnwrap(startedAt.withLock { $0 }) - cancelledAt
+            XCTAssertLessThanOrEqual(maxInFlight, 1, "capacity 1: never overbooked")
+            print("round \(round): cancel after the degraded result + \(delay) s; Cancelled in \(answeredIn); "
+                  + "the thread was free for the next request after \(freedIn)")
+            // A cancel answered by the thread at once landed before the encode: try later.
+            caught = freedIn > cancelAckTimeout * 3
+        }
+        XCTAssertTrue(caught, "no cancel landed inside the encode")
+        let status = try await client.status()
+        XCTAssertEqual(status.totals.workersLost, 0)
+        XCTAssertEqual(status.totals.cancelAcksTimedOut, 0)
+        XCTAssertEqual(status.workers.count, 1)
+        await client.close()
+    }
+}
