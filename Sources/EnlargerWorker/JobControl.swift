@@ -15,11 +15,18 @@ final class JobControl: Sendable {
     /// Stops a URL source's download in flight, with the flag.
     let download = FetchCancellation()
     private let admissions = Atomic<Int>(0)
+    private let yields = Atomic<Int>(0)
     // One signal per admit or cancel, so a wait always ends with one of them true.
     private let wakeup = DispatchSemaphore(value: 0)
 
     func admit() {
         admissions.add(1, ordering: .releasing)
+        wakeup.signal()
+    }
+
+    /// Tells a file or URL job waiting to grow its reservation to drop its bytes and ask again.
+    func yieldSource() {
+        yields.add(1, ordering: .releasing)
         wakeup.signal()
     }
 
@@ -36,7 +43,24 @@ final class JobControl: Sendable {
 
     /// Blocks until admitted `round` times in all, or cancelled. Returns whether the job may go on.
     func waitForAdmission(round: Int = 1) -> Bool {
-        while !isCancelled && admissionCount < round { wakeup.wait() }
-        return !isCancelled
+        awaitAdmission(round: round, yieldsSeen: .max) == .admitted
+    }
+
+    enum Admission: Equatable {
+        case admitted
+        case cancelled
+        /// Told to drop its source bytes and ask for them again.
+        case yielded
+    }
+
+    /// Blocks until admitted `round` times in all, told to yield more than `yieldsSeen` times
+    /// in all, or cancelled.
+    func awaitAdmission(round: Int, yieldsSeen: Int) -> Admission {
+        while true {
+            if isCancelled { return .cancelled }
+            if admissionCount >= round { return .admitted }
+            if yields.load(ordering: .acquiring) > yieldsSeen { return .yielded }
+            wakeup.wait()
+        }
     }
 }

@@ -115,6 +115,7 @@ final class JobThreads: Sendable {
                     return .digestMismatch("the image's SHA-256 is not the digest its request named")
                 }
                 return run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures)
+                    ?? .failed(ImagingError(.invalidArgument, "an inline job was told to yield source bytes it does not hold"))
             }
         case .file(let path):
             outcome = readFile(path, job, pipeline: pipeline, sources: sources, mailbox: mailbox, figures: &figures)
@@ -129,11 +130,13 @@ final class JobThreads: Sendable {
     }
 
     /// The pipeline over the whole image: its estimate, the wait for memory, its results.
-    /// `round`: the admission that lets it run (2 for a file or URL, admitted for its bytes first).
+    /// `round`: the admission that lets it run (a file or URL job was admitted for its bytes
+    /// first). Nil when the job, holding source bytes, was told to yield them (more than
+    /// `yieldsSeen` times in all): its caller drops them and asks again.
     private static func run(
         _ job: JobStart<Message>, input: UnsafeRawBufferPointer, pipeline: ImagePipeline,
-        mailbox: Mailbox<WorkerMail>, figures: inout JobFigures, round: Int = 1
-    ) -> JobOutcome {
+        mailbox: Mailbox<WorkerMail>, figures: inout JobFigures, round: Int = 1, yieldsSeen: Int = .max
+    ) -> JobOutcome? {
         do throws(ImagingError) {
             if job.infoOnly {
                 return try answerInfo(job, pipeline.info(of: input, failOn: job.options.failOn), mailbox: mailbox,
@@ -142,8 +145,10 @@ final class JobThreads: Sendable {
             let prepared = try pipeline.prepare(input, options: job.options, delivery: job.delivery,
                                                 cancel: job.control.flag)
             mailbox.post(.estimated(job.token, prepared.memoryEstimate))
-            guard job.control.waitForAdmission(round: round) else {
-                throw ImagingError(.cancelled, "cancelled before it was admitted")
+            switch job.control.awaitAdmission(round: round, yieldsSeen: yieldsSeen) {
+            case .admitted: break
+            case .cancelled: throw ImagingError(.cancelled, "cancelled before it was admitted")
+            case .yielded: return nil
             }
             try prepared.run { result throws(ImagingError) in
                 figures.add(result.timings, bytesOut: result.image.byteCount)
@@ -191,16 +196,25 @@ final class JobThreads: Sendable {
             guard file.size <= sources.maxInputBytes else {
                 return .failed(ImagingError(.tooLarge, "\(path) has \(file.size) bytes, over the limit of \(sources.maxInputBytes)"))
             }
-            guard admitSource(file.size, job, mailbox: mailbox) else {
-                return .failed(ImagingError(.cancelled, "cancelled before its source was admitted"))
-            }
-            let bytes = try file.read(upTo: file.size, cancel: job.control.flag)
-            figures.bytesIn = bytes.count
-            // A file rewritten while it was read may be neither this version nor the next:
-            // its results are delivered, but not cached.
-            mailbox.post(.sourceRead(job.token, verified: bytes.count == file.size && file.isUnchanged && file.isSettled))
-            return bytes.withUnsafeBytes { input in
-                run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures, round: 2)
+            var admissions = 0
+            var yields = 0
+            while true {
+                guard admitSource(file.size, job, round: admissions + 1, mailbox: mailbox) else {
+                    return .failed(ImagingError(.cancelled, "cancelled before its source was admitted"))
+                }
+                admissions += 1
+                let bytes = try file.read(upTo: file.size, cancel: job.control.flag)
+                figures.bytesIn = bytes.count
+                // A file rewritten while it was read may be neither this version nor the next:
+                // its results are delivered, but not cached.
+                mailbox.post(.sourceRead(job.token, verified: bytes.count == file.size && file.isUnchanged && file.isSettled))
+                let outcome = bytes.withUnsafeBytes { input in
+                    run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures,
+                        round: admissions + 1, yieldsSeen: yields)
+                }
+                if let outcome { return outcome }
+                // Told to yield: the bytes go with this turn of the loop, then are asked for again.
+                yields += 1
             }
         } catch {
             return .sourceFailed(error)
@@ -210,10 +224,11 @@ final class JobThreads: Sendable {
     /// Round 1 of a file or URL job's admission: nothing is read before `bytes` are admitted.
     /// Returns false when the job was cancelled (or refused) while it waited.
     private static func admitSource(
-        _ bytes: Int, _ job: JobStart<Message>, mailbox: Mailbox<WorkerMail>
+        _ bytes: Int, _ job: JobStart<Message>, round: Int = 1, mailbox: Mailbox<WorkerMail>
     ) -> Bool {
+        guard !job.control.isCancelled else { return false }
         mailbox.post(.sourceWanted(job.token, bytes: bytes))
-        return job.control.waitForAdmission(round: 1)
+        return job.control.waitForAdmission(round: round)
     }
 
     /// The header's facts from as little of the file as they need: 64 KiB, then four times
@@ -303,33 +318,40 @@ final class JobThreads: Sendable {
             enough = nil
         }
         // The whole input limit is reserved before connecting; the Content-Length, once known,
-        // gives back the rest.
-        mailbox.post(.sourceWanted(token, bytes: sources.maxInputBytes))
-        guard job.control.waitForAdmission(round: 1) else {
-            return .failed(ImagingError(.cancelled, "cancelled before its source was admitted"))
-        }
-        let body: FetchedBody
-        do throws(FetchError) {
-            body = try fetcher.fetch(url, cancellation: job.control.download, events: events, enough: enough)
-        } catch {
-            return .sourceFailed(error: error)
-        }
-        figures.bytesIn = body.bytes.count
-        if job.infoOnly {
-            return body.bytes.withUnsafeBytes { input in
-                do throws(ImagingError) {
-                    var info = try pipeline.info(of: input, failOn: failOn)
-                    info.byteSize = body.complete ? body.bytes.count : (body.head.expectedBytes ?? body.bytes.count)
-                    return try answerInfo(job, info, mailbox: mailbox, round: 2)
-                } catch {
-                    return .failed(error)
+        // gives back the rest. A job told to yield its bytes downloads again later.
+        var admissions = 0
+        var yields = 0
+        while true {
+            guard admitSource(sources.maxInputBytes, job, round: admissions + 1, mailbox: mailbox) else {
+                return .failed(ImagingError(.cancelled, "cancelled before its source was admitted"))
+            }
+            admissions += 1
+            let body: FetchedBody
+            do throws(FetchError) {
+                body = try fetcher.fetch(url, cancellation: job.control.download, events: events, enough: enough)
+            } catch {
+                return .sourceFailed(error: error)
+            }
+            figures.bytesIn = body.bytes.count
+            if job.infoOnly {
+                return body.bytes.withUnsafeBytes { input in
+                    do throws(ImagingError) {
+                        var info = try pipeline.info(of: input, failOn: failOn)
+                        info.byteSize = body.complete ? body.bytes.count : (body.head.expectedBytes ?? body.bytes.count)
+                        return try answerInfo(job, info, mailbox: mailbox, round: admissions + 1)
+                    } catch {
+                        return .failed(error)
+                    }
                 }
             }
-        }
-        // A response with a validator names its version; only then may the result be cached.
-        mailbox.post(.sourceRead(token, verified: body.complete && body.head.validator != nil))
-        return body.bytes.withUnsafeBytes { input in
-            run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures, round: 2)
+            // A response with a validator names its version; only then may the result be cached.
+            mailbox.post(.sourceRead(token, verified: body.complete && body.head.validator != nil))
+            let outcome = body.bytes.withUnsafeBytes { input in
+                run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures,
+                    round: admissions + 1, yieldsSeen: yields)
+            }
+            if let outcome { return outcome }
+            yields += 1
         }
     }
 

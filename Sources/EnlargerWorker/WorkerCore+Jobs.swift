@@ -16,8 +16,13 @@ extension WorkerCore {
     /// A file or URL job's thread is about to read up to `bytes` of its source: it waits until
     /// they are admitted, and fails at once when they can never be.
     mutating func jobSourceWanted(_ token: JobToken, bytes: Int) -> [Action] {
-        guard let job = jobs[token], !job.abandoned, job.phase == .preparing else { return [] }
+        guard let job = jobs[token], !job.abandoned, job.phase == .preparing || job.phase == .yielding else { return [] }
         var actions: [Action] = []
+        if job.phase == .yielding {
+            // Its bytes are dropped: what it held is free, and it queues again.
+            admission.yielded(token)
+            jobs[token]!.reserved = 0
+        }
         guard admission.enqueue(token, bytes: bytes, source: true) else {
             refuseTooLarge(token, bytes: bytes, "its source may need \(ByteCount(bytes))", &actions)
             return actions
@@ -222,6 +227,13 @@ extension WorkerCore {
     /// live and not cancelled.
     mutating func jobSourceOpened(_ token: JobToken, identity: Data) -> [Action] {
         guard let job = jobs[token], job.isSending else { return [] }
+        // Once per attempt: a job that yielded its bytes and read again says nothing more, but
+        // a different version then makes its results uncacheable.
+        if let first = job.identity {
+            if first != identity { jobs[token]!.identityChanged = true }
+            return []
+        }
+        jobs[token]!.identity = identity
         var opened = Enlarger_V1_JobSourceOpened()
         opened.jobID = job.key.jobID
         opened.attempt = job.key.attempt
@@ -232,7 +244,8 @@ extension WorkerCore {
     /// A job thread read its whole file: its results may be cached only if the file did not
     /// change meanwhile.
     mutating func jobSourceRead(_ token: JobToken, verified: Bool) -> [Action] {
-        jobs[token]?.verified = verified
+        guard let job = jobs[token] else { return [] }
+        jobs[token]!.verified = verified && !job.identityChanged
         return []
     }
 
@@ -256,7 +269,7 @@ extension WorkerCore {
             return
         case .waitingForMemory:
             admission.withdraw(token)
-        case .preparing, .reading, .running:
+        case .preparing, .reading, .yielding, .running:
             break
         }
         jobs[token]!.phase = .cancelling
@@ -269,11 +282,17 @@ extension WorkerCore {
     // MARK: - Helpers
 
     private mutating func admitWaitingJobs(_ actions: inout [Action]) {
-        for (token, bytes) in admission.admitReady() {
+        let decided = admission.admitReady()
+        for (token, bytes) in decided.admitted {
             // Admitted for its source bytes (it now reads them), or for its estimate.
-            jobs[token]!.phase = admission.holder?.token == token ? .reading : .running
+            jobs[token]!.phase = admission.holders[token] != nil ? .reading : .running
             jobs[token]!.reserved = bytes
             actions.append(.admit(jobs[token]!.control))
+        }
+        for token in decided.yielding {
+            jobs[token]!.phase = .yielding
+            actions.append(.yieldSource(jobs[token]!.control))
+            actions.append(.report(.yieldingSource(jobs[token]!.key, bytes: jobs[token]!.reserved)))
         }
     }
 

@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import Foundation
 import Imaging
 
 /// The worker's decisions as a pure state machine: no sockets, no clock, no threads.
@@ -65,6 +66,9 @@ struct WorkerCore<Payload: FrameBytes> {
         case waitingForMemory
         /// A file or URL job admitted for its source bytes: reading them, then estimating.
         case reading
+        /// A file or URL job told to drop its bytes (see `MemoryAdmission`): it asks for them
+        /// again once it has.
+        case yielding
         /// Admitted: its estimate is reserved and results may be sent.
         case running
         /// `CancelJob` arrived; nothing more is sent until `JobCancelled`.
@@ -88,10 +92,15 @@ struct WorkerCore<Payload: FrameBytes> {
         var reserved = 0
         /// The connection it came on was replaced: nothing more is sent about it.
         var abandoned = false
+        /// What its first JobSourceOpened named (sent once per attempt), and whether a later
+        /// reading (after yielding its bytes) opened another version: its results then name
+        /// no version and are not cached.
+        var identity: Data?
+        var identityChanged = false
 
         /// Frames about it other than its terminal one may still go out.
         var isSending: Bool {
-            !abandoned && (phase == .preparing || phase == .waitingForMemory || phase == .reading || phase == .running)
+            !abandoned && ([.preparing, .waitingForMemory, .reading, .yielding, .running] as [Phase]).contains(phase)
         }
     }
 

@@ -159,6 +159,8 @@ final class WorkerLoop {
                 control.admit()
             case .cancel(let control):
                 control.cancel()
+            case .yieldSource(let control):
+                control.yieldSource()
             case .report(let report):
                 metrics?.record(report)
                 log(report)
@@ -245,6 +247,9 @@ final class WorkerLoop {
         case .tooLargeForBudget(let key, let bytes):
             logger.info("refused a job larger than the memory budget",
                         metadata: ["job": "\(key)", "estimate": "\(ByteCount(bytes))"])
+        case .yieldingSource(let key, let bytes):
+            logger.debug("job drops its source bytes for an older one to grow; it reads them again later",
+                         metadata: ["job": "\(key)", "bytes": "\(ByteCount(bytes))"])
         case .waitingForMemory(let key, let bytes, let inUse):
             logger.debug("job waits for memory", metadata: ["job": "\(key)", "estimate": "\(ByteCount(bytes))",
                                                             "in-use": "\(ByteCount(inUse))"])

@@ -49,24 +49,66 @@ final class SourceAdmissionCoreTests: XCTestCase {
         XCTAssertEqual(harness.core.memoryInUse, 0)
     }
 
-    func testOneHolderAtATimeAndItsGrowthGoesFirst() {
+    func testHoldersGrowOldestFirstAheadOfEveryOtherRequest() {
         var harness = WorkerCoreHarness(memoryBudget: 100)
-        for id in 1...3 { harness.job(UInt64(id)) }
-        let t = (1...3).map { harness.token(UInt64($0)) }
+        for id in 1...4 { harness.job(UInt64(id)) }
+        let t = (1...4).map { harness.token(UInt64($0)) }
         harness.record(harness.core.jobSourceWanted(t[0], bytes: 30))
         harness.record(harness.core.jobSourceWanted(t[1], bytes: 10))
         harness.estimated(t[2], bytes: 20)
-        XCTAssertEqual(harness.admitted, [t[0]], "job 2 waits for job 1 to leave the holder's place; job 3 behind it")
+        XCTAssertEqual(harness.admitted, [t[0], t[1], t[2]], "two downloads may hold their bytes at once")
         harness.clear()
         harness.estimated(t[0], bytes: 80)
-        XCTAssertEqual(harness.admitted, [t[0], t[1]], "job 1 grows to 80, then job 2 may hold its 10")
+        harness.estimated(t[1], bytes: 25)
+        harness.estimated(t[3], bytes: 5)
+        XCTAssertEqual(harness.admitted, [], "job 1 must grow by 50 and job 2 by 15: both wait, and job 4 behind them")
+        XCTAssertEqual(harness.yielded, [], "job 3 runs and will free its 20: no standoff")
+        harness.ended(t[2])
+        XCTAssertEqual(harness.admitted, [t[0]], "the oldest grows first; job 2 needs 15 more than is left")
+        harness.ended(t[0])
+        XCTAssertEqual(harness.admitted, [t[0], t[1], t[3]])
+        XCTAssertEqual(harness.core.memoryInUse, 30)
+    }
+
+    func testHoldersWaitingForEachOtherAreUntangledByTheYoungestYielding() {
+        var harness = WorkerCoreHarness(memoryBudget: 100)
+        harness.job(1)
+        harness.job(2)
+        let (t1, t2) = (harness.token(1), harness.token(2))
+        harness.record(harness.core.jobSourceWanted(t1, bytes: 40))
+        harness.record(harness.core.jobSourceWanted(t2, bytes: 40))
+        XCTAssertEqual(harness.admitted, [t1, t2])
+        harness.clear()
+        harness.estimated(t1, bytes: 90)
+        XCTAssertEqual(harness.yielded, [], "job 2 still reads: it may yet need no more")
+        harness.estimated(t2, bytes: 50)
+        XCTAssertEqual(harness.yielded, [t2], "each waits for the other's bytes: the younger drops its own")
+        XCTAssertEqual(harness.core.jobs[t2]?.phase, .yielding)
+        XCTAssertEqual(harness.admitted, [], "not before its thread has really dropped them")
+        XCTAssertEqual(harness.core.memoryInUse, 80)
+        // Its thread drops the bytes and asks for them again.
+        harness.record(harness.core.jobSourceWanted(t2, bytes: 40))
+        XCTAssertEqual(harness.admitted, [t1], "job 1 grows to 90; job 2 waits for its 40 again")
         XCTAssertEqual(harness.core.memoryInUse, 90)
         harness.clear()
-        harness.estimated(t[1], bytes: 25)
-        XCTAssertEqual(harness.admitted, [], "job 2 must grow by 15: it waits, ahead of job 3")
-        harness.ended(t[0])
-        XCTAssertEqual(harness.admitted, [t[1], t[2]])
-        XCTAssertEqual(harness.core.memoryInUse, 45)
+        harness.result(t1, .final, terminal: true)
+        harness.ended(t1)
+        XCTAssertEqual(harness.admitted, [t2])
+        harness.estimated(t2, bytes: 50)
+        XCTAssertEqual(harness.core.jobs[t2]?.phase, .running)
+        XCTAssertEqual(harness.core.memoryInUse, 50)
+    }
+
+    func testAJobThatReadsAgainSendsItsVersionOnceAndIsNotCachedIfItChanged() {
+        var harness = WorkerCoreHarness(memoryBudget: 100)
+        harness.job(1)
+        let token = harness.token(1)
+        harness.clear()
+        harness.record(harness.core.jobSourceOpened(token, identity: Data("v1".utf8)))
+        harness.record(harness.core.jobSourceOpened(token, identity: Data("v2".utf8)))
+        XCTAssertEqual(harness.sentSummary, ["opened 1"], "once per attempt")
+        harness.record(harness.core.jobSourceRead(token, verified: true))
+        XCTAssertEqual(harness.core.jobs[token]?.verified, false, "the bytes read are not the version named")
     }
 
     func testAContentLengthGivesBackTheRestOfTheReservation() {

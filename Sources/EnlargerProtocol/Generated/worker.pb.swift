@@ -19,12 +19,13 @@
 //
 // A worker registers by sending Ready{capacity}: it then holds `capacity` credits, and the
 // broker never has more than `capacity` jobs outstanding on it. Ready is not acknowledged;
-// heartbeats and jobs follow. An invalid Ready (capacity out of range, busy_threads over capacity, name too long) is
-// answered Error{MALFORMED} and registers nothing. A job is outstanding from
-// the Job message until the worker's terminal frame for that attempt: JobResult with
-// terminal = true, JobFailed or JobCancelled. Each terminal frame returns one credit. A
-// Ready from a worker that is already registered resets it: every job it held is treated
-// as lost (as if the worker had died) and it starts afresh with the new capacity.
+// heartbeats and jobs follow. An invalid Ready (capacity out of range, busy_threads over
+// capacity, name too long) is answered Error{MALFORMED} and registers nothing. A job is
+// outstanding from the Job message until the worker's terminal frame for that attempt:
+// JobResult with terminal = true, JobFailed or JobCancelled. Each terminal frame returns one
+// credit. A Ready from a worker that is already registered resets it: every job it held is
+// treated as lost (as if the worker had died) and it starts afresh with the new capacity.
+// Threads still busy with earlier work are taken credits too (see OCCUPANCY).
 //
 // JOBS AND ATTEMPTS
 //
@@ -78,6 +79,9 @@
 // thread returns (with the new count, zero included). The broker counts busy_threads as
 // taken credits: it never has more than `capacity - busy_threads` jobs outstanding on the
 // worker, so a worker that re-registers while a thread still encodes is not overbooked.
+// An Occupancy with more busy threads or stopping attempts than the capacity is answered
+// Error{MALFORMED} and changes nothing; attempts it names that the broker did not cancel
+// are ignored.
 //
 // LIVENESS
 //
