@@ -216,6 +216,52 @@ final class SourceAdmissionServiceTests: XCTestCase {
         XCTAssertEqual(server.requests.map(\.path), ["/held.jpg", "/photo.jpg"])
     }
 
+    /// Two file jobs that both hold their bytes and both need more than is left beside the
+    /// other's: without the youngest yielding they would wait for each other forever.
+    func testTwoFileJobsThatCannotGrowBesideEachOtherBothFinish() throws {
+        let endpoints = try TemporaryEndpoints(self)
+        let root = endpoints.directory.appendingPathComponent("root", isDirectory: true)
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        let photo = try Corpus.good("sharp_2569067123_aca715a2ee_o.jpg")
+        try Data(photo).write(to: root.appendingPathComponent("photo.jpg"))
+        var spec = Enlarger_V1_ResizeSpec()
+        spec.width = 64
+        let options = try ResizeOptions(spec)
+        let estimate = try photo.withUnsafeBytes { input in
+            try ImagePipeline().prepare(input, options: options, delivery: .final).memoryEstimate.bytes
+        }
+        XCTAssertGreaterThan(estimate, photo.count)
+        // Both files' bytes fit at once, but neither estimate fits beside the other's bytes.
+        let budget = estimate + photo.count - 1
+        XCTAssertLessThanOrEqual(2 * photo.count, budget)
+
+        let endpoint = endpoints.ipc("workers")
+        let broker = try FakeBroker(endpoint: endpoint)
+        var logger = Logger(label: "test.worker")
+        logger.logLevel = .warning
+        var configuration = WorkerConfiguration(brokerEndpoint: endpoint, concurrency: 2, logger: logger)
+        configuration.memoryBudget = budget
+        configuration.filesRoot = root.path
+        let handle = try WorkerService(configuration: configuration).start()
+        addTeardownBlock { try handle.stop() }
+        let (peer, _) = try broker.expectReady()
+        for id in [1, 2] as [UInt64] {
+            var job = Enlarger_V1_Job()
+            job.jobID = id
+            job.attempt = 1
+            job.requestID = "request-\(id)"
+            job.spec = spec
+            job.delivery = .final
+            job.source.file.path = "photo.jpg"
+            try broker.send(.job(job, image: []), to: peer)
+        }
+        let ends = try terminals([1, 2], broker)
+        for id in [1, 2] as [UInt64] {
+            guard case .jobResult(let result, _)? = ends[id] else { return XCTFail("job \(id): \(String(describing: ends[id]))") }
+            XCTAssertEqual(result.width, 64)
+        }
+    }
+
     func testADownloadWhoseLimitExceedsTheBudgetIsRefusedWithoutConnecting() throws {
         let server = try TestHTTPServer(routes: ["/photo.jpg": TestHTTPServer.ok([0xFF, 0xD8])])
         addTeardownBlock { server.stop() }
