@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -14,15 +15,38 @@
 
 int enlarger_open_beneath(int dirfd, const char *path) {
 #if defined(__linux__) && defined(SYS_openat2)
+    // O_PATH first: it opens nothing (no device driver's open, no FIFO rendezvous), so the
+    // type is checked before any side effect of opening for reading.
     struct open_how how;
     memset(&how, 0, sizeof how);
-    how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+    how.flags = O_PATH | O_CLOEXEC;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-    long fd;
+    long located;
     do {
-        fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+        located = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    } while (located < 0 && errno == EINTR);
+    if (located < 0) return -errno;
+    struct stat status;
+    if (fstat((int)located, &status) != 0) {
+        int error = errno;
+        close((int)located);
+        return -error;
+    }
+    if (!S_ISREG(status.st_mode)) {
+        close((int)located);
+        return ENLARGER_NOT_REGULAR;
+    }
+    // Reopened through its descriptor, the very file that was checked (no second lookup
+    // of `path`, which could now name something else).
+    char name[64];
+    snprintf(name, sizeof name, "/proc/self/fd/%ld", located);
+    int fd;
+    do {
+        fd = open(name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
-    return fd < 0 ? -errno : (int)fd;
+    int error = errno;
+    close((int)located);
+    return fd < 0 ? -error : fd;
 #else
     (void)dirfd;
     (void)path;

@@ -38,6 +38,12 @@ public struct ServiceOptions: ParsableArguments, Sendable {
         if let problem = Endpoint.problem(endpoint, option: broker == nil ? "ENLARGER_BROKER" : "--broker") {
             throw CLIError(problem)
         }
+        // A runtime directory's socket is trusted only in a directory that is this user's own
+        // and private: in a shared /tmp, someone else could have made /tmp/enlarger-UID first
+        // and put a broker of theirs behind it. An endpoint named outright is the user's choice.
+        if broker == nil, runtimeDir != nil || ProcessInfo.processInfo.environment["ENLARGER_BROKER"].map(\.isEmpty) ?? true {
+            try RuntimeDirectory(path: runtimeDir ?? RuntimeDirectory.defaultPath).checkPrivate()
+        }
         if let missing = Endpoint.missingSocket(endpoint) { throw CLIError(missing) }
         var configuration = EnlargerClient.Configuration()
         configuration.curve = try auth.credentials(for: clientEndpoint)
@@ -80,6 +86,28 @@ public struct RuntimeDirectory: Sendable {
             throw CLIError("runtime directory \(path) belongs to another user")
         }
         if info.st_mode & 0o777 != 0o700 { chmod(path, 0o700) }
+    }
+
+    /// For a client about to use the directory's sockets: it must be a directory (not a
+    /// symbolic link) owned by this user with mode 0700. A directory that does not exist is
+    /// left to the missing-socket message.
+    public func checkPrivate() throws {
+        var info = stat()
+        guard lstat(path, &info) == 0 else {
+            if errno == ENOENT { return }
+            throw CLIError("cannot use runtime directory \(path): \(String(cString: strerror(errno)))")
+        }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else {
+            throw CLIError("runtime directory \(path) is not a directory (a symbolic link is not followed); refusing to use it")
+        }
+        guard info.st_uid == getuid() else {
+            throw CLIError("runtime directory \(path) belongs to user \(info.st_uid), not to you (\(getuid())); refusing to use it")
+        }
+        let mode = info.st_mode & 0o777
+        guard mode == 0o700 else {
+            throw CLIError("runtime directory \(path) has mode \(String(mode, radix: 8)), not 700: others could replace its sockets; "
+                           + "refusing to use it (chmod 700 it if it is yours)")
+        }
     }
 
     /// Holds an exclusive lock for this directory while the returned descriptor is open, so

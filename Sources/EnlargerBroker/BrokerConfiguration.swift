@@ -27,9 +27,10 @@ public struct BrokerConfiguration: Sendable {
     /// `UNKNOWN`: at most this many, for at most `endedRequestMemoryDuration`.
     public var endedRequestMemoryLimit: Int = 4096
     public var endedRequestMemoryDuration: Duration = .seconds(60)
-    /// How long a cancelled job may keep its worker's credit while waiting for `JobCancelled`.
-    /// A worker that has not stopped the job by then has a stuck job thread: it is retired
-    /// (its other jobs re-queued) and told to register afresh.
+    /// How long a cancelled job may go unaccounted for: neither acknowledged (`JobCancelled`)
+    /// nor named by the worker as still stopping (`Occupancy.stopping`, a stage that cannot be
+    /// interrupted; its credit stays taken meanwhile). A worker silent about it that long has a
+    /// stuck job thread: it is retired (its other jobs re-queued) and told to register afresh.
     public var cancelAckTimeout: Duration = .seconds(10)
     /// The deadline of a request whose Submit names none (`deadline_ms` 0).
     public var defaultDeadline: Duration = .seconds(300)

@@ -26,16 +26,18 @@ extension BrokerCore {
             clientVanished(peer, reason: "nothing heard from the client for \(timeout)", now: now, &actions)
         }
 
-        // A worker that has not stopped a cancelled job within `cancelAckTimeout` has a stuck
-        // job thread: handing its credit back would overbook it, so it is retired like a lost
-        // worker (its other jobs re-queued) and told to disconnect and register afresh.
+        // A worker that has neither stopped a cancelled job nor said, within `cancelAckTimeout`,
+        // that its thread is still at it (Occupancy.stopping: a stage that cannot be
+        // interrupted) has a stuck job thread: it is retired like a lost worker (its other jobs
+        // re-queued) and told to disconnect and register afresh. One that keeps naming the
+        // job keeps its credit taken and is left alone.
         let stuck = workers.filter { worker in
-            worker.tombstones.values.contains { now.duration(since: $0.cancelledAt) > configuration.cancelAckTimeout }
+            worker.tombstones.values.contains { now.duration(since: $0.accountedAt) > configuration.cancelAckTimeout }
         }.map(\.id)
         for peer in stuck {
             guard let index = workerIndex[peer] else { continue }
             for jobID in workers[index].tombstones.keys.sorted()
-            where now.duration(since: workers[index].tombstones[jobID]!.cancelledAt) > configuration.cancelAckTimeout {
+            where now.duration(since: workers[index].tombstones[jobID]!.accountedAt) > configuration.cancelAckTimeout {
                 counters.cancelAcksTimedOut += 1
                 actions.append(.report(.cancelAckTimedOut(peer, jobID: jobID)))
             }

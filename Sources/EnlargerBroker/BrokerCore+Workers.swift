@@ -58,6 +58,8 @@ extension BrokerCore {
             sourceOpened(opened, workerAt: index, now: now, &actions)
         case (.jobDownload(let download), .some(let index)):
             jobDownload(download, workerAt: index, now: now, &actions)
+        case (.occupancy(let occupancy), .some(let index)):
+            occupied(occupancy, workerAt: index, now: now, &actions)
         }
     }
 
@@ -67,7 +69,7 @@ extension BrokerCore {
         switch message {
         case .jobStarted, .jobResult, .jobFailed, .jobCancelled, .jobSourceOpened, .jobDownload:
             counters.lateResultsDropped += 1
-        case .ready, .heartbeat, .disconnect: break
+        case .ready, .heartbeat, .disconnect, .occupancy: break
         }
         actions.append(.sendToWorker(peer, BrokerToWorkerMessage<Payload>.disconnect.encoded()))
     }
@@ -98,6 +100,10 @@ extension BrokerCore {
             workerSentMalformed(peer, "Ready.capacity must be 1 to \(WireLimits.maxCapacity), got \(ready.capacity)", &actions)
             return
         }
+        guard ready.busyThreads <= ready.capacity else {
+            workerSentMalformed(peer, "Ready.busy_threads (\(ready.busyThreads)) exceeds its capacity (\(ready.capacity))", &actions)
+            return
+        }
         guard ready.workerName.utf8.count <= WireLimits.maxWorkerNameBytes else {
             workerSentMalformed(peer, "Ready.worker_name is longer than \(WireLimits.maxWorkerNameBytes) bytes", &actions)
             return
@@ -108,7 +114,7 @@ extension BrokerCore {
         workerIndex[peer] = workers.count
         workers.append(
             Worker(id: peer, principal: principal, name: ready.workerName, pid: ready.pid, capacity: Int(ready.capacity),
-                   lastSeen: now))
+                   lastSeen: now, busyThreads: Int(ready.busyThreads)))
         actions.append(.report(.workerRegistered(peer, name: ready.workerName, capacity: Int(ready.capacity))))
         dispatch(now: now, &actions)
     }
@@ -300,6 +306,31 @@ extension BrokerCore {
         _ jobID: UInt64, workerAt index: Int, now: MonotonicInstant, _ actions: inout [Action]
     ) {
         workers[index].tombstones[jobID] = nil
+        dispatch(now: now, &actions)
+    }
+
+    // MARK: Occupancy
+    //
+    // A worker's threads may be busy with more than the broker's live jobs: cancelled
+    // attempts still in a stage that cannot be interrupted, and jobs it abandoned with an
+    // earlier connection. Each Occupancy replaces the last: the abandoned count is taken
+    // credit (so a worker that re-registers mid-encode is not overbooked), and naming a
+    // tombstone restarts its cancel-ack timeout (so an honest worker is not retired).
+
+    private mutating func occupied(
+        _ occupancy: Enlarger_V1_Occupancy, workerAt index: Int, now: MonotonicInstant, _ actions: inout [Action]
+    ) {
+        let capacity = workers[index].capacity
+        guard occupancy.busyThreads <= capacity, occupancy.stopping.count <= capacity else {
+            let reason = "Occupancy names \(occupancy.busyThreads) busy threads and \(occupancy.stopping.count) "
+                + "stopping attempts, over the capacity of \(capacity)"
+            workerSentMalformed(workers[index].id, reason, &actions)
+            return
+        }
+        workers[index].busyThreads = Int(occupancy.busyThreads)
+        for attempt in occupancy.stopping where workers[index].tombstones[attempt.jobID]?.attempt == attempt.attempt {
+            workers[index].tombstones[attempt.jobID]!.accountedAt = now
+        }
         dispatch(now: now, &actions)
     }
 

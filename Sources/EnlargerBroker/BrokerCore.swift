@@ -102,6 +102,9 @@ public struct BrokerCore<Payload: FrameBytes> {
     struct Tombstone {
         let attempt: UInt32
         let cancelledAt: MonotonicInstant
+        /// When the worker last said the attempt's thread is still stopping (an Occupancy
+        /// naming it); the cancel-ack timeout runs from here.
+        var accountedAt: MonotonicInstant
     }
 
     struct Worker {
@@ -121,8 +124,11 @@ public struct BrokerCore<Payload: FrameBytes> {
         var exclusiveJob: UInt64?
         /// Kept free for a quarantined job: it gets no new jobs until it is idle.
         var reserved = false
+        /// Threads still running jobs the worker abandoned with an earlier connection, as it
+        /// last said (Ready, Occupancy): taken credits.
+        var busyThreads = 0
 
-        var inFlight: Int { jobs.count + tombstones.count }
+        var inFlight: Int { jobs.count + tombstones.count + busyThreads }
         var freeCredit: Int { capacity - inFlight }
         var isExclusive: Bool {
             guard let job = exclusiveJob else { return false }
@@ -563,7 +569,7 @@ public struct BrokerCore<Payload: FrameBytes> {
             return
         }
         workers[index].jobs[jobID] = nil
-        workers[index].tombstones[jobID] = Tombstone(attempt: job.attempt, cancelledAt: now)
+        workers[index].tombstones[jobID] = Tombstone(attempt: job.attempt, cancelledAt: now, accountedAt: now)
         var cancel = Enlarger_V1_CancelJob()
         cancel.jobID = jobID
         cancel.attempt = job.attempt

@@ -21,7 +21,7 @@ struct BrokerOptions: ParsableArguments {
     @Option(help: "The longest deadline, in seconds, a Submit may ask for.")
     var maxDeadline = 3600
 
-    @Option(help: "Seconds a worker may take to stop a cancelled job before it is retired as stuck.")
+    @Option(help: "Seconds a worker may go without stopping a cancelled job or saying that its thread is still at work (a stage that cannot be interrupted) before it is retired as stuck.")
     var cancelAckTimeout = 10
 
     @Option(help: "Seconds results may wait for a client that is not reading or not connected before it is given up.")

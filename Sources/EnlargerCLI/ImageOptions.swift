@@ -116,11 +116,17 @@ struct LimitOptions: ParsableArguments {
     @Option(help: "Refuse progressive JPEGs with more scans than this.")
     var maxScans: Int = DecodeLimits().maxScans
 
+    @Option(name: .customLong("max-avif-pixels"),
+            help: "Refuse AVIF outputs with more pixels than this (the AV1 encoder cannot be interrupted: this bounds its time).")
+    var maxAVIFPixels: Int = DecodeLimits.defaultMaxAVIFPixels
+
     func validate() throws {
-        guard maxPixels > 0, maxBytes > 0, maxScans > 0 else {
+        guard maxPixels > 0, maxBytes > 0, maxScans > 0, maxAVIFPixels > 0 else {
             throw ValidationError("limits must be positive")
         }
     }
 
-    var limits: DecodeLimits { DecodeLimits(maxPixels: maxPixels, maxInputBytes: maxBytes, maxScans: maxScans) }
+    var limits: DecodeLimits {
+        DecodeLimits(maxPixels: maxPixels, maxInputBytes: maxBytes, maxScans: maxScans, maxAVIFPixels: maxAVIFPixels)
+    }
 }

@@ -97,7 +97,7 @@ struct ServeCommand: ParsableCommand {
              "--memory-budget", "\(budgetPerWorker)",
              "--name", "serve-\(index)", "--heartbeat-ms", "\(brokerOptions.heartbeatMs)",
              "--max-pixels", "\(limitOptions.maxPixels)", "--max-bytes", "\(limitOptions.maxBytes)",
-             "--max-scans", "\(limitOptions.maxScans)", "--parent-pid", "\(getpid())"] + logArguments
+             "--max-scans", "\(limitOptions.maxScans)", "--max-avif-pixels", "\(limitOptions.maxAVIFPixels)", "--parent-pid", "\(getpid())"] + logArguments
                 + sources.arguments
                 + (metrics.map { ["--metrics", MetricsOption.address($0, offset: index + 1)] } ?? [])
         }

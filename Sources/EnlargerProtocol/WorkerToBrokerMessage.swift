@@ -14,6 +14,8 @@ public enum WorkerToBrokerMessage<Payload> {
     case jobSourceOpened(Enlarger_V1_JobSourceOpened)
     /// Progress of a URL source's download.
     case jobDownload(Enlarger_V1_JobDownload)
+    /// Threads busy beyond the live jobs: cancelled attempts still stopping, abandoned jobs.
+    case occupancy(Enlarger_V1_Occupancy)
 
     public func encoded() -> OutgoingMessage<Payload> {
         var header = Enlarger_V1_WorkerToBroker()
@@ -30,6 +32,7 @@ public enum WorkerToBrokerMessage<Payload> {
         case .disconnect: header.disconnect = .init()
         case .jobSourceOpened(let message): header.sourceOpened = message
         case .jobDownload(let message): header.download = message
+        case .occupancy(let message): header.occupancy = message
         }
         return OutgoingMessage(tag: .worker, header: header, payload: payload)
     }
@@ -63,6 +66,7 @@ extension WorkerToBrokerMessage where Payload: FrameBytes {
         case .disconnect?: message = try .checked(.disconnect, frames)
         case .sourceOpened(let opened)?: message = try .checked(.jobSourceOpened(opened), frames)
         case .download(let download)?: message = try .checked(.jobDownload(download), frames)
+        case .occupancy(let occupancy)?: message = try .checked(.occupancy(occupancy), frames)
         case nil: throw FrameDecoding.unknownKind(header)
         }
         return message
@@ -87,7 +91,7 @@ extension Enlarger_V1_WorkerToBroker {
         case .jobCancelled(let frame)?: FrameError.JobReference(jobID: frame.jobID, attempt: frame.attempt)
         case .sourceOpened(let frame)?: FrameError.JobReference(jobID: frame.jobID, attempt: frame.attempt)
         case .download(let frame)?: FrameError.JobReference(jobID: frame.jobID, attempt: frame.attempt)
-        case .ready?, .heartbeat?, .disconnect?, nil: nil
+        case .ready?, .heartbeat?, .disconnect?, .occupancy?, nil: nil
         }
     }
 }
@@ -104,6 +108,7 @@ extension WorkerToBrokerMessage {
         case .disconnect: "Disconnect"
         case .jobSourceOpened: "JobSourceOpened"
         case .jobDownload: "JobDownload"
+        case .occupancy: "Occupancy"
         }
     }
 }

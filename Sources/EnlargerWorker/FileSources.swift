@@ -44,7 +44,8 @@ public struct WorkerSetupError: Error, CustomStringConvertible, Sendable {
 /// Every path is opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` relative to
 /// the directory, so the kernel itself refuses `..` above it, absolute paths, symbolic links
 /// that lead out of it and `/proc` magic links, with no window between a check and the open.
-/// Only regular files are read; a FIFO or device is refused without blocking.
+/// Only regular files are read: a FIFO or device is located with `O_PATH` and refused
+/// without ever being opened.
 final class FilesRoot: Sendable {
     let path: String
     private let descriptor: Int32
@@ -65,6 +66,7 @@ final class FilesRoot: Sendable {
         guard !relativePath.isEmpty else { throw .refused("the file path is empty") }
         guard !relativePath.utf8.contains(0) else { throw .refused("the file path contains a NUL byte") }
         let fd = enlarger_open_beneath(descriptor, relativePath)
+        if fd == ENLARGER_NOT_REGULAR { throw .refused("\(relativePath) is not a regular file") }
         guard fd >= 0 else {
             let error = -fd
             let reason = String(cString: strerror(error))

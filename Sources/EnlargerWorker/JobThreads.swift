@@ -48,6 +48,11 @@ enum WorkerMail: Sendable {
     /// The job's file was read whole; `verified` when it still was the version opened.
     case sourceRead(JobToken, verified: Bool)
     case download(JobToken, DownloadProgress)
+    /// The job is about to read up to this many bytes of its file or download, and waits
+    /// until they are admitted against the memory budget (round 1 of its admission).
+    case sourceWanted(JobToken, bytes: Int)
+    /// The download's Content-Length: what was reserved beyond it is free.
+    case sourceExpected(JobToken, bytes: Int)
     /// The job's header was read: its estimated peak memory. It now waits for admission.
     case estimated(JobToken, MemoryEstimate)
     case result(JobToken, StageFrame)
@@ -110,6 +115,7 @@ final class JobThreads: Sendable {
                     return .digestMismatch("the image's SHA-256 is not the digest its request named")
                 }
                 return run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures)
+                    ?? .failed(ImagingError(.invalidArgument, "an inline job was told to yield source bytes it does not hold"))
             }
         case .file(let path):
             outcome = readFile(path, job, pipeline: pipeline, sources: sources, mailbox: mailbox, figures: &figures)
@@ -124,19 +130,25 @@ final class JobThreads: Sendable {
     }
 
     /// The pipeline over the whole image: its estimate, the wait for memory, its results.
+    /// `round`: the admission that lets it run (a file or URL job was admitted for its bytes
+    /// first). Nil when the job, holding source bytes, was told to yield them (more than
+    /// `yieldsSeen` times in all): its caller drops them and asks again.
     private static func run(
         _ job: JobStart<Message>, input: UnsafeRawBufferPointer, pipeline: ImagePipeline,
-        mailbox: Mailbox<WorkerMail>, figures: inout JobFigures
-    ) -> JobOutcome {
+        mailbox: Mailbox<WorkerMail>, figures: inout JobFigures, round: Int = 1, yieldsSeen: Int = .max
+    ) -> JobOutcome? {
         do throws(ImagingError) {
             if job.infoOnly {
-                return try answerInfo(job, pipeline.info(of: input, failOn: job.options.failOn), mailbox: mailbox)
+                return try answerInfo(job, pipeline.info(of: input, failOn: job.options.failOn), mailbox: mailbox,
+                                      round: round)
             }
             let prepared = try pipeline.prepare(input, options: job.options, delivery: job.delivery,
                                                 cancel: job.control.flag)
             mailbox.post(.estimated(job.token, prepared.memoryEstimate))
-            guard job.control.waitForAdmission() else {
-                throw ImagingError(.cancelled, "cancelled before it was admitted")
+            switch job.control.awaitAdmission(round: round, yieldsSeen: yieldsSeen) {
+            case .admitted: break
+            case .cancelled: throw ImagingError(.cancelled, "cancelled before it was admitted")
+            case .yielded: return nil
             }
             try prepared.run { result throws(ImagingError) in
                 figures.add(result.timings, bytesOut: result.image.byteCount)
@@ -151,18 +163,19 @@ final class JobThreads: Sendable {
     /// An info-only job's one result. The header alone needs no pixel memory, so nothing is
     /// reserved, but admission still orders it with the other jobs and lets a cancel stop it.
     private static func answerInfo(
-        _ job: JobStart<Message>, _ info: ImageInfo, mailbox: Mailbox<WorkerMail>
+        _ job: JobStart<Message>, _ info: ImageInfo, mailbox: Mailbox<WorkerMail>, round: Int = 1
     ) throws(ImagingError) -> JobOutcome {
         mailbox.post(.estimated(job.token, MemoryEstimate(bytes: 0, coefficientBytes: 0, decodedBytes: 0)))
-        guard job.control.waitForAdmission() else {
+        guard job.control.waitForAdmission(round: round) else {
             throw ImagingError(.cancelled, "cancelled before it was admitted")
         }
         mailbox.post(.result(job.token, StageFrame(info: info)))
         return .completed
     }
 
-    /// A file source: opened beneath the files root, its version reported, then read whole
-    /// (or, for info, only as much of its beginning as the header needs).
+    /// A file source: opened beneath the files root, its version reported, its bytes admitted
+    /// against the memory budget, then read whole (or, for info, only as much of its
+    /// beginning as the header needs).
     private static func readFile(
         _ path: String, _ job: JobStart<Message>, pipeline: ImagePipeline, sources: SourceAccess,
         mailbox: Mailbox<WorkerMail>, figures: inout JobFigures
@@ -174,23 +187,48 @@ final class JobThreads: Sendable {
             let file = try root.open(path)
             mailbox.post(.sourceOpened(job.token, identity: file.identity))
             if job.infoOnly {
+                guard admitSource(min(file.size, sources.maxInputBytes), job, mailbox: mailbox) else {
+                    return .failed(ImagingError(.cancelled, "cancelled before its source was admitted"))
+                }
                 return try readInfo(of: file, job, limit: sources.maxInputBytes, pipeline: pipeline, mailbox: mailbox,
                                     figures: &figures)
             }
             guard file.size <= sources.maxInputBytes else {
                 return .failed(ImagingError(.tooLarge, "\(path) has \(file.size) bytes, over the limit of \(sources.maxInputBytes)"))
             }
-            let bytes = try file.read(upTo: file.size, cancel: job.control.flag)
-            figures.bytesIn = bytes.count
-            // A file rewritten while it was read may be neither this version nor the next:
-            // its results are delivered, but not cached.
-            mailbox.post(.sourceRead(job.token, verified: bytes.count == file.size && file.isUnchanged && file.isSettled))
-            return bytes.withUnsafeBytes { input in
-                run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures)
+            var admissions = 0
+            var yields = 0
+            while true {
+                guard admitSource(file.size, job, round: admissions + 1, mailbox: mailbox) else {
+                    return .failed(ImagingError(.cancelled, "cancelled before its source was admitted"))
+                }
+                admissions += 1
+                let bytes = try file.read(upTo: file.size, cancel: job.control.flag)
+                figures.bytesIn = bytes.count
+                // A file rewritten while it was read may be neither this version nor the next:
+                // its results are delivered, but not cached.
+                mailbox.post(.sourceRead(job.token, verified: bytes.count == file.size && file.isUnchanged && file.isSettled))
+                let outcome = bytes.withUnsafeBytes { input in
+                    run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures,
+                        round: admissions + 1, yieldsSeen: yields)
+                }
+                if let outcome { return outcome }
+                // Told to yield: the bytes go with this turn of the loop, then are asked for again.
+                yields += 1
             }
         } catch {
             return .sourceFailed(error)
         }
+    }
+
+    /// Round 1 of a file or URL job's admission: nothing is read before `bytes` are admitted.
+    /// Returns false when the job was cancelled (or refused) while it waited.
+    private static func admitSource(
+        _ bytes: Int, _ job: JobStart<Message>, round: Int = 1, mailbox: Mailbox<WorkerMail>
+    ) -> Bool {
+        guard !job.control.isCancelled else { return false }
+        mailbox.post(.sourceWanted(job.token, bytes: bytes))
+        return job.control.waitForAdmission(round: round)
     }
 
     /// The header's facts from as little of the file as they need: 64 KiB, then four times
@@ -212,7 +250,7 @@ final class JobThreads: Sendable {
             case .success(var info):
                 info.byteSize = file.size
                 do throws(ImagingError) {
-                    return try answerInfo(job, info, mailbox: mailbox)
+                    return try answerInfo(job, info, mailbox: mailbox, round: 2)
                 } catch {
                     return .failed(error)
                 }
@@ -249,6 +287,7 @@ final class JobThreads: Sendable {
             switch event {
             case .started(let head):
                 expected.withLock { $0 = head.expectedBytes }
+                if let length = head.expectedBytes { mailbox.post(.sourceExpected(token, bytes: length)) }
                 mailbox.post(.sourceOpened(token, identity: Self.identity(of: head)))
                 mailbox.post(.download(token, DownloadProgress(phase: .started, bytes: 0, expectedBytes: head.expectedBytes)))
             case .progress(let bytes, let expectedBytes):
@@ -278,28 +317,41 @@ final class JobThreads: Sendable {
         } else {
             enough = nil
         }
-        let body: FetchedBody
-        do throws(FetchError) {
-            body = try fetcher.fetch(url, cancellation: job.control.download, events: events, enough: enough)
-        } catch {
-            return .sourceFailed(error: error)
-        }
-        figures.bytesIn = body.bytes.count
-        if job.infoOnly {
-            return body.bytes.withUnsafeBytes { input in
-                do throws(ImagingError) {
-                    var info = try pipeline.info(of: input, failOn: failOn)
-                    info.byteSize = body.complete ? body.bytes.count : (body.head.expectedBytes ?? body.bytes.count)
-                    return try answerInfo(job, info, mailbox: mailbox)
-                } catch {
-                    return .failed(error)
+        // The whole input limit is reserved before connecting; the Content-Length, once known,
+        // gives back the rest. A job told to yield its bytes downloads again later.
+        var admissions = 0
+        var yields = 0
+        while true {
+            guard admitSource(sources.maxInputBytes, job, round: admissions + 1, mailbox: mailbox) else {
+                return .failed(ImagingError(.cancelled, "cancelled before its source was admitted"))
+            }
+            admissions += 1
+            let body: FetchedBody
+            do throws(FetchError) {
+                body = try fetcher.fetch(url, cancellation: job.control.download, events: events, enough: enough)
+            } catch {
+                return .sourceFailed(error: error)
+            }
+            figures.bytesIn = body.bytes.count
+            if job.infoOnly {
+                return body.bytes.withUnsafeBytes { input in
+                    do throws(ImagingError) {
+                        var info = try pipeline.info(of: input, failOn: failOn)
+                        info.byteSize = body.complete ? body.bytes.count : (body.head.expectedBytes ?? body.bytes.count)
+                        return try answerInfo(job, info, mailbox: mailbox, round: admissions + 1)
+                    } catch {
+                        return .failed(error)
+                    }
                 }
             }
-        }
-        // A response with a validator names its version; only then may the result be cached.
-        mailbox.post(.sourceRead(token, verified: body.complete && body.head.validator != nil))
-        return body.bytes.withUnsafeBytes { input in
-            run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures)
+            // A response with a validator names its version; only then may the result be cached.
+            mailbox.post(.sourceRead(token, verified: body.complete && body.head.validator != nil))
+            let outcome = body.bytes.withUnsafeBytes { input in
+                run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures,
+                    round: admissions + 1, yieldsSeen: yields)
+            }
+            if let outcome { return outcome }
+            yields += 1
         }
     }
 

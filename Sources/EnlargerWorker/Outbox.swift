@@ -85,7 +85,8 @@ extension Outbox.Importance {
         case .jobSourceOpened: self = .required
         case .jobDownload(let download): self = download.phase == .progress ? .droppable : .optional
         case .jobResult(let result, _): self = result.terminal ? .required : .optional
-        case .jobFailed, .jobCancelled, .ready, .disconnect: self = .required
+        // Small, and what gives a busy thread's credit back: never dropped.
+        case .jobFailed, .jobCancelled, .ready, .disconnect, .occupancy: self = .required
         }
     }
 }

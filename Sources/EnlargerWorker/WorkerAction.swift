@@ -20,6 +20,9 @@ enum WorkerAction<Payload> {
     case admit(JobControl)
     /// Set a job's cancellation flag; a job still waiting for memory stops waiting.
     case cancel(JobControl)
+    /// Tell a file or URL job waiting to grow its reservation to drop its source bytes and
+    /// ask for them again (see `MemoryAdmission`).
+    case yieldSource(JobControl)
     /// Something an operator may want in the log. Nothing to do.
     case report(WorkerReport)
 }
@@ -65,6 +68,8 @@ enum WorkerReport: Equatable {
     case tooLargeForBudget(JobKey, bytes: Int)
     /// The job waits for memory held by others.
     case waitingForMemory(JobKey, bytes: Int, inUse: Int)
+    /// A file or URL job drops the source bytes it holds, so that an older one can grow.
+    case yieldingSource(JobKey, bytes: Int)
     /// A job's thread returned: how the job ended for the broker, and what it cost.
     case jobEnded(JobEnd)
 }

@@ -4,7 +4,8 @@ import ImageModel
 import Imaging
 
 // Jobs: from the broker's Job to the one terminal frame. A job is `preparing` while its
-// thread reads the header, `waitingForMemory` once estimated, `running` once admitted, and
+// thread reads the header, `waitingForMemory` once estimated, `running` once admitted (a
+// file or URL job first waits for its source bytes and is `reading` once they are), and
 // then either sends its terminal result (`terminalSent`) or is cancelled (`cancelling`,
 // answered with JobCancelled when its thread returns). Whatever the phase, the job is
 // forgotten only when its thread returns (`jobEnded`). Its share of the budget is given back
@@ -12,19 +13,64 @@ import Imaging
 // the reaper have really been freed (`jobMemoryFreed`).
 
 extension WorkerCore {
-    /// A job thread read the header: the job needs `estimate` at its peak.
-    mutating func jobEstimated(_ token: JobToken, _ estimate: MemoryEstimate) -> [Action] {
-        guard let job = jobs[token], !job.abandoned, job.phase == .preparing else { return [] }
+    /// A file or URL job's thread is about to read up to `bytes` of its source: it waits until
+    /// they are admitted, and fails at once when they can never be.
+    mutating func jobSourceWanted(_ token: JobToken, bytes: Int) -> [Action] {
+        guard let job = jobs[token], !job.abandoned, job.phase == .preparing || job.phase == .yielding else { return [] }
         var actions: [Action] = []
+        if job.phase == .yielding {
+            // Its bytes are dropped: what it held is free, and it queues again.
+            admission.yielded(token)
+            jobs[token]!.reserved = 0
+        }
+        guard admission.enqueue(token, bytes: bytes, source: true) else {
+            refuseTooLarge(token, bytes: bytes, "its source may need \(ByteCount(bytes))", &actions)
+            return actions
+        }
+        jobs[token]!.phase = .waitingForMemory
+        admitWaitingJobs(&actions)
+        if jobs[token]?.phase == .waitingForMemory {
+            actions.append(.report(.waitingForMemory(job.key, bytes: bytes, inUse: admission.inUse)))
+        }
+        return actions
+    }
+
+    /// A download's length is known and below what was reserved for it: the rest is free.
+    mutating func jobSourceExpected(_ token: JobToken, bytes: Int) -> [Action] {
+        guard let job = jobs[token], job.phase == .reading, bytes < job.reserved else { return [] }
+        admission.shrinkSource(token, to: bytes)
+        jobs[token]!.reserved = bytes
+        var actions: [Action] = []
+        if !isStopped { admitWaitingJobs(&actions) }
+        return actions
+    }
+
+    /// A job thread read the header: the job needs `estimate` at its peak (the source bytes
+    /// it holds included).
+    mutating func jobEstimated(_ token: JobToken, _ estimate: MemoryEstimate) -> [Action] {
+        guard let job = jobs[token], !job.abandoned, job.phase == .preparing || job.phase == .reading else { return [] }
+        var actions: [Action] = []
+        if job.phase == .reading {
+            switch admission.replace(token, with: estimate.bytes) {
+            case .admitted:
+                jobs[token]!.phase = .running
+                jobs[token]!.reserved = estimate.bytes
+                actions.append(.admit(job.control))
+                admitWaitingJobs(&actions)
+            case .waiting:
+                jobs[token]!.phase = .waitingForMemory
+                admitWaitingJobs(&actions)
+                if jobs[token]?.phase == .waitingForMemory {
+                    actions.append(.report(.waitingForMemory(job.key, bytes: estimate.bytes, inUse: admission.inUse)))
+                }
+            case .never:
+                refuseTooLarge(token, bytes: estimate.bytes, "the image needs \(estimate)", &actions)
+            }
+            return actions
+        }
         guard admission.enqueue(token, bytes: estimate.bytes) else {
             // It can never fit: fail it now, from its header, and release its thread.
-            jobs[token]!.phase = .terminalSent
-            jobs[token]!.ending = .failed(.tooLarge)
-            let budget = ByteCount(configuration.memoryBudget)
-            sendFailed(job.key, .tooLarge, "the image needs \(estimate), more than this worker's whole memory "
-                       + "budget of \(budget), so it can never run here", &actions)
-            actions.append(.cancel(job.control))
-            actions.append(.report(.tooLargeForBudget(job.key, bytes: estimate.bytes)))
+            refuseTooLarge(token, bytes: estimate.bytes, "the image needs \(estimate)", &actions)
             return actions
         }
         jobs[token]!.phase = .waitingForMemory
@@ -68,7 +114,7 @@ extension WorkerCore {
         guard let job = jobs.removeValue(forKey: token) else { return [] }
         var actions: [Action] = []
         if tokens[job.key] == token { tokens[job.key] = nil }
-        if job.phase == .waitingForMemory { admission.withdraw(token) }
+        admission.forget(token)
         if job.reserved > 0 { freeing[token] = job.reserved }
         // A terminal frame already sent stands even if the connection went afterwards.
         var ending = job.ending ?? .abandoned
@@ -104,6 +150,9 @@ extension WorkerCore {
             }
         }
         actions.append(.report(.jobEnded(JobEnd(key: job.key, requestID: job.requestID, outcome: ending, figures: figures))))
+        // A thread the broker counted as busy with an abandoned job is free: say so now
+        // rather than at the next heartbeat, so its credit comes back at once.
+        if job.abandoned, connection != nil, !isStopped { actions.append(.send(.occupancy(occupancy))) }
         if !isStopped { admitWaitingJobs(&actions) }
         return actions
     }
@@ -178,6 +227,13 @@ extension WorkerCore {
     /// live and not cancelled.
     mutating func jobSourceOpened(_ token: JobToken, identity: Data) -> [Action] {
         guard let job = jobs[token], job.isSending else { return [] }
+        // Once per attempt: a job that yielded its bytes and read again says nothing more, but
+        // a different version then makes its results uncacheable.
+        if let first = job.identity {
+            if first != identity { jobs[token]!.identityChanged = true }
+            return []
+        }
+        jobs[token]!.identity = identity
         var opened = Enlarger_V1_JobSourceOpened()
         opened.jobID = job.key.jobID
         opened.attempt = job.key.attempt
@@ -188,7 +244,8 @@ extension WorkerCore {
     /// A job thread read its whole file: its results may be cached only if the file did not
     /// change meanwhile.
     mutating func jobSourceRead(_ token: JobToken, verified: Bool) -> [Action] {
-        jobs[token]?.verified = verified
+        guard let job = jobs[token] else { return [] }
+        jobs[token]!.verified = verified && !job.identityChanged
         return []
     }
 
@@ -212,7 +269,7 @@ extension WorkerCore {
             return
         case .waitingForMemory:
             admission.withdraw(token)
-        case .preparing, .running:
+        case .preparing, .reading, .yielding, .running:
             break
         }
         jobs[token]!.phase = .cancelling
@@ -225,11 +282,32 @@ extension WorkerCore {
     // MARK: - Helpers
 
     private mutating func admitWaitingJobs(_ actions: inout [Action]) {
-        for (token, bytes) in admission.admitReady() {
-            jobs[token]!.phase = .running
+        let decided = admission.admitReady()
+        for (token, bytes) in decided.admitted {
+            // Admitted for its source bytes (it now reads them), or for its estimate.
+            jobs[token]!.phase = admission.holders[token] != nil ? .reading : .running
             jobs[token]!.reserved = bytes
             actions.append(.admit(jobs[token]!.control))
         }
+        for token in decided.yielding {
+            jobs[token]!.phase = .yielding
+            actions.append(.yieldSource(jobs[token]!.control))
+            actions.append(.report(.yieldingSource(jobs[token]!.key, bytes: jobs[token]!.reserved)))
+        }
+    }
+
+    /// Fails a job whose source or estimate exceeds the whole budget, from what it knows
+    /// before reading or allocating, and releases its thread.
+    private mutating func refuseTooLarge(_ token: JobToken, bytes: Int, _ what: String, _ actions: inout [Action]) {
+        let job = jobs[token]!
+        admission.withdraw(token)
+        jobs[token]!.phase = .terminalSent
+        jobs[token]!.ending = .failed(.tooLarge)
+        let budget = ByteCount(configuration.memoryBudget)
+        sendFailed(job.key, .tooLarge, "\(what), more than this worker's whole memory budget of \(budget), "
+                   + "so it can never run here", &actions)
+        actions.append(.cancel(job.control))
+        actions.append(.report(.tooLargeForBudget(job.key, bytes: bytes)))
     }
 
     private func sendFailed(_ key: JobKey, _ code: Enlarger_V1_ErrorCode, _ message: String, _ actions: inout [Action]) {

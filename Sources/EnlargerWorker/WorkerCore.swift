@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import Foundation
 import Imaging
 
 /// The worker's decisions as a pure state machine: no sockets, no clock, no threads.
@@ -17,8 +18,17 @@ import Imaging
 ///   one terminal frame per attempt (a terminal `JobResult`, `JobFailed` or `JobCancelled`),
 ///   then nothing. Once a `CancelJob` has reached the core, nothing but `JobCancelled` is sent
 ///   for the job, when its thread has stopped. A `Job` the worker already runs is ignored.
-/// - **Memory.** A job's thread reads the header and reports the estimated peak before it
-///   allocates pixel memory; the job then waits, first come first served, until the budget
+/// - **Honest occupancy.** A cancelled job keeps its thread (and its credit at the broker)
+///   until the thread returns; a stage that cannot be interrupted may take a while. Every
+///   heartbeat is followed by an `Occupancy` naming such jobs while there are any, so the
+///   broker knows the thread is at work rather than stuck, and counting the threads still
+///   busy with abandoned jobs, which `Ready` states too: the broker never gives this worker
+///   more jobs than it has free threads. When an abandoned job's thread returns, an
+///   `Occupancy` with the new count goes out at once.
+/// - **Memory.** A file or URL job's thread first asks for its source bytes (the file's
+///   size, or the input limit for a download, lowered to its Content-Length) and reads
+///   nothing before they are admitted. A job's thread reads the header and reports the
+///   estimated peak before it allocates pixel memory; the job then waits, first come first served, until the budget
 ///   has room (see `MemoryAdmission`), and fails at once with `TOO_LARGE` when its estimate
 ///   exceeds the whole budget. A job keeps its share until its thread has returned and the
 ///   buffers it freed off-thread are gone, abandoned jobs included: until then the memory is
@@ -52,8 +62,13 @@ struct WorkerCore<Payload: FrameBytes> {
     enum Phase: Equatable {
         /// The job thread is reading the header; nothing is reserved yet.
         case preparing
-        /// Estimated and queued for memory.
+        /// Estimated (or, for a file or URL, its source size known) and queued for memory.
         case waitingForMemory
+        /// A file or URL job admitted for its source bytes: reading them, then estimating.
+        case reading
+        /// A file or URL job told to drop its bytes (see `MemoryAdmission`): it asks for them
+        /// again once it has.
+        case yielding
         /// Admitted: its estimate is reserved and results may be sent.
         case running
         /// `CancelJob` arrived; nothing more is sent until `JobCancelled`.
@@ -77,10 +92,15 @@ struct WorkerCore<Payload: FrameBytes> {
         var reserved = 0
         /// The connection it came on was replaced: nothing more is sent about it.
         var abandoned = false
+        /// What its first JobSourceOpened named (sent once per attempt), and whether a later
+        /// reading (after yielding its bytes) opened another version: its results then name
+        /// no version and are not cached.
+        var identity: Data?
+        var identityChanged = false
 
         /// Frames about it other than its terminal one may still go out.
         var isSending: Bool {
-            !abandoned && (phase == .preparing || phase == .waitingForMemory || phase == .running)
+            !abandoned && ([.preparing, .waitingForMemory, .reading, .yielding, .running] as [Phase]).contains(phase)
         }
     }
 
@@ -111,6 +131,26 @@ struct WorkerCore<Payload: FrameBytes> {
     var memoryInUse: Int { admission.inUse }
     /// Jobs waiting for memory.
     var jobsWaitingForMemory: Int { admission.waitingCount }
+    /// Threads still running jobs abandoned with an earlier connection (or queued to run
+    /// them, briefly): busy, though the broker holds no job for them.
+    var busyThreads: Int { min(configuration.capacity, jobs.values.count { $0.abandoned }) }
+    /// Jobs the broker cancelled on this connection whose threads have not returned.
+    var stoppingAttempts: [JobKey] {
+        jobs.values.filter { !$0.abandoned && $0.phase == .cancelling }.map(\.key)
+            .sorted { ($0.jobID, $0.attempt) < ($1.jobID, $1.attempt) }
+    }
+    /// What the broker is told about threads busy beyond its live jobs.
+    var occupancy: Enlarger_V1_Occupancy {
+        var occupancy = Enlarger_V1_Occupancy()
+        occupancy.busyThreads = UInt32(busyThreads)
+        occupancy.stopping = stoppingAttempts.map { key in
+            var attempt = Enlarger_V1_JobAttempt()
+            attempt.jobID = key.jobID
+            attempt.attempt = key.attempt
+            return attempt
+        }
+        return occupancy
+    }
     /// Connected, and the broker has answered since this connection's `Ready`.
     var isRegistered: Bool { !isStopped && connection?.registered == true }
 
@@ -146,6 +186,7 @@ struct WorkerCore<Payload: FrameBytes> {
             connect(now: now, &actions)
         } else if now >= current.nextHeartbeat {
             actions.append(.send(.heartbeat))
+            if busyThreads > 0 || !stoppingAttempts.isEmpty { actions.append(.send(.occupancy(occupancy))) }
             let next = now + configuration.heartbeatInterval
             connection?.nextHeartbeat = next
         }
@@ -206,6 +247,8 @@ struct WorkerCore<Payload: FrameBytes> {
         ready.capacity = UInt32(configuration.capacity)
         ready.workerName = configuration.name
         ready.pid = configuration.pid
+        // Threads still finishing abandoned jobs are not free: the broker counts them taken.
+        ready.busyThreads = UInt32(busyThreads)
         actions.append(.send(.ready(ready)))
         actions.append(.report(.registering(capacity: configuration.capacity, memoryBudget: configuration.memoryBudget)))
     }

@@ -116,6 +116,8 @@ final class WorkerLoop {
         case .sourceOpened(let token, let identity): try perform(core.jobSourceOpened(token, identity: identity))
         case .sourceRead(let token, let verified): try perform(core.jobSourceRead(token, verified: verified))
         case .download(let token, let progress): try perform(core.jobDownload(token, progress))
+        case .sourceWanted(let token, let bytes): try perform(core.jobSourceWanted(token, bytes: bytes))
+        case .sourceExpected(let token, let bytes): try perform(core.jobSourceExpected(token, bytes: bytes))
         case .estimated(let token, let estimate): try perform(core.jobEstimated(token, estimate))
         case .result(let token, let frame): try perform(core.jobResult(token, frame.output))
         case .ended(let token, let outcome, let figures): try perform(core.jobEnded(token, outcome, figures: figures))
@@ -157,6 +159,8 @@ final class WorkerLoop {
                 control.admit()
             case .cancel(let control):
                 control.cancel()
+            case .yieldSource(let control):
+                control.yieldSource()
             case .report(let report):
                 metrics?.record(report)
                 log(report)
@@ -243,6 +247,9 @@ final class WorkerLoop {
         case .tooLargeForBudget(let key, let bytes):
             logger.info("refused a job larger than the memory budget",
                         metadata: ["job": "\(key)", "estimate": "\(ByteCount(bytes))"])
+        case .yieldingSource(let key, let bytes):
+            logger.debug("job drops its source bytes for an older one to grow; it reads them again later",
+                         metadata: ["job": "\(key)", "bytes": "\(ByteCount(bytes))"])
         case .waitingForMemory(let key, let bytes, let inUse):
             logger.debug("job waits for memory", metadata: ["job": "\(key)", "estimate": "\(ByteCount(bytes))",
                                                             "in-use": "\(ByteCount(inUse))"])

@@ -1,3 +1,7 @@
+import Dispatch
+import Foundation
+import Locking
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -17,8 +21,9 @@ public struct NameLookup: Sendable {
         self.resolve = resolve
     }
 
-    /// `getaddrinfo`, both families, in the order it gives. It blocks the calling thread for as
-    /// long as the system resolver takes; the fetch's total timeout is checked after it returns.
+    /// `getaddrinfo`, both families, in the order it gives. It blocks its thread for as long
+    /// as the system resolver takes; the fetcher runs it through `BoundedLookup`, which gives
+    /// up on it at the fetch's connect timeout or on cancel.
     public static let system = NameLookup { name throws(FetchError) in
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
@@ -56,5 +61,79 @@ public struct NameLookup: Sendable {
         }
         guard !addresses.isEmpty else { throw .unavailable("cannot resolve \(name): no addresses") }
         return addresses
+    }
+}
+
+/// Runs name lookups on threads of their own, so that the fetch waiting for one can give up
+/// on it: `getaddrinfo` cannot be interrupted and may take as long as the system resolver
+/// likes (tens of seconds for a name whose servers never answer). A lookup is abandoned at
+/// its deadline or on cancel; its thread finishes on its own and its answer is dropped.
+/// At most `maxOutstanding` lookups (abandoned ones included) run at once: beyond that a
+/// fetch fails at once rather than adding threads.
+final class BoundedLookup: Sendable {
+    let lookup: NameLookup
+    let maxOutstanding: Int
+    private let outstanding = Lock(0)
+
+    init(_ lookup: NameLookup, maxOutstanding: Int = 32) {
+        self.lookup = lookup
+        self.maxOutstanding = maxOutstanding
+    }
+
+    /// Lookups whose threads have not returned, abandoned ones included.
+    var running: Int { outstanding.withLock { $0 } }
+
+    /// The addresses of `name`, or `.timedOut` once `deadline` passes, or `.cancelled`.
+    func resolve(
+        _ name: String, deadline: ContinuousClock.Instant, timeoutName: String, cancellation: FetchCancellation
+    ) throws(FetchError) -> [IPAddress] {
+        guard !cancellation.isCancelled else { throw .cancelled }
+        let admitted = outstanding.withLock { count -> Bool in
+            guard count < maxOutstanding else { return false }
+            count += 1
+            return true
+        }
+        guard admitted else {
+            throw .unavailable("cannot resolve \(name): \(maxOutstanding) name lookups are already outstanding")
+        }
+        let answer = Answer()
+        let lookup = lookup
+        let thread = Thread { [outstanding] in
+            let result = Result { () throws(FetchError) in try lookup.resolve(name) }
+            outstanding.withLock { $0 -= 1 }
+            answer.give(result)
+        }
+        thread.name = "enlarger-lookup"
+        thread.start()
+        let token = cancellation.addHandler { answer.wake() }
+        defer { cancellation.removeHandler(token) }
+        while true {
+            if cancellation.isCancelled { throw .cancelled }
+            if let result = answer.result { return try result.get() }
+            let left = deadline - ContinuousClock.now
+            guard left > .zero else { throw .timedOut("resolving \(name) took longer than the \(timeoutName)") }
+            answer.wait(upTo: left)
+        }
+    }
+
+    /// One lookup's answer, and the signal that wakes its waiter.
+    private final class Answer: Sendable {
+        private let state = Lock<Result<[IPAddress], FetchError>?>(nil)
+        private let signal = DispatchSemaphore(value: 0)
+
+        var result: Result<[IPAddress], FetchError>? { state.withLock { $0 } }
+
+        func give(_ result: Result<[IPAddress], FetchError>) {
+            state.withLock { $0 = result }
+            signal.signal()
+        }
+
+        func wake() { signal.signal() }
+
+        func wait(upTo duration: Duration) {
+            let (seconds, attoseconds) = duration.components
+            let nanoseconds = Int(clamping: seconds) &* 1_000_000_000 &+ Int(attoseconds / 1_000_000_000)
+            _ = signal.wait(timeout: .now() + .nanoseconds(max(0, nanoseconds)))
+        }
     }
 }

@@ -106,8 +106,10 @@ extension URLFetcher {
 
         var bytes: [UInt8] = []
         // The declared size is reserved only for a whole download: one that `enough` may
-        // stop after a header should not allocate for the rest.
-        if hop.enough == nil { bytes.reserveCapacity(expected ?? 0) }
+        // stop after a header should not allocate for the rest. Without a Content-Length the
+        // limit is reserved (address space only, until written): growing by doubling would
+        // hold up to twice the limit for a moment, beyond what the worker admitted.
+        if hop.enough == nil { bytes.reserveCapacity(expected ?? policy.maxBytes) }
         var throttle = ProgressThrottle(interval: .milliseconds(250))
         for try await chunk in response.body {
             guard chunk.readableBytes <= policy.maxBytes - bytes.count else {

@@ -20,13 +20,13 @@ import NIOPosix
 /// its connection closed) when the hop ends; nothing is pooled between fetches.
 public final class URLFetcher: Sendable {
     public let policy: URLSourcePolicy
-    let lookup: NameLookup
+    let lookup: BoundedLookup
     let group: MultiThreadedEventLoopGroup
     private let isShutDown = Lock(false)
 
     public init(policy: URLSourcePolicy = .init(), lookup: NameLookup = .system) {
         self.policy = policy
-        self.lookup = lookup
+        self.lookup = BoundedLookup(lookup)
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
     }
 
@@ -67,7 +67,7 @@ public final class URLFetcher: Sendable {
         var redirects = 0
         while true {
             guard !cancellation.isCancelled else { throw .cancelled }
-            let address = try checkedAddress(of: current, resolved: &resolved)
+            let address = try checkedAddress(of: current, resolved: &resolved, deadline: deadline, cancellation: cancellation)
             guard ContinuousClock.now < deadline else { throw totalTimeout }
             let outcome = try exchange(
                 Hop(url: current, address: address, deadline: deadline, events: events, enough: enough),
@@ -102,7 +102,13 @@ public final class URLFetcher: Sendable {
     /// The address to connect to for `url`, after the policy has passed every address its
     /// host stands for. A name is resolved once per fetch: a redirect back to the same host
     /// reuses the answer rather than asking again (and perhaps being told something else).
-    func checkedAddress(of url: SourceURL, resolved: inout [String: [IPAddress]]) throws(FetchError) -> IPAddress {
+    ///
+    /// The lookup is bounded like a connection: it is abandoned at the connect timeout (or the
+    /// total deadline, if sooner), or at once when the fetch is cancelled.
+    func checkedAddress(
+        of url: SourceURL, resolved: inout [String: [IPAddress]],
+        deadline: ContinuousClock.Instant = .now + .seconds(3600), cancellation: FetchCancellation = FetchCancellation()
+    ) throws(FetchError) -> IPAddress {
         switch url.host {
         case .address(let address):
             guard policy.addresses.permits(address) else {
@@ -114,7 +120,11 @@ public final class URLFetcher: Sendable {
             if let known = resolved[name] {
                 addresses = known
             } else {
-                addresses = try lookup.resolve(name)
+                let connectBy = ContinuousClock.now + policy.connectTimeout
+                addresses = try lookup.resolve(
+                    name, deadline: min(connectBy, deadline),
+                    timeoutName: connectBy <= deadline ? "connect timeout of \(policy.connectTimeout)" : "total timeout of \(policy.totalTimeout)",
+                    cancellation: cancellation)
                 resolved[name] = addresses
             }
             guard let first = addresses.first else { throw .unavailable("cannot resolve \(name): no addresses") }

@@ -14,13 +14,20 @@ public struct DecodeLimits: Sendable, Equatable {
     /// memory budget is the real bound, this is a hard cap and a way to test allocation
     /// failure.
     public var maxBufferBytes = Int.max
+    /// The largest AVIF output, in pixels. The AV1 encoder cannot be interrupted, so its
+    /// time bounds how long a cancelled job may keep its thread: this bounds that time.
+    public var maxAVIFPixels = DecodeLimits.defaultMaxAVIFPixels
+
+    public static let defaultMaxAVIFPixels = 16_000_000
 
     public init(maxPixels: Int = 1 << 27, maxInputBytes: Int = 64 << 20, maxScans: Int = 256,
-                maxDecoderMemory: Int = 1 << 30, maxBufferBytes: Int = .max) {
+                maxDecoderMemory: Int = 1 << 30, maxBufferBytes: Int = .max,
+                maxAVIFPixels: Int = DecodeLimits.defaultMaxAVIFPixels) {
         self.maxPixels = maxPixels
         self.maxInputBytes = maxInputBytes
         self.maxScans = maxScans
         self.maxDecoderMemory = maxDecoderMemory
         self.maxBufferBytes = maxBufferBytes
+        self.maxAVIFPixels = maxAVIFPixels
     }
 }

@@ -16,11 +16,14 @@ public enum Encoder {
     /// needed); PNM output is binary PGM (gray) or PPM (RGB). `cancel` is polled every few
     /// rows (JPEG, PNG), through libwebp's progress hook, before AV1 encoding or every few
     /// megabytes (PNM). The output of JPEG and PNM and libjpeg's large buffers come from
-    /// `allocator`: running out of memory throws `.tooLarge`.
+    /// `allocator`: running out of memory throws `.tooLarge`. The AV1 encoder cannot be
+    /// interrupted once it runs, so an AVIF of more than `maxAVIFPixels` is refused (`.tooLarge`)
+    /// before it starts: that bounds how long a cancelled job keeps its thread.
     public static func encode(_ image: PixelBuffer, format: OutputFormat, quality: Int = 80,
                               progressive: Bool = false, chroma444: Bool = false, lossless: Bool = false,
                               iccProfile: [UInt8]? = nil, cancel: CancellationFlag? = nil,
-                              allocator: BufferAllocator = BufferAllocator()) throws(ImagingError) -> EncodedImage {
+                              allocator: BufferAllocator = BufferAllocator(),
+                              maxAVIFPixels: Int = .max) throws(ImagingError) -> EncodedImage {
         let memory: Allocation
         switch format {
         case .jpeg:
@@ -45,6 +48,7 @@ public enum Encoder {
                     : status == EW_ERR_NO_MEMORY ? .noMemory : .failed
             }
         case .avif:
+            try checkAVIFSize(width: image.width, height: image.height, limit: maxAVIFPixels)
             memory = try adopt("AVIF", image, iccProfile) { pixels, icc, iccLength, output, length, message in
                 let status = eh_encode_avif(pixels, Int32(image.width), Int32(image.height), Int32(image.channels),
                                             Int32(quality), Int32(avifSpeed), icc, iccLength,
@@ -55,6 +59,13 @@ public enum Encoder {
         }
         // The image keeps the encoder's buffer alive and reads it in place.
         return EncodedImage(bytes: memory.bytes, keptAliveBy: memory, width: image.width, height: image.height, format: format)
+    }
+
+    /// Throws `.tooLarge` for an AVIF output over `limit` pixels (see `DecodeLimits.maxAVIFPixels`).
+    public static func checkAVIFSize(width: Int, height: Int, limit: Int) throws(ImagingError) {
+        guard width * height > limit else { return }
+        throw ImagingError(.tooLarge, "an AVIF output of \(width)×\(height) is over this worker's limit of \(limit) "
+                           + "pixels for AVIF (the AV1 encoder cannot be interrupted); ask for a smaller size or another format")
     }
 
     private enum Outcome { case ok, cancelled, noMemory, failed }

@@ -157,7 +157,7 @@ extension ImagePipeline {
         let encoded = try Encoder.encode(image, format: format, quality: stage == .final ? options.quality : degradedQuality,
                                          progressive: stage == .final && options.progressive, chroma444: options.chroma444,
                                          lossless: options.lossless, iccProfile: format == .pnm ? nil : kept,
-                                         cancel: cancel, allocator: allocator)
+                                         cancel: cancel, allocator: allocator, maxAVIFPixels: limits.maxAVIFPixels)
         timings.encodeMilliseconds += clock.lap()
         return (encoded, notes)
     }

@@ -95,6 +95,11 @@ public struct ImagePipeline: Sendable {
             throw ImagingError(.tooLarge, "the output would be \(plan.outputWidth)×\(plan.outputHeight), "
                                + "above the limit of \(limits.maxPixels) pixels")
         }
+        // A JPEG has no alpha: when its output is AVIF, an AVIF over the limit is refused now,
+        // before any decoding (the encoder checks again, for every path).
+        if (try? options.outputFormat(hasAlpha: false).format) == .avif {
+            try Encoder.checkAVIFSize(width: plan.outputWidth, height: plan.outputHeight, limit: limits.maxAVIFPixels)
+        }
         let wantsDegraded = delivery != .final
         // Only the thumbnail's header is read here, for the estimate.
         let thumbnail = wantsDegraded ? decoder.thumbnail.flatMap { bytes in
@@ -249,7 +254,7 @@ public struct ImagePipeline: Sendable {
         let image = try Encoder.encode(upright!, format: options.outputFormat(hasAlpha: false).format, quality: quality,
                                        progressive: options.progressive, chroma444: options.chroma444,
                                        lossless: options.lossless, iccProfile: Self.keptProfile(header, options),
-                                       cancel: cancel, allocator: allocator)
+                                       cancel: cancel, allocator: allocator, maxAVIFPixels: limits.maxAVIFPixels)
         timings.encodeMilliseconds += clock.lap()
         return image
     }
@@ -290,7 +295,7 @@ public struct ImagePipeline: Sendable {
                                            lossless: options.lossless,
                                            iccProfile: upright.channels == header.decodedChannels
                                                ? Self.keptProfile(header, options) : nil,
-                                           allocator: allocator)
+                                           allocator: allocator, maxAVIFPixels: limits.maxAVIFPixels)
             timings.encodeMilliseconds = clock.lap()
             return (image, timings)
         }

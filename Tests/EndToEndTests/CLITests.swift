@@ -155,6 +155,41 @@ final class CLITests: XCTestCase {
         XCTAssert(result.stderr.contains("cannot reach the broker at \(endpoint)"), result.stderr)
     }
 
+    func testClientCommandsRefuseARuntimeDirectoryThatIsNotPrivate() throws {
+        let base = try temporaryDirectory()
+        let open = base.appendingPathComponent("open")
+        XCTAssertEqual(mkdir(open.path, 0o755), 0)
+        XCTAssertEqual(chmod(open.path, 0o755), 0)
+        let wide = try run(["status", "--runtime-dir", open.path])
+        XCTAssertEqual(wide.status, 1)
+        XCTAssert(wide.stderr.contains("runtime directory \(open.path) has mode 755, not 700"), wide.stderr)
+        // The default directory, as $ENLARGER_RUNTIME_DIR names it, is checked the same way.
+        let viaEnvironment = try run(["cancel", "x"], environment: ["ENLARGER_RUNTIME_DIR": open.path])
+        XCTAssertEqual(viaEnvironment.status, 1)
+        XCTAssert(viaEnvironment.stderr.contains("has mode 755, not 700"), viaEnvironment.stderr)
+
+        let link = base.appendingPathComponent("link")
+        let target = base.appendingPathComponent("target")
+        XCTAssertEqual(mkdir(target.path, 0o700), 0)
+        try FileManager.default.createSymbolicLink(atPath: link.path, withDestinationPath: target.path)
+        let linked = try run(["status", "--runtime-dir", link.path])
+        XCTAssertEqual(linked.status, 1)
+        XCTAssert(linked.stderr.contains("is not a directory"), linked.stderr)
+
+        // Private and ours: on to the next question (here, no broker's socket in it).
+        let mine = try run(["status", "--runtime-dir", target.path])
+        XCTAssertEqual(mine.status, 1)
+        XCTAssertFalse(mine.stderr.contains("refusing to use it"), mine.stderr)
+
+        if getuid() == 0 {
+            // Someone else's directory, however private.
+            XCTAssertEqual(chown(target.path, 65534, 65534), 0)
+            let foreign = try run(["status", "--runtime-dir", target.path])
+            XCTAssertEqual(foreign.status, 1)
+            XCTAssert(foreign.stderr.contains("belongs to user 65534"), foreign.stderr)
+        }
+    }
+
     func testUnsupportedInputIsRefusedBeforeSendingAndNamed() async throws {
         let cluster = try Cluster(self)
         let directory = try temporaryDirectory()

@@ -126,7 +126,7 @@ extension WorkerToBrokerMessage {
         case .jobCancelled(let cancelled): cancelled.jobID
         case .jobSourceOpened(let opened): opened.jobID
         case .jobDownload(let download): download.jobID
-        case .ready, .heartbeat, .disconnect: nil
+        case .ready, .heartbeat, .disconnect, .occupancy: nil
         }
     }
 
@@ -135,7 +135,7 @@ extension WorkerToBrokerMessage {
         switch self {
         case .jobResult(let result, _): result.terminal
         case .jobFailed, .jobCancelled: true
-        case .ready, .heartbeat, .jobStarted, .disconnect, .jobSourceOpened, .jobDownload: false
+        case .ready, .heartbeat, .jobStarted, .disconnect, .jobSourceOpened, .jobDownload, .occupancy: false
         }
     }
 }

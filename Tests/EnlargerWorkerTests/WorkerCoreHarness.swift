@@ -18,6 +18,7 @@ struct WorkerCoreHarness {
         case started(JobToken)
         case admitted(JobToken)
         case cancelled(JobToken)
+        case yielded(JobToken)
         case report(WorkerReport)
     }
 
@@ -122,6 +123,9 @@ struct WorkerCoreHarness {
             case .cancel(let control):
                 control.cancel()
                 events.append(.cancelled(token(of: control)))
+            case .yieldSource(let control):
+                control.yieldSource()
+                events.append(.yielded(token(of: control)))
             case .report(let report):
                 events.append(.report(report))
             }
@@ -162,11 +166,13 @@ struct WorkerCoreHarness {
         case .jobCancelled(let m): "cancelled \(m.jobID)"
         case .jobSourceOpened(let m): "opened \(m.jobID)"
         case .jobDownload(let m): "download \(m.jobID) \(m.phase)"
+        case .occupancy(let m): "occupancy \(m.busyThreads) [\(m.stopping.map { "\($0.jobID)" }.joined(separator: " "))]"
         }
     }
 
     var admitted: [JobToken] { events.compactMap { if case .admitted(let t) = $0 { t } else { nil } } }
     var cancelled: [JobToken] { events.compactMap { if case .cancelled(let t) = $0 { t } else { nil } } }
+    var yielded: [JobToken] { events.compactMap { if case .yielded(let t) = $0 { t } else { nil } } }
     var connections: Int { events.filter { if case .connected = $0 { true } else { false } }.count }
 }
 

@@ -389,7 +389,7 @@ struct Simulation {
                     if code == .tooLarge { reported.tooLarge += 1 }
                 case .abandoned: reported.abandoned += 1
                 }
-            case .started, .cancelled, .report:
+            case .started, .cancelled, .yielded, .report:
                 break
             }
         }

@@ -47,7 +47,7 @@ final class WorkerCoreTests: XCTestCase {
         harness.result(token, .final, terminal: true)
         XCTAssertEqual(harness.core.memoryInUse, 10)
         harness.ended(token, .failed(ImagingError(.cancelled, "cancelled")))
-        XCTAssertEqual(harness.sent.count, 0)
+        XCTAssertEqual(harness.sentSummary, ["occupancy 0 []"], "nothing about the job; only that its thread is free")
         XCTAssertEqual(harness.core.memoryInUse, 0)
     }
 
@@ -188,7 +188,8 @@ final class WorkerCoreTests: XCTestCase {
         harness.ended(first, .completed)
         harness.estimated(second, bytes: 1)
         harness.result(second, .final, terminal: true)
-        XCTAssertEqual(harness.sentSummary, ["final 1"], "the old job's end says nothing; the new one runs")
+        XCTAssertEqual(harness.sentSummary, ["occupancy 0 []", "final 1"],
+                       "the old job's end says only that its thread is free; the new one runs")
     }
 
     // MARK: Memory
@@ -293,6 +294,7 @@ final class WorkerCoreTests: XCTestCase {
         XCTAssertEqual(harness.admitted, [])
         harness.ended(old, .failed(ImagingError(.cancelled, "cancelled")))
         XCTAssertEqual(harness.admitted, [fresh])
-        XCTAssertEqual(harness.sentSummary, [])
+        XCTAssertEqual(harness.sentSummary, ["occupancy 1 []", "occupancy 0 []"],
+                       "nothing about the abandoned jobs but that their threads are free")
     }
 }

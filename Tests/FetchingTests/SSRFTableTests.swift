@@ -155,3 +155,24 @@ final class SSRFTableTests: XCTestCase {
         }
     }
 }
+
+/// `--url-allow ::/0` opens IPv6, not the IPv4 space that IPv6 forms can carry.
+final class AllowAllIPv6Tests: XCTestCase {
+    func testAllowingAllOfIPv6OpensNoPrivateIPv4ThroughItsIPv6Forms() {
+        let policy = AddressPolicy(allowed: [IPNetwork("::/0")!])
+        for text in ["::ffff:127.0.0.1", "::ffff:10.0.0.1", "::ffff:0:192.168.1.1", "64:ff9b::a00:1", "2002:7f00:1::1",
+                     "::ffff:169.254.169.254"] {
+            XCTAssertFalse(policy.permits(IPAddress(text)!), text)
+        }
+        for text in ["::1", "fd00::1", "fe80::1", "::ffff:8.8.8.8", "2001:db8::1"] {
+            XCTAssertTrue(policy.permits(IPAddress(text)!), text)
+        }
+    }
+
+    func testIPv4FormsAreStillOpenedByTheirIPv4NetworkOrANarrowIPv6One() {
+        XCTAssertTrue(AddressPolicy(allowed: [IPNetwork("127.0.0.1/32")!]).permits(IPAddress("::ffff:127.0.0.1")!))
+        XCTAssertTrue(AddressPolicy(allowed: [IPNetwork("::ffff:a00:0/104")!]).permits(IPAddress("::ffff:10.1.2.3")!))
+        XCTAssertTrue(AddressPolicy(allowed: [IPNetwork("64:ff9b::/96")!]).permits(IPAddress("64:ff9b::a00:1")!))
+        XCTAssertFalse(AddressPolicy(allowed: [IPNetwork("::/80")!]).permits(IPAddress("::ffff:127.0.0.1")!))
+    }
+}

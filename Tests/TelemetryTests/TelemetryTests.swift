@@ -40,8 +40,8 @@ final class HTTPEndpointTests: XCTestCase {
         XCTAssert(try raw(endpoint.boundAddress, huge).hasPrefix("HTTP/1.1 431 "))
     }
 
-    /// A client that connects and says nothing holds the single thread for at most the I/O
-    /// timeout (two seconds), not forever.
+    /// A client that connects and says nothing does not hold up another (see
+    /// HTTPEndpointLoadTests for 200 of them).
     func testASilentClientDelaysOthersOnlyBriefly() throws {
         let endpoint = try HTTPEndpoint(address: "127.0.0.1:0") { _ in .init(status: 200, text: "ok\n") }
         endpoint.start()

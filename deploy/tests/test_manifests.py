@@ -502,6 +502,49 @@ def check_exposure(m):
     return problems
 
 
+def check_metrics_policy(m):
+    """The metrics port of every pod that has one is reached only by the scraper: some
+    NetworkPolicy selects the pod for ingress, every rule that admits the metrics port names
+    its sources (no rule open to all), and those sources are pods, never an ipBlock beyond a
+    single node-sized network. The kubelet's probes come from the node, which Kubernetes
+    always admits."""
+    problems = []
+    policies = [p for p in m.kind("NetworkPolicy") if "Ingress" in p["spec"].get("policyTypes", ["Ingress"])]
+    for component in ("broker", "worker"):
+        deployment = m.deployment(component)
+        container = pod_spec(deployment)["containers"][0]
+        metrics = named_port(container, METRICS_PORT)
+        if metrics is None:
+            continue
+        labels = pod_labels(deployment)
+        selecting = [p for p in policies if selects(p["spec"]["podSelector"].get("matchLabels", {}), labels)
+                     or p["spec"]["podSelector"] == {}]
+        if not selecting:
+            problems.append(f"no NetworkPolicy limits ingress to the {component} pods")
+            continue
+        for policy in selecting:
+            for rule in policy["spec"].get("ingress", []):
+                ports = rule.get("ports")
+                reaches = ports is None or any(p.get("port") in (METRICS_PORT, metrics) or p.get("port") is None
+                                               for p in ports)
+                if not reaches:
+                    continue
+                sources = rule.get("from")
+                name = policy["metadata"]["name"]
+                if not sources:
+                    problems.append(f"NetworkPolicy {name} opens the {component}'s metrics port to everyone")
+                    continue
+                for source in sources:
+                    block = source.get("ipBlock")
+                    if block is not None:
+                        prefix = int(block["cidr"].split("/")[1])
+                        if prefix < (32 if ":" not in block["cidr"] else 128):
+                            problems.append(f"NetworkPolicy {name} opens the {component}'s metrics port to {block['cidr']}")
+                    elif source.get("podSelector") is None or source["podSelector"] == {}:
+                        problems.append(f"NetworkPolicy {name} opens the {component}'s metrics port to whole namespaces")
+    return problems
+
+
 def check_broker_is_single(m):
     broker = m.deployment("broker")
     problems = []
@@ -663,6 +706,33 @@ class ManifestTests(unittest.TestCase):
         self.assertEqual(check_exposure(noted), [])
         self.assertCatches(check_exposure, exposed(note=False))
         self.assertCatches(check_exposure, exposed(port="workers"))
+
+    def test_only_the_scraper_reaches_the_metrics_port(self):
+        self.assertHolds(check_metrics_policy)
+        self.assertCatches(check_metrics_policy, lambda m: m.files.pop("network-policy.yaml"))
+
+        def rule(index):
+            return lambda m: m.kind("NetworkPolicy")[0]["spec"]["ingress"][index]
+
+        def open_to_all(m):
+            rule(1)(m).pop("from")
+        self.assertCatches(check_metrics_policy, open_to_all)
+
+        def whole_namespace(m):
+            rule(1)(m)["from"][0].pop("podSelector")
+        self.assertCatches(check_metrics_policy, whole_namespace)
+
+        def every_port(m):
+            rule(0)(m).pop("ports")
+        self.assertCatches(check_metrics_policy, every_port)
+
+        def by_number(m):
+            rule(0)(m)["ports"].append({"port": 9570, "protocol": "TCP"})
+        self.assertCatches(check_metrics_policy, by_number)
+
+        def a_network(m):
+            rule(1)(m)["from"].append({"ipBlock": {"cidr": "10.0.0.0/8"}})
+        self.assertCatches(check_metrics_policy, a_network)
 
     def test_there_is_one_broker(self):
         self.assertHolds(check_broker_is_single)

@@ -1,13 +1,20 @@
 #ifndef ENLARGER_FILES_H
 #define ENLARGER_FILES_H
 
-/// Opens `path` for reading, resolved beneath the directory `dirfd` with openat2(2) and
-/// RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS: `..` above the directory, absolute paths and
-/// symbolic links that lead outside it fail with EXDEV, and /proc-style magic links with
-/// ELOOP. The file is opened non-blocking (a FIFO cannot hang the caller), close-on-exec,
-/// and never as a controlling terminal.
+/// What `enlarger_open_beneath` returns for a path that is not a regular file; no errno
+/// has this value.
+#define ENLARGER_NOT_REGULAR (-100000)
+
+/// Opens the regular file `path` for reading, resolved beneath the directory `dirfd` with
+/// openat2(2) and RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS: `..` above the directory,
+/// absolute paths and symbolic links that lead outside it fail with EXDEV, and /proc-style
+/// magic links with ELOOP. The path is located with O_PATH and checked to be a regular file
+/// before it is opened for reading (through /proc/self/fd, so the same file), so a device
+/// node or FIFO is never opened. The file is opened non-blocking, close-on-exec, and never
+/// as a controlling terminal.
 ///
-/// Returns the new descriptor, or -errno (-ENOSYS on kernels before Linux 5.6).
+/// Returns the new descriptor, ENLARGER_NOT_REGULAR, or -errno (-ENOSYS on kernels before
+/// Linux 5.6).
 int enlarger_open_beneath(int dirfd, const char *path);
 
 /// Renames `from` to `to` only if `to` does not exist: renameat2(2) with RENAME_NOREPLACE,

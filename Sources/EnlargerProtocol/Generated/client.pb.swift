@@ -147,7 +147,10 @@
 //   connection that may cancel it): the others are cancelled with it. So cancelling any item
 //   cancels the whole batch.
 // An item whose index is taken or out of range, or whose size differs from the batch's, is
-// Rejected{INVALID_ARGUMENT} and fails the batch. A batch not complete by the deadline of its
+// Rejected{INVALID_ARGUMENT} and fails the batch. An item answered Failed{DUPLICATE_ID}
+// fails its batch too, except when the live request holding the id is an item of that same
+// batch: DUPLICATE_ID never ends the holder, so the batch goes on and its place waits to be
+// filled (or for the deadline). A batch not complete by the deadline of its
 // first item fails with DEADLINE_EXCEEDED, naming the first place without a result (a place
 // whose item never arrived first). Results are delivered as they come; a client library puts
 // them in input order.

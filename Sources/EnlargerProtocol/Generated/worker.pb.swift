@@ -19,12 +19,13 @@
 //
 // A worker registers by sending Ready{capacity}: it then holds `capacity` credits, and the
 // broker never has more than `capacity` jobs outstanding on it. Ready is not acknowledged;
-// heartbeats and jobs follow. An invalid Ready (capacity out of range, name too long) is
-// answered Error{MALFORMED} and registers nothing. A job is outstanding from
-// the Job message until the worker's terminal frame for that attempt: JobResult with
-// terminal = true, JobFailed or JobCancelled. Each terminal frame returns one credit. A
-// Ready from a worker that is already registered resets it: every job it held is treated
-// as lost (as if the worker had died) and it starts afresh with the new capacity.
+// heartbeats and jobs follow. An invalid Ready (capacity out of range, busy_threads over
+// capacity, name too long) is answered Error{MALFORMED} and registers nothing. A job is
+// outstanding from the Job message until the worker's terminal frame for that attempt:
+// JobResult with terminal = true, JobFailed or JobCancelled. Each terminal frame returns one
+// credit. A Ready from a worker that is already registered resets it: every job it held is
+// treated as lost (as if the worker had died) and it starts afresh with the new capacity.
+// Threads still busy with earlier work are taken credits too (see OCCUPANCY).
 //
 // JOBS AND ATTEMPTS
 //
@@ -58,6 +59,29 @@
 // has is ignored. Either way the worker sends exactly one terminal frame per attempt.
 // JobCancelled for a job the broker did not ask to cancel is malformed and ignored: a
 // worker that wants to give work back sends Disconnect.
+//
+// The broker has already told the client Cancelled when it sends CancelJob; the credit is
+// another matter. Some stages cannot be interrupted (the AV1 encoder, a libheif decode, a
+// DNS lookup), so a cancelled job's thread may stay busy for a while: its credit stays
+// taken until JobCancelled, and the worker says the thread is still honestly at work by
+// naming the attempt in Occupancy.stopping. The broker retires a worker (as if lost, see
+// LIVENESS) only when a cancelled attempt has gone `--cancel-ack-timeout` (10 s) without
+// being acknowledged or named in an Occupancy: a worker that is really stuck still goes,
+// a worker finishing an encode nobody can stop does not.
+//
+// OCCUPANCY
+//
+// Threads that the broker does not count as live jobs may still be busy: a cancelled
+// attempt still stopping (above), or a job of an earlier connection that the worker
+// abandoned (after the broker's Disconnect or silence) and whose thread has not returned.
+// The worker states the second count in Ready.busy_threads and both in Occupancy, which it
+// sends with every heartbeat while either is non-zero, and at once when an abandoned job's
+// thread returns (with the new count, zero included). The broker counts busy_threads as
+// taken credits: it never has more than `capacity - busy_threads` jobs outstanding on the
+// worker, so a worker that re-registers while a thread still encodes is not overbooked.
+// An Occupancy with more busy threads or stopping attempts than the capacity is answered
+// Error{MALFORMED} and changes nothing; attempts it names that the broker did not cancel
+// are ignored.
 //
 // LIVENESS
 //
@@ -172,6 +196,14 @@ public nonisolated struct Enlarger_V1_WorkerToBroker: Sendable {
     set {kind = .download(newValue)}
   }
 
+  public var occupancy: Enlarger_V1_Occupancy {
+    get {
+      if case .occupancy(let v)? = kind {return v}
+      return Enlarger_V1_Occupancy()
+    }
+    set {kind = .occupancy(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -184,6 +216,7 @@ public nonisolated struct Enlarger_V1_WorkerToBroker: Sendable {
     case disconnect(Enlarger_V1_Disconnect)
     case sourceOpened(Enlarger_V1_JobSourceOpened)
     case download(Enlarger_V1_JobDownload)
+    case occupancy(Enlarger_V1_Occupancy)
 
   }
 
@@ -204,6 +237,10 @@ public nonisolated struct Enlarger_V1_Ready: Sendable {
 
   public var pid: UInt32 = 0
 
+  /// Threads still running jobs the worker abandoned with an earlier connection, 0 to
+  /// `capacity`: taken credits until an Occupancy says otherwise (see OCCUPANCY).
+  public var busyThreads: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -214,6 +251,40 @@ public nonisolated struct Enlarger_V1_Heartbeat: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// What the worker's threads are busy with beyond the live jobs the broker counts (see
+/// OCCUPANCY). Each message replaces what the previous one said.
+public nonisolated struct Enlarger_V1_Occupancy: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Threads still running jobs abandoned with an earlier connection, 0 to `capacity`.
+  public var busyThreads: UInt32 = 0
+
+  /// Attempts the broker cancelled whose threads have not returned yet (at most `capacity`):
+  /// each still holds its credit and is not yet a stuck cancel.
+  public var stopping: [Enlarger_V1_JobAttempt] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// One attempt of one job.
+public nonisolated struct Enlarger_V1_JobAttempt: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var jobID: UInt64 = 0
+
+  public var attempt: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -549,7 +620,7 @@ fileprivate nonisolated let _protobuf_package = "enlarger.v1"
 
 nonisolated extension Enlarger_V1_WorkerToBroker: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".WorkerToBroker"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}ready\0\u{1}heartbeat\0\u{3}job_started\0\u{3}job_result\0\u{3}job_failed\0\u{3}job_cancelled\0\u{1}disconnect\0\u{3}source_opened\0\u{1}download\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}ready\0\u{1}heartbeat\0\u{3}job_started\0\u{3}job_result\0\u{3}job_failed\0\u{3}job_cancelled\0\u{1}disconnect\0\u{3}source_opened\0\u{1}download\0\u{1}occupancy\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -674,6 +745,19 @@ nonisolated extension Enlarger_V1_WorkerToBroker: SwiftProtobuf.Message, SwiftPr
           self.kind = .download(v)
         }
       }()
+      case 10: try {
+        var v: Enlarger_V1_Occupancy?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .occupancy(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .occupancy(v)
+        }
+      }()
       default: break
       }
     }
@@ -721,6 +805,10 @@ nonisolated extension Enlarger_V1_WorkerToBroker: SwiftProtobuf.Message, SwiftPr
       guard case .download(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
     }()
+    case .occupancy?: try {
+      guard case .occupancy(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -735,7 +823,7 @@ nonisolated extension Enlarger_V1_WorkerToBroker: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Ready: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Ready"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}capacity\0\u{3}worker_name\0\u{1}pid\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}capacity\0\u{3}worker_name\0\u{1}pid\0\u{3}busy_threads\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -746,6 +834,7 @@ nonisolated extension Enlarger_V1_Ready: SwiftProtobuf.Message, SwiftProtobuf._M
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.capacity) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.workerName) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.pid) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.busyThreads) }()
       default: break
       }
     }
@@ -761,6 +850,9 @@ nonisolated extension Enlarger_V1_Ready: SwiftProtobuf.Message, SwiftProtobuf._M
     if self.pid != 0 {
       try visitor.visitSingularUInt32Field(value: self.pid, fieldNumber: 3)
     }
+    if self.busyThreads != 0 {
+      try visitor.visitSingularUInt32Field(value: self.busyThreads, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -768,6 +860,7 @@ nonisolated extension Enlarger_V1_Ready: SwiftProtobuf.Message, SwiftProtobuf._M
     if lhs.capacity != rhs.capacity {return false}
     if lhs.workerName != rhs.workerName {return false}
     if lhs.pid != rhs.pid {return false}
+    if lhs.busyThreads != rhs.busyThreads {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -787,6 +880,76 @@ nonisolated extension Enlarger_V1_Heartbeat: SwiftProtobuf.Message, SwiftProtobu
   }
 
   public static func ==(lhs: Enlarger_V1_Heartbeat, rhs: Enlarger_V1_Heartbeat) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_Occupancy: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Occupancy"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}busy_threads\0\u{1}stopping\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.busyThreads) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.stopping) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.busyThreads != 0 {
+      try visitor.visitSingularUInt32Field(value: self.busyThreads, fieldNumber: 1)
+    }
+    if !self.stopping.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.stopping, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_Occupancy, rhs: Enlarger_V1_Occupancy) -> Bool {
+    if lhs.busyThreads != rhs.busyThreads {return false}
+    if lhs.stopping != rhs.stopping {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_JobAttempt: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".JobAttempt"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.jobID) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.attempt) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.jobID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.jobID, fieldNumber: 1)
+    }
+    if self.attempt != 0 {
+      try visitor.visitSingularUInt32Field(value: self.attempt, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_JobAttempt, rhs: Enlarger_V1_JobAttempt) -> Bool {
+    if lhs.jobID != rhs.jobID {return false}
+    if lhs.attempt != rhs.attempt {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from . import common_pb2 as enlarger_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65nlarger/v1/worker.proto\x12\x0b\x65nlarger.v1\x1a\x18\x65nlarger/v1/common.proto\"\xbe\x03\n\x0eWorkerToBroker\x12#\n\x05ready\x18\x01 \x01(\x0b\x32\x12.enlarger.v1.ReadyH\x00\x12+\n\theartbeat\x18\x02 \x01(\x0b\x32\x16.enlarger.v1.HeartbeatH\x00\x12.\n\x0bjob_started\x18\x03 \x01(\x0b\x32\x17.enlarger.v1.JobStartedH\x00\x12,\n\njob_result\x18\x04 \x01(\x0b\x32\x16.enlarger.v1.JobResultH\x00\x12,\n\njob_failed\x18\x05 \x01(\x0b\x32\x16.enlarger.v1.JobFailedH\x00\x12\x32\n\rjob_cancelled\x18\x06 \x01(\x0b\x32\x19.enlarger.v1.JobCancelledH\x00\x12-\n\ndisconnect\x18\x07 \x01(\x0b\x32\x17.enlarger.v1.DisconnectH\x00\x12\x35\n\rsource_opened\x18\x08 \x01(\x0b\x32\x1c.enlarger.v1.JobSourceOpenedH\x00\x12,\n\x08\x64ownload\x18\t \x01(\x0b\x32\x18.enlarger.v1.JobDownloadH\x00\x42\x06\n\x04kind\";\n\x05Ready\x12\x10\n\x08\x63\x61pacity\x18\x01 \x01(\r\x12\x13\n\x0bworker_name\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\"\x0b\n\tHeartbeat\"-\n\nJobStarted\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\"\x8e\x02\n\tJobResult\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12!\n\x05stage\x18\x03 \x01(\x0e\x32\x12.enlarger.v1.Stage\x12\r\n\x05width\x18\x04 \x01(\r\x12\x0e\n\x06height\x18\x05 \x01(\r\x12(\n\x06\x66ormat\x18\x06 \x01(\x0e\x32\x18.enlarger.v1.ImageFormat\x12\x10\n\x08terminal\x18\x07 \x01(\x08\x12$\n\x04info\x18\x08 \x01(\x0b\x32\x16.enlarger.v1.ImageInfo\x12\x14\n\x0c\x63ontent_type\x18\t \x01(\t\x12\r\n\x05notes\x18\n \x03(\t\x12\x17\n\x0f\x64igest_verified\x18\x0b \x01(\x08\"D\n\x0fJobSourceOpened\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x10\n\x08identity\x18\x03 \x01(\x0c\"\x80\x01\n\x0bJobDownload\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12)\n\x05phase\x18\x03 \x01(\x0e\x32\x1a.enlarger.v1.DownloadPhase\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12\x16\n\x0e\x65xpected_bytes\x18\x05 \x01(\x04\"c\n\tJobFailed\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12$\n\x04\x63ode\x18\x03 \x01(\x0e\x32\x16.enlarger.v1.ErrorCode\x12\x0f\n\x07message\x18\x04 \x01(\t\"/\n\x0cJobCancelled\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\"\x0c\n\nDisconnect\"\xe8\x01\n\x0e\x42rokerToWorker\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x10.enlarger.v1.JobH\x00\x12,\n\ncancel_job\x18\x02 \x01(\x0b\x32\x16.enlarger.v1.CancelJobH\x00\x12+\n\theartbeat\x18\x03 \x01(\x0b\x32\x16.enlarger.v1.HeartbeatH\x00\x12-\n\ndisconnect\x18\x04 \x01(\x0b\x32\x17.enlarger.v1.DisconnectH\x00\x12#\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x12.enlarger.v1.ErrorH\x00\x42\x06\n\x04kind\"\xb4\x01\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12%\n\x04spec\x18\x04 \x01(\x0b\x32\x17.enlarger.v1.ResizeSpec\x12\'\n\x08\x64\x65livery\x18\x05 \x01(\x0e\x32\x15.enlarger.v1.Delivery\x12(\n\x06source\x18\x06 \x01(\x0b\x32\x18.enlarger.v1.ImageSource\",\n\tCancelJob\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\rBy\n\x0f\x64\x65v.enlarger.v1B\x0bWorkerProtoP\x01Z&enlarger/gen/go/enlarger/v1;enlargerv1\xa2\x02\x03\x45LG\xaa\x02\x0b\x45nlarger.V1\xca\x02\x0b\x45nlarger\\V1\xea\x02\x0c\x45nlarger::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65nlarger/v1/worker.proto\x12\x0b\x65nlarger.v1\x1a\x18\x65nlarger/v1/common.proto\"\xeb\x03\n\x0eWorkerToBroker\x12#\n\x05ready\x18\x01 \x01(\x0b\x32\x12.enlarger.v1.ReadyH\x00\x12+\n\theartbeat\x18\x02 \x01(\x0b\x32\x16.enlarger.v1.HeartbeatH\x00\x12.\n\x0bjob_started\x18\x03 \x01(\x0b\x32\x17.enlarger.v1.JobStartedH\x00\x12,\n\njob_result\x18\x04 \x01(\x0b\x32\x16.enlarger.v1.JobResultH\x00\x12,\n\njob_failed\x18\x05 \x01(\x0b\x32\x16.enlarger.v1.JobFailedH\x00\x12\x32\n\rjob_cancelled\x18\x06 \x01(\x0b\x32\x19.enlarger.v1.JobCancelledH\x00\x12-\n\ndisconnect\x18\x07 \x01(\x0b\x32\x17.enlarger.v1.DisconnectH\x00\x12\x35\n\rsource_opened\x18\x08 \x01(\x0b\x32\x1c.enlarger.v1.JobSourceOpenedH\x00\x12,\n\x08\x64ownload\x18\t \x01(\x0b\x32\x18.enlarger.v1.JobDownloadH\x00\x12+\n\toccupancy\x18\n \x01(\x0b\x32\x16.enlarger.v1.OccupancyH\x00\x42\x06\n\x04kind\"Q\n\x05Ready\x12\x10\n\x08\x63\x61pacity\x18\x01 \x01(\r\x12\x13\n\x0bworker_name\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\x12\x14\n\x0c\x62usy_threads\x18\x04 \x01(\r\"\x0b\n\tHeartbeat\"L\n\tOccupancy\x12\x14\n\x0c\x62usy_threads\x18\x01 \x01(\r\x12)\n\x08stopping\x18\x02 \x03(\x0b\x32\x17.enlarger.v1.JobAttempt\"-\n\nJobAttempt\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\"-\n\nJobStarted\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\"\x8e\x02\n\tJobResult\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12!\n\x05stage\x18\x03 \x01(\x0e\x32\x12.enlarger.v1.Stage\x12\r\n\x05width\x18\x04 \x01(\r\x12\x0e\n\x06height\x18\x05 \x01(\r\x12(\n\x06\x66ormat\x18\x06 \x01(\x0e\x32\x18.enlarger.v1.ImageFormat\x12\x10\n\x08terminal\x18\x07 \x01(\x08\x12$\n\x04info\x18\x08 \x01(\x0b\x32\x16.enlarger.v1.ImageInfo\x12\x14\n\x0c\x63ontent_type\x18\t \x01(\t\x12\r\n\x05notes\x18\n \x03(\t\x12\x17\n\x0f\x64igest_verified\x18\x0b \x01(\x08\"D\n\x0fJobSourceOpened\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x10\n\x08identity\x18\x03 \x01(\x0c\"\x80\x01\n\x0bJobDownload\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12)\n\x05phase\x18\x03 \x01(\x0e\x32\x1a.enlarger.v1.DownloadPhase\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12\x16\n\x0e\x65xpected_bytes\x18\x05 \x01(\x04\"c\n\tJobFailed\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12$\n\x04\x63ode\x18\x03 \x01(\x0e\x32\x16.enlarger.v1.ErrorCode\x12\x0f\n\x07message\x18\x04 \x01(\t\"/\n\x0cJobCancelled\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\"\x0c\n\nDisconnect\"\xe8\x01\n\x0e\x42rokerToWorker\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x10.enlarger.v1.JobH\x00\x12,\n\ncancel_job\x18\x02 \x01(\x0b\x32\x16.enlarger.v1.CancelJobH\x00\x12+\n\theartbeat\x18\x03 \x01(\x0b\x32\x16.enlarger.v1.HeartbeatH\x00\x12-\n\ndisconnect\x18\x04 \x01(\x0b\x32\x17.enlarger.v1.DisconnectH\x00\x12#\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x12.enlarger.v1.ErrorH\x00\x42\x06\n\x04kind\"\xb4\x01\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12%\n\x04spec\x18\x04 \x01(\x0b\x32\x17.enlarger.v1.ResizeSpec\x12\'\n\x08\x64\x65livery\x18\x05 \x01(\x0e\x32\x15.enlarger.v1.Delivery\x12(\n\x06source\x18\x06 \x01(\x0b\x32\x18.enlarger.v1.ImageSource\",\n\tCancelJob\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\rBy\n\x0f\x64\x65v.enlarger.v1B\x0bWorkerProtoP\x01Z&enlarger/gen/go/enlarger/v1;enlargerv1\xa2\x02\x03\x45LG\xaa\x02\x0b\x45nlarger.V1\xca\x02\x0b\x45nlarger\\V1\xea\x02\x0c\x45nlarger::V1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'enlarger.v1.worker_pb2', globals())
@@ -23,29 +23,33 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'\n\017dev.enlarger.v1B\013WorkerProtoP\001Z&enlarger/gen/go/enlarger/v1;enlargerv1\242\002\003ELG\252\002\013Enlarger.V1\312\002\013Enlarger\\V1\352\002\014Enlarger::V1'
   _WORKERTOBROKER._serialized_start=68
-  _WORKERTOBROKER._serialized_end=514
-  _READY._serialized_start=516
-  _READY._serialized_end=575
-  _HEARTBEAT._serialized_start=577
-  _HEARTBEAT._serialized_end=588
-  _JOBSTARTED._serialized_start=590
-  _JOBSTARTED._serialized_end=635
-  _JOBRESULT._serialized_start=638
-  _JOBRESULT._serialized_end=908
-  _JOBSOURCEOPENED._serialized_start=910
-  _JOBSOURCEOPENED._serialized_end=978
-  _JOBDOWNLOAD._serialized_start=981
-  _JOBDOWNLOAD._serialized_end=1109
-  _JOBFAILED._serialized_start=1111
-  _JOBFAILED._serialized_end=1210
-  _JOBCANCELLED._serialized_start=1212
-  _JOBCANCELLED._serialized_end=1259
-  _DISCONNECT._serialized_start=1261
-  _DISCONNECT._serialized_end=1273
-  _BROKERTOWORKER._serialized_start=1276
-  _BROKERTOWORKER._serialized_end=1508
-  _JOB._serialized_start=1511
-  _JOB._serialized_end=1691
-  _CANCELJOB._serialized_start=1693
-  _CANCELJOB._serialized_end=1737
+  _WORKERTOBROKER._serialized_end=559
+  _READY._serialized_start=561
+  _READY._serialized_end=642
+  _HEARTBEAT._serialized_start=644
+  _HEARTBEAT._serialized_end=655
+  _OCCUPANCY._serialized_start=657
+  _OCCUPANCY._serialized_end=733
+  _JOBATTEMPT._serialized_start=735
+  _JOBATTEMPT._serialized_end=780
+  _JOBSTARTED._serialized_start=782
+  _JOBSTARTED._serialized_end=827
+  _JOBRESULT._serialized_start=830
+  _JOBRESULT._serialized_end=1100
+  _JOBSOURCEOPENED._serialized_start=1102
+  _JOBSOURCEOPENED._serialized_end=1170
+  _JOBDOWNLOAD._serialized_start=1173
+  _JOBDOWNLOAD._serialized_end=1301
+  _JOBFAILED._serialized_start=1303
+  _JOBFAILED._serialized_end=1402
+  _JOBCANCELLED._serialized_start=1404
+  _JOBCANCELLED._serialized_end=1451
+  _DISCONNECT._serialized_start=1453
+  _DISCONNECT._serialized_end=1465
+  _BROKERTOWORKER._serialized_start=1468
+  _BROKERTOWORKER._serialized_end=1700
+  _JOB._serialized_start=1703
+  _JOB._serialized_end=1883
+  _CANCELJOB._serialized_start=1885
+  _CANCELJOB._serialized_end=1929
 # @@protoc_insertion_point(module_scope)

@@ -52,6 +52,14 @@ class Job(_message.Message):
     spec: _common_pb2.ResizeSpec
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ...) -> None: ...
 
+class JobAttempt(_message.Message):
+    __slots__ = ["attempt", "job_id"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    job_id: int
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
 class JobCancelled(_message.Message):
     __slots__ = ["attempt", "job_id"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -130,18 +138,28 @@ class JobStarted(_message.Message):
     job_id: int
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
+class Occupancy(_message.Message):
+    __slots__ = ["busy_threads", "stopping"]
+    BUSY_THREADS_FIELD_NUMBER: _ClassVar[int]
+    STOPPING_FIELD_NUMBER: _ClassVar[int]
+    busy_threads: int
+    stopping: _containers.RepeatedCompositeFieldContainer[JobAttempt]
+    def __init__(self, busy_threads: _Optional[int] = ..., stopping: _Optional[_Iterable[_Union[JobAttempt, _Mapping]]] = ...) -> None: ...
+
 class Ready(_message.Message):
-    __slots__ = ["capacity", "pid", "worker_name"]
+    __slots__ = ["busy_threads", "capacity", "pid", "worker_name"]
+    BUSY_THREADS_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     WORKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    busy_threads: int
     capacity: int
     pid: int
     worker_name: str
-    def __init__(self, capacity: _Optional[int] = ..., worker_name: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
+    def __init__(self, capacity: _Optional[int] = ..., worker_name: _Optional[str] = ..., pid: _Optional[int] = ..., busy_threads: _Optional[int] = ...) -> None: ...
 
 class WorkerToBroker(_message.Message):
-    __slots__ = ["disconnect", "download", "heartbeat", "job_cancelled", "job_failed", "job_result", "job_started", "ready", "source_opened"]
+    __slots__ = ["disconnect", "download", "heartbeat", "job_cancelled", "job_failed", "job_result", "job_started", "occupancy", "ready", "source_opened"]
     DISCONNECT_FIELD_NUMBER: _ClassVar[int]
     DOWNLOAD_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +167,7 @@ class WorkerToBroker(_message.Message):
     JOB_FAILED_FIELD_NUMBER: _ClassVar[int]
     JOB_RESULT_FIELD_NUMBER: _ClassVar[int]
     JOB_STARTED_FIELD_NUMBER: _ClassVar[int]
+    OCCUPANCY_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     SOURCE_OPENED_FIELD_NUMBER: _ClassVar[int]
     disconnect: Disconnect
@@ -158,6 +177,7 @@ class WorkerToBroker(_message.Message):
     job_failed: JobFailed
     job_result: JobResult
     job_started: JobStarted
+    occupancy: Occupancy
     ready: Ready
     source_opened: JobSourceOpened
-    def __init__(self, ready: _Optional[_Union[Ready, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_started: _Optional[_Union[JobStarted, _Mapping]] = ..., job_result: _Optional[_Union[JobResult, _Mapping]] = ..., job_failed: _Optional[_Union[JobFailed, _Mapping]] = ..., job_cancelled: _Optional[_Union[JobCancelled, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ..., source_opened: _Optional[_Union[JobSourceOpened, _Mapping]] = ..., download: _Optional[_Union[JobDownload, _Mapping]] = ...) -> None: ...
+    def __init__(self, ready: _Optional[_Union[Ready, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_started: _Optional[_Union[JobStarted, _Mapping]] = ..., job_result: _Optional[_Union[JobResult, _Mapping]] = ..., job_failed: _Optional[_Union[JobFailed, _Mapping]] = ..., job_cancelled: _Optional[_Union[JobCancelled, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ..., source_opened: _Optional[_Union[JobSourceOpened, _Mapping]] = ..., download: _Optional[_Union[JobDownload, _Mapping]] = ..., occupancy: _Optional[_Union[Occupancy, _Mapping]] = ...) -> None: ...
