@@ -281,12 +281,13 @@ eh_status eh_encode_avif(const uint8_t *pixels, int width, int height, int chann
         struct heif_writer writer = {.writer_api_version = 1, .write = eh_write};
         error = heif_context_write(context, &writer, &sink);
     }
+    // libheif's error text may live in the context or the encoder: copied before they go.
+    if (error.code != heif_error_Ok) eh_say(message, message_length, error.message);
     if (image != NULL) heif_image_release(image);
     if (encoder != NULL) heif_encoder_release(encoder);
     heif_context_free(context);
     if (error.code != heif_error_Ok) {
         free(sink.bytes);
-        eh_say(message, message_length, error.message);
         return error.code == heif_error_Memory_allocation_error ? EH_ERR_NO_MEMORY : EH_ERR_UNSUPPORTED;
     }
     *output = sink.bytes;
