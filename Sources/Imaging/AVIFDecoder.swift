@@ -29,8 +29,8 @@ final class AVIFDecoder: RasterDecoder {
             format: .avif, width: Int(info.width), height: Int(info.height), channels: info.has_alpha != 0 ? 4 : 3,
             hasAlpha: info.has_alpha != 0, bitDepth: Int(info.depth), colorSpace: "ycbcr")
         header.orientation = Self.orientation(rotation: Int(info.rotation), mirror: Int(info.mirror))
-        if info.clean_aperture != 0 {
-            header.notes.append("the image's clean aperture (a crop its file declares) is not applied")
+        if info.clean_aperture == 2 {
+            header.notes.append("the image's clean aperture (a crop its file declares) is invalid and not applied")
         }
         if let icc = info.icc, info.icc_length > 0 {
             header.iccProfile = Array(UnsafeBufferPointer(start: icc, count: info.icc_length))

@@ -33,9 +33,10 @@ final class HEIFDecoder: RasterDecoder {
                                               height: Int(info.height), maxPixels: limits.maxPixels)
             }
             // Alpha, depth and other auxiliary images are decoded with the primary: none may be
-            // larger than it.
+            // larger than it. Items no decode reads are not limited.
             let bound = min(limits.maxPixels, Int(info.width) * Int(info.height))
-            for (item, _) in items.types where item != items.primary && item != Int(info.thumbnail_id) {
+            let decoded = items.primary.map { items.decoded(with: $0) } ?? Set(items.types.keys)
+            for item in decoded.sorted() where item != items.primary && item != Int(info.thumbnail_id) {
                 try HEIFStructure.checkCanvas(data, items: items, item: item, maxPixels: bound)
             }
         } catch {

@@ -6,8 +6,10 @@ import ImageModel
 ///   in its own payload, and libheif 1.15 allocates that canvas without checking it against
 ///   the item's `ispe` size (which is what it reports) or any pixel limit: a 1.4 KB overlay
 ///   declaring 61679×52624 makes it allocate 3.2 GB and overflow a 32-bit length, as primary
-///   image, as thumbnail or as the primary's alpha (auxiliary) image. Every derived item is
-///   checked: the primary's canvas must be its declared size; no other may be larger than it.
+///   image, as thumbnail or as the primary's alpha (auxiliary) image. Every derived item that
+///   a decode reads is checked: the primary's canvas must be its declared size; no other may
+///   be larger than it. Items that are never decoded (a larger grid or overlay beside the
+///   primary, as in conformance files) are left alone.
 /// - AV1 items: libheif's AV1 decoder leaks on damaged data, so AV1 is read only through
 ///   libavif, and a HEIF file holding AV1 items without naming itself AVIF is refused.
 ///
@@ -19,14 +21,34 @@ enum HEIFStructure {
     struct Items {
         var primary: Int?
         var types: [Int: String] = [:]
+        /// `iref` references: of `type`, from an item to others (`dimg`: a derived image's
+        /// inputs, in order; `auxl`: an auxiliary image, such as alpha, to its master).
+        var references: [(type: String, from: Int, to: [Int])] = []
         fileprivate var meta: Range<Int>?
+
+        /// The items a decode of `item` reads: the item, its auxiliary images (alpha, depth:
+        /// libheif reads them with it), and the inputs of every derived image among them.
+        func decoded(with item: Int) -> Set<Int> {
+            var found: Set<Int> = [item]
+            var pending = [item]
+            while let next = pending.popLast() {
+                var more: [Int] = []
+                for reference in references {
+                    if reference.type == "auxl", reference.to.contains(next) { more.append(reference.from) }
+                    if reference.type == "dimg", reference.from == next { more += reference.to }
+                }
+                for candidate in more where found.insert(candidate).inserted { pending.append(candidate) }
+            }
+            return found
+        }
     }
 
     static func items(_ data: UnsafeRawBufferPointer) -> Items {
         var reader = BoxReader(data: data)
         guard let meta = reader.child("meta", in: 0..<data.count), meta.count >= 4 else { return Items() }
         let children = (meta.lowerBound + 4)..<meta.upperBound  // after version and flags
-        return Items(primary: reader.primaryItem(in: children), types: reader.itemTypes(in: children), meta: children)
+        return Items(primary: reader.primaryItem(in: children), types: reader.itemTypes(in: children),
+                     references: reader.references(in: children), meta: children)
     }
 
     /// Throws `.tooLarge` or `.corrupt` when `item` is a derived image (`grid`, `iovl`) whose
@@ -110,6 +132,25 @@ enum HEIFStructure {
                 types[id] = itemType
             }
             return types
+        }
+
+        /// The `iref` box's references (at most 4096, each with at most 4096 targets).
+        mutating func references(in meta: Range<Int>) -> [(type: String, from: Int, to: [Int])] {
+            guard let iref = child("iref", in: meta), let version = uint(iref.lowerBound, 1) else { return [] }
+            let idSize = version == 0 ? 2 : 4
+            var result: [(type: String, from: Int, to: [Int])] = []
+            for (type, content) in boxes(in: (iref.lowerBound + 4)..<iref.upperBound).prefix(4096) {
+                guard let from = uint(content.lowerBound, idSize), let count = uint(content.lowerBound + idSize, 2) else {
+                    continue
+                }
+                var targets: [Int] = []
+                for i in 0..<min(count, 4096) {
+                    guard let to = uint(content.lowerBound + idSize + 2 + i * idSize, idSize) else { break }
+                    targets.append(to)
+                }
+                result.append((type, from, targets))
+            }
+            return result
         }
 
         /// The first bytes (up to 64) of the item's data, from the file or the `idat` box.

@@ -40,6 +40,8 @@ struct DecodedRaster {
     var pixels: PixelBuffer
     /// Some pixel is less than fully opaque.
     var translucent: Bool
+    /// What the result should say about the decode (rows a cut file did not have).
+    var notes: [String] = []
 }
 
 /// A decoder of one non-JPEG image over bytes the caller keeps alive. Single use, one thread.
@@ -64,7 +66,7 @@ enum RasterDecoders {
                      cancel: CancellationFlag?, failOn: FailOn, releasingRead: Bool = false) throws(ImagingError) -> any RasterDecoder {
         let decoder: any RasterDecoder = switch format {
         case .png: try PNGDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn, releasingRead: releasingRead)
-        case .webp: try WebPDecoder(data: data, limits: limits, cancel: cancel)
+        case .webp: try WebPDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
         case .heic: try HEIFDecoder(data: data, limits: limits, cancel: cancel)
         case .avif: try AVIFDecoder(data: data, limits: limits, cancel: cancel)
         case .jpeg: preconditionFailure("JPEG has its own decoder")
@@ -117,6 +119,14 @@ enum RasterDecoders {
         var tiff = exif
         if tiff.starts(with: Array("Exif".utf8) + [0, 0]) { tiff = UnsafeRawBufferPointer(rebasing: tiff[6...]) }
         return EXIFMetadata(tiff: tiff).orientation
+    }
+
+    /// What a lenient decode says when a cut file gave `rows` of `height` rows: the rest are
+    /// left transparent black (zeros), as libvips and Pillow leave them.
+    static func cutNote(rows: Int, height: Int) -> String {
+        guard rows < height else { return "the file is cut, after the last row of the image (fail_on none)" }
+        return "the file is cut: \(rows) of \(height) rows decoded, the \(height - rows) below filled with "
+            + "transparent black (fail_on none)"
     }
 
     /// A buffer from `allocator` that `fill` decodes into (straight RGBA when `channels` is

@@ -1,0 +1,252 @@
+import Foundation
+import ImageModel
+@testable import Imaging
+import XCTest
+
+/// What real uploads hold and the first version got wrong: translucent images with profiles,
+/// cut files at the lenient levels, damage only `fail_on warning` sees, HEIF items that are
+/// never decoded, AVIF properties nothing uses, a profile too large for JPEG.
+final class RealWorldTests: XCTestCase {
+    /// Straight pixels and notes of a decode at `failOn`.
+    private func decode(_ file: String, failOn: FailOn, cancel: CancellationFlag? = nil) throws -> (PixelBuffer, [String]) {
+        let bytes = try TestImages.bytes(file)
+        return try withBytes(bytes) { raw throws(ImagingError) in
+            let format = try InputFormat.detect(raw, limits: DecodeLimits())
+            let raster = try RasterDecoders.make(format, data: raw, limits: DecodeLimits(), cancel: cancel, failOn: failOn)
+                .decode(shrink: 1)
+            let pixels = raster.pixels.channels == 4
+                ? try Alpha.unpremultiplied(raster.pixels, allocator: BufferAllocator()) : raster.pixels
+            return (pixels, raster.notes)
+        }
+    }
+
+    private func code(_ body: () throws -> Any) -> ImagingError.Code? {
+        do {
+            _ = try body()
+            return nil
+        } catch {
+            return (error as? ImagingError)?.code
+        }
+    }
+
+    private func row(_ image: PixelBuffer, _ y: Int) -> ArraySlice<UInt8> {
+        let stride = image.width * image.channels
+        return image.pixels[(y * stride)..<((y + 1) * stride)]
+    }
+
+    // MARK: PNG
+
+    /// The last IDAT's checksum is wrong and its data whole: accepted up to `error` (nothing
+    /// is lost), refused at `warning`, which refuses damaged files.
+    func testADamagedChecksumAfterTheImageFailsOnlyAtWarning() throws {
+        let reference = try decode("png-rgb8.png", failOn: .error).0
+        for level in [FailOn.none, .truncated, .error] {
+            XCTAssertEqual(try decode("png-bad-idat-crc.png", failOn: level).0, reference, "\(level)")
+        }
+        XCTAssertEqual(code { try self.decode("png-bad-idat-crc.png", failOn: .warning) }, .corrupt)
+        var options = ResizeOptions(width: 40, format: .png)
+        options.failOn = .warning
+        XCTAssertEqual(code { try TestImages.run(try TestImages.bytes("png-bad-idat-crc.png"), options) }, .corrupt)
+        // A whole file still decodes at warning.
+        XCTAssertEqual(try decode("png-rgb8.png", failOn: .warning).0, reference)
+    }
+
+    /// A PNG cut in its first IDAT: the rows before the cut at `none`, exactly, and the rest
+    /// transparent black, with a note; `truncated` and above refuse it.
+    func testACutPNGGivesBackItsRowsAtFailOnNone() throws {
+        let reference = try decode("png-rgb8.png", failOn: .error).0
+        let (cut, notes) = try decode("png-bad-truncated.png", failOn: .none)
+        XCTAssertEqual(cut.width, 96)
+        XCTAssertEqual(cut.height, 64)
+        var whole = 0
+        while whole < 64, row(cut, whole) == row(reference, whole) { whole += 1 }
+        XCTAssertGreaterThan(whole, 4, "rows before the cut")
+        XCTAssertLessThan(whole, 64)
+        for y in (whole + 1)..<64 { XCTAssertTrue(row(cut, y).allSatisfy { $0 == 0 }, "row \(y)") }
+        XCTAssertEqual(notes.count, 1)
+        XCTAssertTrue(notes[0].contains("cut"), notes[0])
+        for level in [FailOn.truncated, .error, .warning] {
+            XCTAssertEqual(code { try self.decode("png-bad-truncated.png", failOn: level) }, .truncated, "\(level)")
+        }
+        // Through the pipeline, reduced while decoding (the shrink path), the note is in the result.
+        let large = try TestImages.bytes("png-large.png")
+        let final = try TestImages.run(Array(large.prefix(large.count / 2)), ResizeOptions(width: 100, format: .png, failOn: .none)).last!
+        XCTAssertEqual(final.image.width, 100)
+        XCTAssertTrue(final.notes.contains { $0.contains("rows decoded") }, "\(final.notes)")
+        let top = try TestImages.decode(final.image.bytes)
+        let expected = try TestImages.decode(try TestImages.run(large, ResizeOptions(width: 100, format: .png)).last!.image.bytes)
+        // The top rows (well above the cut) are the whole file's.
+        XCTAssertEqual(row(top, 5), row(expected, 5))
+        XCTAssertTrue(row(top, top.height - 1).allSatisfy { $0 == 0 })
+    }
+
+    /// libspng answers every call after a failure with "non-recoverable state": the failure
+    /// itself is what is reported (here a file cut inside its iCCP chunk, before any pixel).
+    func testTheFirstPNGFailureIsReportedNotTheStateItLeft() throws {
+        let bytes = try TestImages.bytes("png-iccp-p3.png")
+        let iccp = try XCTUnwrap(bytes.firstRange(of: Array("iCCP".utf8)))
+        let cut = Array(bytes.prefix(iccp.upperBound + 40))
+        for level in [FailOn.truncated, .error] {
+            XCTAssertThrowsError(try TestImages.run(cut, ResizeOptions(width: 40, format: .png, failOn: level))) { error in
+                let failure = error as? ImagingError
+                XCTAssertEqual(failure?.code, .truncated, "\(level): \(error)")
+                XCTAssertFalse(failure?.message.contains("non-recoverable") ?? true, "\(error)")
+            }
+        }
+    }
+
+    /// A 1-bit grey image with a tRNS key of 2: the key's low bit (0) is what libpng matches.
+    func testAnOutOfRangeGreyKeyIsMaskedToTheBitDepth() throws {
+        let (image, _) = try decode("png-gray1-trns.png", failOn: .error)
+        XCTAssertEqual(image.channels, 4)
+        for x in 0..<4 {
+            let alpha = image.pixels[x * 4 + 3]
+            XCTAssertEqual(alpha, x % 2 == 0 ? 255 : 0, "column \(x)")
+        }
+    }
+
+    /// 16-bit grey is read as grey: 1 channel in `info` and in the decode, within a level of
+    /// the 8-bit picture.
+    func testSixteenBitGreyIsOneChannel() throws {
+        let info = try withBytes(try TestImages.bytes("png-gray16.png")) { raw throws(ImagingError) in
+            try ImagePipeline().info(of: raw)
+        }
+        XCTAssertEqual(info.channels, 1)
+        let (grey, _) = try decode("png-gray16.png", failOn: .error)
+        let reference = try decode("png-gray8.png", failOn: .error).0
+        XCTAssertEqual(grey.channels, 1)
+        XCTAssertEqual(grey.pixels.count, reference.pixels.count)
+        let worst = zip(grey.pixels, reference.pixels).map { abs(Int($0) - Int($1)) }.max() ?? 99
+        XCTAssertLessThanOrEqual(worst, 1)
+    }
+
+    // MARK: WebP
+
+    /// A WebP cut in half: the macroblock rows decoded before the cut at `none` (as the whole
+    /// file decodes them), the rest transparent black; refused above `none`.
+    func testACutWebPGivesBackItsRowsAtFailOnNone() throws {
+        let reference = try decode("webp-lossy.webp", failOn: .error).0
+        let (cut, notes) = try decode("webp-bad-truncated.webp", failOn: .none)
+        XCTAssertEqual(notes.count, 1, "\(notes)")
+        var whole = 0
+        while whole < 64, row(cut, whole) == row(reference, whole) { whole += 1 }
+        XCTAssertGreaterThan(whole, 0, "rows before the cut")
+        XCTAssertTrue(notes[0].contains("\(whole) of 64 rows"), notes[0])
+        XCTAssertLessThan(whole, 64)
+        XCTAssertTrue(row(cut, 63).allSatisfy { $0 == 0 })
+        for level in [FailOn.truncated, .error, .warning] {
+            XCTAssertEqual(code { try self.decode("webp-bad-truncated.webp", failOn: level) }, .truncated, "\(level)")
+        }
+        // Whole image data behind a RIFF size that claims more: every row, and the note.
+        let (lying, lyingNotes) = try decode("webp-bad-riff-size.webp", failOn: .none)
+        XCTAssertEqual(lying, reference)
+        XCTAssertEqual(lyingNotes.count, 1)
+        XCTAssertEqual(code { try self.decode("webp-bad-riff-size.webp", failOn: .truncated) }, .truncated)
+    }
+
+    /// The first frame of an animation is decoded in slices like a still image: a cancel
+    /// stops it (it used to run to the end, into a canvas of libwebp's own).
+    func testAnAnimatedWebPDecodeIsCancellable() throws {
+        let flag = CancellationFlag()
+        flag.cancel()
+        XCTAssertEqual(code { try self.decode("webp-animated.webp", failOn: .error, cancel: flag) }, .cancelled)
+        // Uncancelled, frame 1 is the RGB picture.
+        let frame = try decode("webp-animated.webp", failOn: .error).0
+        XCTAssertGreaterThan(TestImages.psnr(frame, try decode("png-rgb8.png", failOn: .error).0), 28)
+    }
+
+    // MARK: Every format
+
+    /// Translucent images with an embedded profile, in every input format, to every output
+    /// format: converted as RGBA, transparency kept where the output has it.
+    func testTranslucentImagesWithAProfileInEveryFormatResize() throws {
+        for file in ["png-rgba-iccp.png", "webp-rgba-iccp.webp", "heic-alpha-iccp.heic", "avif-alpha-iccp.avif"] {
+            let bytes = try TestImages.bytes(file)
+            for format in OutputFormat.allCases {
+                let final = try TestImages.run(bytes, ResizeOptions(width: 48, format: format)).last!
+                XCTAssertEqual(final.image.width, 48, "\(file) → \(format)")
+                if format == .png || format == .webp {
+                    let back = try TestImages.decode(final.image.bytes)
+                    XCTAssertEqual(back.channels, 4, "\(file) → \(format)")
+                    // The transparent right half stays transparent.
+                    XCTAssertEqual(back.pixels[(10 * back.width + back.width - 2) * 4 + 3], 0, "\(file) → \(format)")
+                }
+            }
+        }
+    }
+
+    // MARK: JPEG output
+
+    /// A profile needs one APP2 marker per 65,519 bytes and their count is a byte: a larger
+    /// one is left out, with a note, rather than written with a wrapped count.
+    func testAProfileTooLargeForJPEGIsLeftOutWithANote() throws {
+        let image = PixelBuffer(width: 8, height: 8, channels: 3, pixels: [UInt8](repeating: 90, count: 192))
+        let large = [UInt8](repeating: 7, count: Encoder.maxJPEGProfileBytes + 1)
+        let encoded = try Encoder.encode(image, format: .jpeg, iccProfile: large)
+        XCTAssertEqual(iccMarkers(Array(encoded.bytes)), 0)
+        let decoded = try withBytes(Array(encoded.bytes)) { raw throws(ImagingError) in
+            try JPEGDecoder(data: raw, limits: DecodeLimits(), cancel: nil).header
+        }
+        XCTAssertNil(decoded.iccProfile)
+        XCTAssertNotNil(Encoder.embeddable(large, in: .jpeg).note)
+        XCTAssertNil(Encoder.embeddable(large, in: .png).note)
+        // One that fits is written whole.
+        let small = [UInt8](repeating: 7, count: 70_000)
+        let kept = try Encoder.encode(image, format: .jpeg, iccProfile: small)
+        XCTAssertEqual(iccMarkers(Array(kept.bytes)), 2)
+    }
+
+    /// The APP2 ICC_PROFILE markers of a JPEG.
+    private func iccMarkers(_ jpeg: [UInt8]) -> Int {
+        var count = 0, at = 2
+        let tag = Array("ICC_PROFILE".utf8)
+        while at + 4 <= jpeg.count, jpeg[at] == 0xFF, jpeg[at + 1] != 0xDA {
+            let length = Int(jpeg[at + 2]) << 8 | Int(jpeg[at + 3])
+            if jpeg[at + 1] == 0xE2, Array(jpeg[(at + 4)..<min(jpeg.count, at + 4 + tag.count)]) == tag { count += 1 }
+            at += 2 + length
+        }
+        return count
+    }
+
+    /// libheif's error text is copied before the encoder and context that may hold it are
+    /// freed (under AddressSanitizer, reading it after was a use-after-free).
+    func testAVIFEncodeFailuresKeepLibheifsMessage() throws {
+        let image = PixelBuffer(width: 8, height: 8, channels: 3, pixels: [UInt8](repeating: 90, count: 192))
+        XCTAssertThrowsError(try Encoder.encode(image, format: .avif, quality: 1000)) { error in
+            let failure = error as? ImagingError
+            XCTAssertEqual(failure?.code, .encodeFailed, "\(error)")
+            XCTAssertGreaterThan(failure?.message.count ?? 0, "AVIF encoding failed: ".count, "\(error)")
+        }
+    }
+
+    // MARK: HEIF and AVIF
+
+    /// A grid larger than the primary, beside it and never decoded, no longer makes the file
+    /// refused: the primary decodes as in the file without it.
+    func testANonPrimaryGridLargerThanThePrimaryIsNotDecodedNorRefused() throws {
+        let plain = try decode("heic-rgb.heic", failOn: .error).0
+        XCTAssertEqual(try decode("heic-grid-larger.heic", failOn: .error).0, plain)
+    }
+
+    /// AVIF without pixi (libavif's strict mode refused it): decoded as the file with it.
+    func testAnAVIFWithoutPixiDecodes() throws {
+        XCTAssertEqual(try decode("avif-no-pixi.avif", failOn: .error).0, try decode("avif-rgb.avif", failOn: .error).0)
+    }
+
+    /// The AVIF clean aperture is applied, as libheif applies HEIC's: 64×48 from (16, 8).
+    func testTheAVIFCleanApertureIsApplied() throws {
+        let (image, notes) = try decode("avif-clap.avif", failOn: .error)
+        XCTAssertEqual(image.width, 64)
+        XCTAssertEqual(image.height, 48)
+        XCTAssertTrue(notes.isEmpty, "\(notes)")
+        let reference = try decode("png-rgb8.png", failOn: .error).0
+        var crop = [UInt8]()
+        for y in 8..<56 { crop += reference.pixels[((y * 96 + 16) * 3)..<((y * 96 + 80) * 3)] }
+        let expected = PixelBuffer(width: 64, height: 48, channels: 3, pixels: crop)
+        XCTAssertGreaterThan(TestImages.psnr(image, expected), 30)
+        // Against the uncropped placement it is far off: the crop is really applied.
+        var shifted = [UInt8]()
+        for y in 0..<48 { shifted += reference.pixels[((y * 96) * 3)..<((y * 96 + 64) * 3)] }
+        XCTAssertLessThan(TestImages.psnr(image, PixelBuffer(width: 64, height: 48, channels: 3, pixels: shifted)), 20)
+    }
+}
