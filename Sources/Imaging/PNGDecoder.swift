@@ -219,7 +219,7 @@ final class PNGDecoder: RasterDecoder {
     private static func error(_ status: ep_status, _ handle: OpaquePointer) -> ImagingError {
         let message = "PNG: " + String(cString: ep_message(handle))
         return switch status {
-        case EP_ERR_NOT_PNG: ImagingError(.notJPEG, message)
+        case EP_ERR_NOT_PNG: ImagingError(.unknownFormat, message)
         case EP_ERR_TRUNCATED: ImagingError(.truncated, message)
         case EP_ERR_UNSUPPORTED: ImagingError(.unsupported, message)
         case EP_ERR_TOO_LARGE, EP_ERR_NO_MEMORY: ImagingError(.tooLarge, message)

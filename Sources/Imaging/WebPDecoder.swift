@@ -72,7 +72,7 @@ final class WebPDecoder: RasterDecoder {
     private static func error(_ status: ew_status, _ message: [CChar]) -> ImagingError {
         let text = "WebP: " + text(message)
         return switch status {
-        case EW_ERR_NOT_WEBP: ImagingError(.notJPEG, text)
+        case EW_ERR_NOT_WEBP: ImagingError(.unknownFormat, text)
         case EW_ERR_TRUNCATED: ImagingError(.truncated, text)
         case EW_ERR_UNSUPPORTED: ImagingError(.unsupported, text)
         case EW_ERR_NO_MEMORY: ImagingError(.tooLarge, text)
