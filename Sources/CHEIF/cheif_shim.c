@@ -144,7 +144,7 @@ void eh_read_info(const eh_decoder *decoder, eh_info *info) {
 }
 
 eh_status eh_decode(eh_decoder *decoder, int thumbnail, int channels, int width, int height,
-                    uint8_t *output, size_t stride, const int32_t *cancel_flag) {
+                    uint8_t *output, size_t stride, int strict, const int32_t *cancel_flag) {
     struct heif_image_handle *handle = thumbnail ? decoder->thumbnail : decoder->primary;
     if (handle == NULL) {
         eh_say(decoder->message, sizeof decoder->message, "the HEIF file has no thumbnail");
@@ -160,7 +160,7 @@ eh_status eh_decode(eh_decoder *decoder, int thumbnail, int channels, int width,
         return EH_ERR_NO_MEMORY;
     }
     options->convert_hdr_to_8bit = 1;
-    options->strict_decoding = 1;
+    options->strict_decoding = strict ? 1 : 0;
     struct heif_image *image = NULL;
     struct heif_error error = heif_decode_image(handle, &image, heif_colorspace_RGB,
                                                 channels == 4 ? heif_chroma_interleaved_RGBA : heif_chroma_interleaved_RGB,

@@ -13,7 +13,13 @@ final class AVIFDecoder: RasterDecoder {
     private let allocator: BufferAllocator
     let header: RasterHeader
 
-    init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?) throws(ImagingError) {
+    /// A cut file padded at `fail_on none` (see `RasterDecoders.padded`): the bytes libavif reads.
+    private let padded: Allocation?
+
+    init(data original: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?,
+         failOn: FailOn = .error) throws(ImagingError) {
+        let padding = try RasterDecoders.padded(original, limits: limits, failOn: failOn)
+        let data = padding?.bytes.bytes ?? original
         var status = EA_OK
         var message = [CChar](repeating: 0, count: 200)
         guard let handle = ea_decoder_create(data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count,
@@ -21,6 +27,7 @@ final class AVIFDecoder: RasterDecoder {
             throw Self.error(status, String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
         self.handle = handle
+        self.padded = padding?.bytes
         self.cancel = cancel
         allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
         var info = ea_info()
@@ -29,6 +36,7 @@ final class AVIFDecoder: RasterDecoder {
             format: .avif, width: Int(info.width), height: Int(info.height), channels: info.has_alpha != 0 ? 4 : 3,
             hasAlpha: info.has_alpha != 0, bitDepth: Int(info.depth), colorSpace: "ycbcr")
         header.orientation = Self.orientation(rotation: Int(info.rotation), mirror: Int(info.mirror))
+        if let note = padding?.note { header.notes.append(note) }
         if info.clean_aperture == 2 {
             header.notes.append("the image's clean aperture (a crop its file declares) is invalid and not applied")
         }

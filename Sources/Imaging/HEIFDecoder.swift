@@ -11,7 +11,13 @@ final class HEIFDecoder: RasterDecoder {
     private let allocator: BufferAllocator
     let header: RasterHeader
 
-    init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?) throws(ImagingError) {
+    /// A cut file padded at `fail_on none` (see `RasterDecoders.padded`): the bytes libheif reads.
+    private let padded: Allocation?
+
+    init(data original: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?,
+         failOn: FailOn = .error) throws(ImagingError) {
+        let padding = try RasterDecoders.padded(original, limits: limits, failOn: failOn)
+        let data = padding?.bytes.bytes ?? original
         var status = EH_OK
         var message = [CChar](repeating: 0, count: 200)
         // libheif refuses a side above this from the header, before any pixel memory.
@@ -53,6 +59,7 @@ final class HEIFDecoder: RasterDecoder {
             info.thumbnail_height = 0
         }
         self.handle = handle
+        self.padded = padding?.bytes
         self.cancel = cancel
         allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
         var header = RasterHeader(
@@ -65,6 +72,7 @@ final class HEIFDecoder: RasterDecoder {
             RasterDecoders.describeCodePoints(primaries: Int(info.nclx_primaries), transfer: Int(info.nclx_transfer),
                                               xy: xy, into: &header)
         }
+        if let note = padding?.note { header.notes.append(note) }
         header.thumbnailWidth = Int(info.thumbnail_width)
         header.thumbnailHeight = Int(info.thumbnail_height)
         self.header = header
@@ -90,7 +98,7 @@ final class HEIFDecoder: RasterDecoder {
                                           what: thumbnail ? "the decoded thumbnail" : "the decoded image",
                                           cancel: cancel) { (buffer) throws(ImagingError) in
             let status = eh_decode(handle, thumbnail ? 1 : 0, Int32(channels), Int32(width), Int32(height),
-                                   buffer.baseAddress!, width * channels, cancel?.storage)
+                                   buffer.baseAddress!, width * channels, padded == nil ? 1 : 0, cancel?.storage)
             guard status == EH_OK else { throw Self.error(status, String(cString: eh_message(handle))) }
         }
     }
@@ -98,7 +106,7 @@ final class HEIFDecoder: RasterDecoder {
     private static func error(_ status: eh_status, _ message: String) -> ImagingError {
         let text = "HEIF: " + message
         return switch status {
-        case EH_ERR_NOT_HEIF: ImagingError(.notJPEG, text)
+        case EH_ERR_NOT_HEIF: ImagingError(.unknownFormat, text)
         case EH_ERR_TRUNCATED: ImagingError(.truncated, text)
         case EH_ERR_UNSUPPORTED: ImagingError(.unsupported, text)
         case EH_ERR_TOO_LARGE, EH_ERR_NO_MEMORY: ImagingError(.tooLarge, text)

@@ -75,6 +75,26 @@ enum HEIFStructure {
         }
     }
 
+    /// The length the top-level boxes claim when it is more than `data` holds: the file is
+    /// cut (nil when it is not, or when the boxes cannot be read).
+    static func claimedLength(_ data: UnsafeRawBufferPointer) -> Int? {
+        let reader = BoxReader(data: data)
+        var at = 0
+        while at + 8 <= data.count, let size32 = reader.uint(at, 4) {
+            var size = size32
+            if size32 == 1 {
+                guard let large = reader.uint(at + 8, 8) else { return nil }
+                size = large
+            } else if size32 == 0 {
+                return nil  // to the end of the file, whatever it is
+            }
+            guard size >= 8 else { return nil }
+            if size > data.count - at { return at + size }
+            at += size
+        }
+        return at > data.count ? at : nil
+    }
+
     /// Bounds-checked reading of ISOBMFF boxes; every accessor returns nil past the data.
     struct BoxReader {
         let data: UnsafeRawBufferPointer

@@ -67,8 +67,8 @@ enum RasterDecoders {
         let decoder: any RasterDecoder = switch format {
         case .png: try PNGDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn, releasingRead: releasingRead)
         case .webp: try WebPDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
-        case .heic: try HEIFDecoder(data: data, limits: limits, cancel: cancel)
-        case .avif: try AVIFDecoder(data: data, limits: limits, cancel: cancel)
+        case .heic: try HEIFDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
+        case .avif: try AVIFDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
         case .jpeg: preconditionFailure("JPEG has its own decoder")
         }
         let header = decoder.header
@@ -119,6 +119,22 @@ enum RasterDecoders {
         var tiff = exif
         if tiff.starts(with: Array("Exif".utf8) + [0, 0]) { tiff = UnsafeRawBufferPointer(rebasing: tiff[6...]) }
         return EXIFMetadata(tiff: tiff).orientation
+    }
+
+    /// HEIC and AVIF at `fail_on none`: a cut file, padded with zeros to the length its boxes
+    /// claim (at most the input limit), which libheif and libavif then read as whole; what
+    /// the codec makes of the zeros is kept. Nil when the file is not cut or the level is
+    /// stricter. The copy counts against the buffer limit.
+    static func padded(_ data: UnsafeRawBufferPointer, limits: DecodeLimits,
+                       failOn: FailOn) throws(ImagingError) -> (bytes: Allocation, note: String)? {
+        guard failOn == .none, let claimed = HEIFStructure.claimedLength(data), claimed > data.count,
+              claimed <= limits.maxInputBytes else { return nil }
+        let copy = try BufferAllocator(maxBytes: limits.maxBufferBytes).allocate(claimed, for: "the cut file, padded")
+        let target = copy.mutableBytes
+        target.copyMemory(from: data)
+        (target.baseAddress! + data.count).initializeMemory(as: UInt8.self, repeating: 0, count: claimed - data.count)
+        return (copy, "the file is cut: \(data.count) of the \(claimed) bytes its boxes claim; the image is what the "
+                + "decoder made of it with zeros for the rest (fail_on none)")
     }
 
     /// What a lenient decode says when a cut file gave `rows` of `height` rows: the rest are

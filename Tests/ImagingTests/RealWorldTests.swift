@@ -250,3 +250,63 @@ final class RealWorldTests: XCTestCase {
         XCTAssertLessThan(TestImages.psnr(image, PixelBuffer(width: 64, height: 48, channels: 3, pixels: shifted)), 20)
     }
 }
+
+/// Codes named for what they are, whatever the format.
+final class ErrorCodeTests: XCTestCase {
+    /// A PNG with a damaged signature is in no format Enlarger reads (no reader takes it),
+    /// and the message says what it looks like; AVIF matrix coefficients libavif cannot
+    /// convert make a valid file this build does not read.
+    func testCodesSayWhatTheFileIs() throws {
+        XCTAssertThrowsError(try TestImages.run(try TestImages.bytes("png-bad-signature.png"), ResizeOptions(width: 40))) {
+            let failure = $0 as? ImagingError
+            XCTAssertEqual(failure?.code, .unknownFormat)
+            XCTAssertTrue(failure?.message.contains("a PNG whose signature is damaged") ?? false, "\($0)")
+        }
+        XCTAssertThrowsError(try TestImages.run(try TestImages.bytes("avif-matrix10.avif"), ResizeOptions(width: 40))) {
+            let failure = $0 as? ImagingError
+            XCTAssertEqual(failure?.code, .unsupported, "\($0)")
+            XCTAssertTrue(failure?.message.contains("matrix coefficients 10") ?? false, "\($0)")
+        }
+        XCTAssertEqual(ImagingError.Code.unknownFormat.rawValue, "unknownFormat")
+    }
+}
+
+/// HEIC and AVIF cut inside their coded data: refused above `fail_on none`; at `none`, the
+/// file is read as if zeros followed and the rows coded before the cut come out as the
+/// whole file's do.
+final class CutHEIFTests: XCTestCase {
+    private func decode(_ bytes: [UInt8], failOn: FailOn) throws -> (PixelBuffer, [String]) {
+        try withBytes(bytes) { raw throws(ImagingError) in
+            let format = try InputFormat.detect(raw, limits: DecodeLimits())
+            let decoder = try RasterDecoders.make(format, data: raw, limits: DecodeLimits(), cancel: nil, failOn: failOn)
+            let raster = try decoder.decode(shrink: 1)
+            return (raster.pixels, decoder.header.notes + raster.notes)
+        }
+    }
+
+    func testCutHEICAndAVIFGiveBackTheirTopRowsAtFailOnNone() throws {
+        for file in ["heic-thumbnail.heic", "avif-large.avif"] {
+            let whole = try TestImages.bytes(file)
+            let cut = Array(whole.prefix(whole.count * 3 / 4))
+            for level in [FailOn.truncated, .error] {
+                XCTAssertThrowsError(try decode(cut, failOn: level), "\(file) \(level)") {
+                    XCTAssertEqual(($0 as? ImagingError)?.code, .truncated, "\(file): \($0)")
+                }
+            }
+            let (image, notes) = try decode(cut, failOn: .none)
+            let (reference, _) = try decode(whole, failOn: .error)
+            XCTAssertEqual(image.width, reference.width, file)
+            XCTAssertEqual(image.height, reference.height, file)
+            XCTAssertTrue(notes.contains { $0.contains("the file is cut") }, "\(file): \(notes)")
+            // The top fifth, coded well before the cut, is the whole file's.
+            let top = image.width * image.channels * (image.height / 5)
+            XCTAssertEqual(Array(image.pixels.prefix(top)), Array(reference.pixels.prefix(top)), file)
+        }
+        // The small files cut in their only row of coding blocks still come out, noted.
+        for file in ["heic-bad-truncated.heic", "avif-bad-truncated.avif"] {
+            let (image, notes) = try decode(try TestImages.bytes(file), failOn: .none)
+            XCTAssertEqual(image.width, 96, file)
+            XCTAssertFalse(notes.isEmpty, file)
+        }
+    }
+}

@@ -52,9 +52,11 @@ void eh_drop_thumbnail(eh_decoder *decoder);
 
 /// Decodes the primary image (`thumbnail` 0) or its first thumbnail (1) to `channels` (3 RGB
 /// or 4 RGBA, not premultiplied), expecting `width` × `height`, into `output` rows `stride`
-/// bytes apart.
+/// bytes apart. `strict`: the codec's warnings fail the decode (0 for a cut file read at
+/// fail_on none). Not cancellable inside libheif's decode: `cancel_flag` is checked before
+/// it and before the copy out.
 eh_status eh_decode(eh_decoder *decoder, int thumbnail, int channels, int width, int height,
-                    uint8_t *output, size_t stride, const int32_t *cancel_flag);
+                    uint8_t *output, size_t stride, int strict, const int32_t *cancel_flag);
 const char *eh_message(const eh_decoder *decoder);
 void eh_decoder_destroy(eh_decoder *decoder);
 
