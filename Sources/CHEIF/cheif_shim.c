@@ -17,7 +17,7 @@ struct eh_decoder {
     int nclx_transfer;
     double nclx_xy[8];
     int avif;
-    char message[200];
+    char message[256];
 };
 
 static void eh_say(char *message, size_t length, const char *text) {

@@ -21,7 +21,7 @@ final class AVIFDecoder: RasterDecoder {
         let padding = try RasterDecoders.padded(original, limits: limits, failOn: failOn)
         let data = padding?.bytes.bytes ?? original
         var status = EA_OK
-        var message = [CChar](repeating: 0, count: 200)
+        var message = [CChar](repeating: 0, count: 256)
         guard let handle = ea_decoder_create(data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count,
                                              UInt32(clamping: limits.maxPixels), &status, &message, message.count) else {
             throw Self.error(status, String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))

@@ -78,7 +78,7 @@ public enum Encoder {
     ) throws(ImagingError) -> Allocation {
         var output: UnsafeMutablePointer<UInt8>?
         var length = 0
-        var message = [CChar](repeating: 0, count: 200)
+        var message = [CChar](repeating: 0, count: 256)
         let profile = iccProfile ?? []
         let outcome = image.withUnsafeBufferPointer { pixels in
             profile.withUnsafeBufferPointer { icc in

@@ -19,7 +19,7 @@ final class HEIFDecoder: RasterDecoder {
         let padding = try RasterDecoders.padded(original, limits: limits, failOn: failOn)
         let data = padding?.bytes.bytes ?? original
         var status = EH_OK
-        var message = [CChar](repeating: 0, count: 200)
+        var message = [CChar](repeating: 0, count: 256)
         // libheif refuses a side above this from the header, before any pixel memory.
         let maxSide = Int32(clamping: min(limits.maxPixels, 1 << 18))
         guard let handle = eh_decoder_create(data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count, maxSide,

@@ -1,9 +1,12 @@
 // A small wrapper around libavif (with dav1d) for decoding AVIF: the header facts (size,
 // alpha, depth, ICC profile or colour code points, the rotation and mirroring to apply) from
 // the container alone, and a decode of the first image to 8-bit RGB(A) in the caller's
-// buffer, cut to the clean aperture (clap) as libheif does for HEIC. Failures come back as
-// codes with libavif's text, copied into a buffer of the decoder's (or the caller's, on
-// create). Cancellation: libavif decodes a frame whole, not cancellable inside; the flag is
+// buffer, cut to the clean aperture (clap) as libheif does for HEIC.
+//
+// Errors, as in every shim here: a status code, and a message copied into a fixed buffer where
+// the failure happens (the decoder's, read with `ea_message`; the caller's `message` on
+// create), never a pointer into the library's memory.
+// Cancellation: libavif decodes a frame whole, not cancellable inside; the flag is
 // checked before it and before the colour conversion. Parsing the container is not
 // cancellable (headers only).
 #ifndef ENLARGER_CAVIF_SHIM_H

@@ -4,6 +4,12 @@
 // AVIF encoder writing to memory. libheif reports failures as values; this wrapper turns
 // them into the few codes the pipeline distinguishes. libheif cannot be interrupted inside
 // one image's decode: the cancellation flag is checked before and after it.
+//
+// Errors, as in every shim here: a status code, and a message copied into a fixed buffer where
+// the failure happens (the decoder's, read with `eh_message`; the caller's `message` on create
+// and for the encoder), never a pointer into the library's memory.
+// Cancellation: parsing the container is not cancellable (headers only); decoding is checked
+// before and after libheif's decode; AV1 encoding before libheif's encode (not inside it).
 #ifndef ENLARGER_CHEIF_SHIM_H
 #define ENLARGER_CHEIF_SHIM_H
 

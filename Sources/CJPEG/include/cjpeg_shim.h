@@ -3,6 +3,13 @@
 // behind a setjmp and comes back as an `ej_status`. Warnings (truncated or corrupt data that
 // libjpeg would fill with grey) are turned into errors here too, as far as the decoder's
 // `ej_fail_on` says.
+//
+// Errors, as in every shim here: a status code, and a message copied into a fixed buffer where
+// the failure happens (the decoder's, read with `ej_message`; the caller's `message` for the
+// encoder), never a pointer into the library's memory.
+//
+// Cancellation: decoding is cancellable between iMCU rows (libjpeg's progress hook polls the
+// flag) and encoding every 16 rows; reading the header is not (bounded by the input).
 #ifndef ENLARGER_CJPEG_SHIM_H
 #define ENLARGER_CJPEG_SHIM_H
 

@@ -2,7 +2,12 @@
 // at a time (so the caller can check cancellation and reduce as it goes, never holding a
 // full-size image it does not need) and an encoder writing to memory. libspng reports every
 // failure as a return code (no setjmp); this wrapper turns them into the few codes the
-// pipeline distinguishes, with libspng's own text. Cancellation: the decoder is cancellable
+// pipeline distinguishes, with libspng's own text.
+//
+// Errors, as in every shim here: a status code, and a message copied into a fixed buffer where
+// the failure happens (the decoder's, read with `ep_message`; the caller's `message` for the
+// encoder), never a pointer into the library's memory.
+// Cancellation: the decoder is cancellable
 // between rows (the caller checks its flag between `ep_read_row` calls); the encoder polls
 // its flag every 16 rows; reading the header is not cancellable (a few chunks, bounded).
 #ifndef ENLARGER_CPNG_SHIM_H

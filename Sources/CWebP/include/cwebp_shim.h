@@ -3,6 +3,11 @@
 // of WebP) into the caller's buffer, fed in slices so that cancellation is checked between
 // them, and an encoder (lossy or lossless) writing to memory. Failures come back as codes
 // with a message; libwebp never exits or jumps.
+//
+// Errors, as in every shim here: a status code, and a message copied into a fixed buffer where
+// the failure happens (always the caller's `message`), never a pointer into the library's
+// memory.
+// Cancellation: each function below says whether it can be cancelled.
 #ifndef ENLARGER_CWEBP_SHIM_H
 #define ENLARGER_CWEBP_SHIM_H
 
