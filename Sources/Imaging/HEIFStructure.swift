@@ -89,7 +89,8 @@ enum HEIFStructure {
                 return nil  // to the end of the file, whatever it is
             }
             guard size >= 8 else { return nil }
-            if size > data.count - at { return at + size }
+            // A size near Int.max (eight bytes of 0xFF) must not overflow the sum.
+            if size > data.count - at { return size > Int.max - at ? Int.max : at + size }
             at += size
         }
         return at > data.count ? at : nil
@@ -203,15 +204,19 @@ enum HEIFStructure {
                     guard let offset = uint(at, offsetSize), let length = uint(at + offsetSize, lengthSize) else { return nil }
                     at += offsetSize + lengthSize
                     guard id == item, bytes.count < 64 else { continue }
-                    var start = base + offset
+                    // Eight-byte fields hold any value, negative ones included: every sum is
+                    // checked, and the extent must start inside the data.
+                    var (start, overflow) = base.addingReportingOverflow(offset)
+                    guard !overflow else { return nil }
                     if method == 1 {
                         guard let idat = child("idat", in: meta) else { return nil }
-                        start += idat.lowerBound
+                        (start, overflow) = start.addingReportingOverflow(idat.lowerBound)
+                        guard !overflow else { return nil }
                     } else if method != 0 {
                         return nil
                     }
-                    let end = length == 0 ? data.count : min(data.count, start + length)
-                    guard start >= 0, start <= end else { return nil }
+                    guard start >= 0, start <= data.count, length >= 0 else { return nil }
+                    let end = length == 0 || length > data.count - start ? data.count : start + length
                     bytes += data[start..<min(end, start + 64 - bytes.count)]
                 }
                 if id == item { return bytes }

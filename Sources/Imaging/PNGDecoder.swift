@@ -125,7 +125,8 @@ final class PNGDecoder: RasterDecoder {
         let outWidth = RasterDecoders.shrunk(width, shrink), outHeight = RasterDecoders.shrunk(height, shrink)
         let stride = width * channels, outStride = outWidth * channels
         var row = [UInt8](repeating: 0, count: stride)
-        var sums = [UInt32](repeating: 0, count: outStride)
+        // 64-bit sums: a box may hold more than 2^32 / 255 samples (a reduction by thousands).
+        var sums = [UInt64](repeating: 0, count: outStride)
         var translucent = false
         var notes: [String] = []
         let pixels = try PixelBuffer.make(width: outWidth, height: outHeight, channels: channels, allocator: allocator,
@@ -183,14 +184,14 @@ final class PNGDecoder: RasterDecoder {
 
     /// Adds a row's samples into the sums of the boxes they fall in.
     private static func accumulate(_ row: UnsafePointer<UInt8>, width: Int, channels: Int, shrink: Int,
-                                   into sums: UnsafeMutablePointer<UInt32>) {
+                                   into sums: UnsafeMutablePointer<UInt64>) {
         var x = 0, box = 0
         while x < width {
             let end = min(width, x + shrink)
             let target = sums + box * channels
             for px in x..<end {
                 let source = row + px * channels
-                for c in 0..<channels { target[c] &+= UInt32(source[c]) }
+                for c in 0..<channels { target[c] &+= UInt64(source[c]) }
             }
             x = end
             box += 1
@@ -198,12 +199,12 @@ final class PNGDecoder: RasterDecoder {
     }
 
     /// Writes the boxes' averages (rounded) as an output row and clears the sums.
-    private static func emit(_ sums: UnsafeMutablePointer<UInt32>, width: Int, channels: Int, shrink: Int, rows: Int,
+    private static func emit(_ sums: UnsafeMutablePointer<UInt64>, width: Int, channels: Int, shrink: Int, rows: Int,
                              into output: UnsafeMutablePointer<UInt8>) {
         let boxes = RasterDecoders.shrunk(width, shrink)
         for box in 0..<boxes {
             let columns = min(shrink, width - box * shrink)
-            let count = UInt32(columns * rows)
+            let count = UInt64(columns * rows)
             for c in 0..<channels {
                 let i = box * channels + c
                 output[i] = UInt8((sums[i] + count / 2) / count)

@@ -120,6 +120,19 @@ final class RealWorldTests: XCTestCase {
         XCTAssertLessThanOrEqual(worst, 1)
     }
 
+    /// A reduction by thousands while decoding: each box sums 8192 × 8192 samples of 200,
+    /// beyond 32 bits (the sums wrapped and the pixel came out wrong).
+    func testAReductionByThousandsWhileDecodingAveragesRight() throws {
+        let bytes = try TestImages.bytes("png-grey-16k.png")
+        let pipeline = ImagePipeline(limits: DecodeLimits(maxPixels: 1 << 29))
+        var results: [StageResult] = []
+        try pipeline.run(bytes, options: ResizeOptions(width: 1, format: .pnm)) { results.append($0) }
+        let final = try XCTUnwrap(results.last)
+        let image = try Encoder.decodePNM(final.image.bytes)
+        XCTAssertEqual(image.width, 1)
+        XCTAssertEqual(Set(image.pixels), [200])
+    }
+
     // MARK: WebP
 
     /// A WebP cut in half: the macroblock rows decoded before the cut at `none` (as the whole
@@ -308,5 +321,33 @@ final class CutHEIFTests: XCTestCase {
             XCTAssertEqual(image.width, 96, file)
             XCTAssertFalse(notes.isEmpty, file)
         }
+    }
+}
+
+/// The ISOBMFF fields HEIFStructure reads hold any value: eight-byte offsets and sizes near
+/// Int.max (or with the top bit set) are refused, not summed into an overflow trap.
+final class HEIFStructureTests: XCTestCase {
+    private func be(_ value: UInt64, _ bytes: Int) -> [UInt8] { (0..<bytes).reversed().map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
+    private func box(_ type: String, _ payload: [UInt8]) -> [UInt8] { be(UInt64(8 + payload.count), 4) + Array(type.utf8) + payload }
+
+    func testHugeOffsetsAndSizesAreRefusedWithoutATrap() throws {
+        let ftyp = box("ftyp", Array("heic".utf8) + be(0, 4) + Array("mif1heic".utf8))
+        let pitm = box("pitm", [0, 0, 0, 0] + be(1, 2))
+        let infe = box("infe", [2, 0, 0, 0] + be(1, 2) + be(0, 2) + Array("grid".utf8) + [0])
+        let iinf = box("iinf", [0, 0, 0, 0] + be(1, 2) + infe)
+        for (base, offset) in [(UInt64(Int64.max), UInt64(Int64.max)), (UInt64.max, UInt64(1) << 63)] {
+            // iloc version 1: offset, length and base eight bytes each; one item, one extent.
+            let iloc = box("iloc", [1, 0, 0, 0, 0x88, 0x80] + be(1, 2) + be(1, 2) + be(0, 2) + be(0, 2)
+                           + be(base, 8) + be(1, 2) + be(offset, 8) + be(8, 8))
+            let file = ftyp + box("meta", [0, 0, 0, 0] + pitm + iinf + iloc)
+            try withBytes(file) { raw throws(ImagingError) in
+                let items = HEIFStructure.items(raw)
+                XCTAssertEqual(items.types[1], "grid")
+                try HEIFStructure.checkCanvas(raw, items: items, item: 1, maxPixels: 100)
+            }
+        }
+        // A second top-level box claiming Int.max bytes: the file is cut, by as much as that.
+        let huge = ftyp + be(1, 4) + Array("mdat".utf8) + be(UInt64(Int64.max), 8)
+        try withBytes(huge) { raw throws(ImagingError) in XCTAssertEqual(HEIFStructure.claimedLength(raw), Int.max) }
     }
 }
