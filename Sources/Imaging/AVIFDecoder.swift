@@ -26,6 +26,14 @@ final class AVIFDecoder: RasterDecoder {
                                              UInt32(clamping: limits.maxPixels), &status, &message, message.count) else {
             throw Self.error(status, String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
+        // libavif 0.11 lays a grid's tiles out in item order, not in the order the grid lists
+        // them: such a file would come out scrambled, so it is refused.
+        let grid = HEIFStructure.gridIssues(HEIFStructure.items(data))
+        if grid.tilesOutOfItemOrder {
+            ea_decoder_destroy(handle)
+            throw ImagingError(.unsupported, "AVIF: the grid lists its tiles out of item order, which this build's "
+                               + "libavif (0.11) would lay out wrong")
+        }
         self.handle = handle
         self.padded = padding?.bytes
         self.cancel = cancel
@@ -37,6 +45,10 @@ final class AVIFDecoder: RasterDecoder {
             hasAlpha: info.has_alpha != 0, bitDepth: Int(info.depth), colorSpace: "ycbcr")
         header.orientation = Self.orientation(rotation: Int(info.rotation), mirror: Int(info.mirror))
         if let note = padding?.note { header.notes.append(note) }
+        if grid.auxiliaryPerTile && info.has_alpha == 0 {
+            header.notes.append("the image's alpha is stored per grid tile, which this build's libavif (0.11) does not "
+                                + "read: it comes out opaque")
+        }
         if info.clean_aperture == 2 {
             header.notes.append("the image's clean aperture (a crop its file declares) is invalid and not applied")
         }

@@ -21,10 +21,12 @@ enum HEIFStructure {
     struct Items {
         var primary: Int?
         var types: [Int: String] = [:]
+        /// The item ids in the order `iinf` lists them.
+        var order: [Int] = []
         /// `iref` references: of `type`, from an item to others (`dimg`: a derived image's
         /// inputs, in order; `auxl`: an auxiliary image, such as alpha, to its master).
         var references: [(type: String, from: Int, to: [Int])] = []
-        fileprivate var meta: Range<Int>?
+        var meta: Range<Int>?
 
         /// The items a decode of `item` reads: the item, its auxiliary images (alpha, depth:
         /// libheif reads them with it), and the inputs of every derived image among them.
@@ -43,11 +45,37 @@ enum HEIFStructure {
         }
     }
 
+    /// What libavif 0.11 reads wrong in an AVIF whose primary image is a grid: tiles whose
+    /// `dimg` order (the layout, row by row) is not the order of the items in `iinf` (the
+    /// order libavif lays them out in), and auxiliary images (alpha) attached to the tiles
+    /// rather than to the grid, which it drops.
+    struct GridIssues: Equatable {
+        var tilesOutOfItemOrder = false
+        var auxiliaryPerTile = false
+    }
+
+    static func gridIssues(_ items: Items) -> GridIssues {
+        var issues = GridIssues()
+        guard let primary = items.primary, items.types[primary] == "grid",
+              let tiles = items.references.first(where: { $0.type == "dimg" && $0.from == primary })?.to else {
+            return issues
+        }
+        let order = Dictionary(items.order.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
+        let positions = tiles.compactMap { order[$0] }
+        issues.tilesOutOfItemOrder = positions.count == tiles.count && positions != positions.sorted()
+        let tileSet = Set(tiles)
+        let auxiliary = items.references.filter { $0.type == "auxl" }
+        issues.auxiliaryPerTile = !auxiliary.contains { $0.to.contains(primary) }
+            && auxiliary.contains { !$0.to.isEmpty && $0.to.allSatisfy(tileSet.contains) }
+        return issues
+    }
+
     static func items(_ data: UnsafeRawBufferPointer) -> Items {
         var reader = BoxReader(data: data)
         guard let meta = reader.child("meta", in: 0..<data.count), meta.count >= 4 else { return Items() }
         let children = (meta.lowerBound + 4)..<meta.upperBound  // after version and flags
-        return Items(primary: reader.primaryItem(in: children), types: reader.itemTypes(in: children),
+        let (types, order) = reader.itemTypes(in: children)
+        return Items(primary: reader.primaryItem(in: children), types: types, order: order,
                      references: reader.references(in: children), meta: children)
     }
 
@@ -141,18 +169,20 @@ enum HEIFStructure {
             return uint(pitm.lowerBound + 4, version == 0 ? 2 : 4)
         }
 
-        mutating func itemTypes(in meta: Range<Int>) -> [Int: String] {
-            guard let iinf = child("iinf", in: meta), let version = uint(iinf.lowerBound, 1) else { return [:] }
+        mutating func itemTypes(in meta: Range<Int>) -> (types: [Int: String], order: [Int]) {
+            guard let iinf = child("iinf", in: meta), let version = uint(iinf.lowerBound, 1) else { return ([:], []) }
             let entries = (iinf.lowerBound + 4 + (version == 0 ? 2 : 4))..<iinf.upperBound
             var types: [Int: String] = [:]
+            var order: [Int] = []
             for (type, content) in boxes(in: entries) where type == "infe" {
                 guard let infeVersion = uint(content.lowerBound, 1), infeVersion >= 2 else { continue }
                 let idSize = infeVersion == 2 ? 2 : 4
                 guard let id = uint(content.lowerBound + 4, idSize),
                       let itemType = fourCC(content.lowerBound + 4 + idSize + 2) else { continue }
                 types[id] = itemType
+                order.append(id)
             }
-            return types
+            return (types, order)
         }
 
         /// The `iref` box's references (at most 4096, each with at most 4096 targets).

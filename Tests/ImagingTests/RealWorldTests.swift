@@ -350,4 +350,24 @@ final class HEIFStructureTests: XCTestCase {
         let huge = ftyp + be(1, 4) + Array("mdat".utf8) + be(UInt64(Int64.max), 8)
         try withBytes(huge) { raw throws(ImagingError) in XCTAssertEqual(HEIFStructure.claimedLength(raw), Int.max) }
     }
+
+    /// What libavif 0.11 reads wrong in a grid: tiles listed out of item order (the layout is
+    /// the list's), and alpha attached to each tile instead of the grid.
+    func testGridIssuesAreFound() throws {
+        let tiles: [Int: String] = [1: "grid", 2: "av01", 3: "av01", 4: "av01", 5: "av01"]
+        var items = HEIFStructure.Items(primary: 1, types: tiles, order: [1, 2, 3, 4, 5],
+                                        references: [("dimg", 1, [2, 3])])
+        XCTAssertEqual(HEIFStructure.gridIssues(items), HEIFStructure.GridIssues())
+        items.references = [("dimg", 1, [3, 2])]
+        XCTAssertTrue(HEIFStructure.gridIssues(items).tilesOutOfItemOrder)
+        items.references = [("dimg", 1, [2, 3]), ("auxl", 4, [2]), ("auxl", 5, [3])]
+        XCTAssertTrue(HEIFStructure.gridIssues(items).auxiliaryPerTile)
+        items.references = [("dimg", 1, [2, 3]), ("auxl", 4, [1])]
+        XCTAssertFalse(HEIFStructure.gridIssues(items).auxiliaryPerTile)
+        // The reversed file itself: refused, where the one in order decodes as the tiles show.
+        XCTAssertThrowsError(try TestImages.decode(try TestImages.bytes("avif-grid-reversed.avif"))) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .unsupported, "\($0)")
+        }
+        XCTAssertEqual(try TestImages.decode(try TestImages.bytes("avif-grid.avif")).width, 128)
+    }
 }
