@@ -44,7 +44,10 @@ final class AVIFDecoder: RasterDecoder {
             format: .avif, width: Int(info.width), height: Int(info.height), channels: info.has_alpha != 0 ? 4 : 3,
             hasAlpha: info.has_alpha != 0, bitDepth: Int(info.depth), colorSpace: "ycbcr")
         header.orientation = Self.orientation(rotation: Int(info.rotation), mirror: Int(info.mirror))
-        if let note = padding?.note { header.notes.append(note) }
+        if let padding {
+            header.notes.append(padding.note)
+            header.paddedBytes = padding.bytes.count
+        }
         if grid.auxiliaryPerTile && info.has_alpha == 0 {
             header.notes.append("the image's alpha is stored per grid tile, which this build's libavif (0.11) does not "
                                 + "read: it comes out opaque")

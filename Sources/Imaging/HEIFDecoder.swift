@@ -72,7 +72,10 @@ final class HEIFDecoder: RasterDecoder {
             RasterDecoders.describeCodePoints(primaries: Int(info.nclx_primaries), transfer: Int(info.nclx_transfer),
                                               xy: xy, into: &header)
         }
-        if let note = padding?.note { header.notes.append(note) }
+        if let padding {
+            header.notes.append(padding.note)
+            header.paddedBytes = padding.bytes.count
+        }
         header.thumbnailWidth = Int(info.thumbnail_width)
         header.thumbnailHeight = Int(info.thumbnail_height)
         self.header = header

@@ -30,6 +30,9 @@ public struct RasterHeader: Sendable, Equatable {
     public var animated = false
     /// What the decoder cannot honour, said in every result (see `StageResult.notes`).
     public var notes: [String] = []
+    /// HEIF at `fail_on none`: the bytes of the padded copy of a cut file, held as long as
+    /// the input (counted with it in the memory estimate).
+    public var paddedBytes = 0
 
     public var orientedSize: (width: Int, height: Int) { orientation.orientedSize(width: width, height: height) }
     var hasThumbnail: Bool { thumbnailWidth > 0 && thumbnailHeight > 0 }

@@ -246,8 +246,9 @@ final class RealWorldTests: XCTestCase {
         XCTAssertEqual(try decode("avif-no-pixi.avif", failOn: .error).0, try decode("avif-rgb.avif", failOn: .error).0)
     }
 
-    /// The AVIF clean aperture is applied, as libheif applies HEIC's: 64×48 from (16, 8).
-    func testTheAVIFCleanApertureIsApplied() throws {
+    /// Clean apertures are applied in both formats: AVIF's by Enlarger, HEIC's by libheif;
+    /// here 64×48 from (16, 8).
+    func testCleanAperturesAreAppliedInAVIFAndHEIC() throws {
         let (image, notes) = try decode("avif-clap.avif", failOn: .error)
         XCTAssertEqual(image.width, 64)
         XCTAssertEqual(image.height, 48)
@@ -261,6 +262,15 @@ final class RealWorldTests: XCTestCase {
         var shifted = [UInt8]()
         for y in 0..<48 { shifted += reference.pixels[((y * 96) * 3)..<((y * 96 + 64) * 3)] }
         XCTAssertLessThan(TestImages.psnr(image, PixelBuffer(width: 64, height: 48, channels: 3, pixels: shifted)), 20)
+        // HEIC's, applied by libheif, is the same crop of the HEIC picture.
+        let heic = try decode("heic-rgb.heic", failOn: .error).0
+        let (heicCrop, heicNotes) = try decode("heic-clap.heic", failOn: .error)
+        XCTAssertEqual(heicCrop.width, 64)
+        XCTAssertEqual(heicCrop.height, 48)
+        XCTAssertTrue(heicNotes.isEmpty, "\(heicNotes)")
+        var heicExpected = [UInt8]()
+        for y in 8..<56 { heicExpected += heic.pixels[((y * 96 + 16) * 3)..<((y * 96 + 80) * 3)] }
+        XCTAssertGreaterThan(TestImages.psnr(heicCrop, PixelBuffer(width: 64, height: 48, channels: 3, pixels: heicExpected)), 35)
     }
 }
 
@@ -315,6 +325,17 @@ final class CutHEIFTests: XCTestCase {
             let top = image.width * image.channels * (image.height / 5)
             XCTAssertEqual(Array(image.pixels.prefix(top)), Array(reference.pixels.prefix(top)), file)
         }
+        // The padded copy is counted in the memory estimate, with the input.
+        let whole = try TestImages.bytes("avif-large.avif")
+        let cut = Array(whole.prefix(whole.count / 4))
+        func estimate(_ bytes: [UInt8]) throws -> Int {
+            try withBytes(bytes) { raw throws(ImagingError) in
+                try ImagePipeline().prepare(raw, options: ResizeOptions(width: 100, failOn: .none)).memoryEstimate.bytes
+            }
+        }
+        // The cut file holds its own bytes and a whole file's worth of padded copy: more than
+        // the whole file by at least the cut part.
+        XCTAssertGreaterThanOrEqual(try estimate(cut) - estimate(whole), cut.count)
         // The small files cut in their only row of coding blocks still come out, noted.
         for file in ["heic-bad-truncated.heic", "avif-bad-truncated.avif"] {
             let (image, notes) = try decode(try TestImages.bytes(file), failOn: .none)
