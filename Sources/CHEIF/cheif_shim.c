@@ -66,6 +66,16 @@ eh_decoder *eh_decoder_create(const uint8_t *data, size_t length, int max_side, 
         eh_decoder_destroy(decoder);
         return NULL;
     }
+    // libheif checks a coded image's own size (from its hvcC or av1C) against this limit
+    // before allocating its planes; the sizes the file declares (ispe) were checked when it
+    // was read, but the coded size may say anything (a 1.6 KB file declaring 96x42 coded as
+    // 34311x34816 made it allocate 3.6 GB and crash). No coded image is far larger than the
+    // declared primary: the limit becomes twice its larger side (a coded size rounded up, or
+    // a grid tile overhanging the canvas, may exceed it a little), at least 1024.
+    int declared = heif_image_handle_get_width(decoder->primary);
+    if (heif_image_handle_get_height(decoder->primary) > declared) declared = heif_image_handle_get_height(decoder->primary);
+    int coded_limit = declared > 512 ? 2 * declared : 1024;
+    if (coded_limit < max_side) heif_context_set_maximum_image_size_limit(decoder->context, coded_limit);
     if (heif_image_handle_get_number_of_thumbnails(decoder->primary) > 0) {
         heif_item_id id;
         if (heif_image_handle_get_list_of_thumbnail_IDs(decoder->primary, &id, 1) == 1) {

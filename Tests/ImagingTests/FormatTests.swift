@@ -441,6 +441,16 @@ final class FormatTests: XCTestCase {
         XCTAssertThrowsError(try TestImages.run(av1, ResizeOptions(width: 64))) { error in
             XCTAssertEqual((error as? ImagingError)?.code, .unsupported, "\(error)")
         }
+        // A 1.6 KB HEIF declaring a 96×42 primary whose av1C codes 34311×34816: libheif checked
+        // only its side limit (2^18) and allocated 3.6 GB, then crashed. The coded size is held
+        // to twice the declared one: refused before any plane, at once.
+        let coded = [UInt8](try Data(contentsOf: url.deletingLastPathComponent()
+            .appendingPathComponent("heic-coded-size-bomb.heic")))
+        let fourth = ContinuousClock.now
+        XCTAssertThrowsError(try TestImages.run(coded, ResizeOptions(width: 64))) { error in
+            XCTAssertEqual((error as? ImagingError)?.code, .tooLarge, "\(error)")
+        }
+        XCTAssertLessThan(ContinuousClock.now - fourth, .milliseconds(500))
     }
 
     func testDecodePolicyForPNG() throws {
