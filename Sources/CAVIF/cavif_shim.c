@@ -7,7 +7,11 @@
 
 struct ea_decoder {
     avifDecoder *decoder;
-    char message[200];
+    // The clean aperture (clap) to cut out of each decoded frame, when `cropped`.
+    avifCropRect crop;
+    int cropped;
+    int clap_invalid;
+    char message[256];
 };
 
 static ea_status ea_classify(avifResult result) {
@@ -72,6 +76,10 @@ ea_decoder *ea_decoder_create(const uint8_t *data, size_t length, uint32_t max_p
     avif->imageSizeLimit = max_pixels;
     avif->ignoreExif = AVIF_TRUE;
     avif->ignoreXMP = AVIF_TRUE;
+    // The strict checks concern properties Enlarger does not use (pixi, an alpha item's
+    // ispe) or that it checks itself (clap, below): files that newer libavif and the other
+    // readers decode are not refused over them.
+    avif->strictFlags = AVIF_STRICT_DISABLED;
     avifResult result = avifDecoderSetIOMemory(avif, data, length);
     if (result == AVIF_RESULT_OK) result = avifDecoderParse(avif);
     if (result != AVIF_RESULT_OK) {
@@ -80,6 +88,18 @@ ea_decoder *ea_decoder_create(const uint8_t *data, size_t length, uint32_t max_p
         ea_decoder_destroy(decoder);
         return NULL;
     }
+    const avifImage *image = avif->image;
+    if (image->transformFlags & AVIF_TRANSFORM_CLAP) {
+        avifDiagnostics diag;
+        avifDiagnosticsClearError(&diag);
+        if (avifCropRectConvertCleanApertureBox(&decoder->crop, &image->clap, image->width, image->height,
+                                                image->yuvFormat, &diag)
+            && decoder->crop.width > 0 && decoder->crop.height > 0) {
+            decoder->cropped = 1;
+        } else {
+            decoder->clap_invalid = 1;
+        }
+    }
     *status = EA_OK;
     return decoder;
 }
@@ -87,13 +107,13 @@ ea_decoder *ea_decoder_create(const uint8_t *data, size_t length, uint32_t max_p
 void ea_read_info(const ea_decoder *decoder, ea_info *info) {
     memset(info, 0, sizeof *info);
     const avifImage *image = decoder->decoder->image;
-    info->width = image->width;
-    info->height = image->height;
+    info->width = decoder->cropped ? decoder->crop.width : image->width;
+    info->height = decoder->cropped ? decoder->crop.height : image->height;
     info->depth = (int)image->depth;
     info->has_alpha = decoder->decoder->alphaPresent;
     info->rotation = image->transformFlags & AVIF_TRANSFORM_IROT ? image->irot.angle & 3 : 0;
     info->mirror = image->transformFlags & AVIF_TRANSFORM_IMIR ? image->imir.mode & 1 : -1;
-    info->clean_aperture = (image->transformFlags & AVIF_TRANSFORM_CLAP) != 0;
+    info->clean_aperture = decoder->cropped ? 1 : decoder->clap_invalid ? 2 : 0;
     if (image->icc.size > 0) {
         info->icc = image->icc.data;
         info->icc_length = image->icc.size;
@@ -125,14 +145,36 @@ ea_status ea_decode(ea_decoder *decoder, int channels, uint8_t *output, size_t s
         snprintf(decoder->message, sizeof decoder->message, "cancelled");
         return EA_ERR_CANCELLED;
     }
+    // The clean aperture is a view into the frame's planes: nothing is copied.
+    avifImage view;
+    memset(&view, 0, sizeof view);
+    const avifImage *source = avif->image;
+    if (decoder->cropped) {
+        result = avifImageSetViewRect(&view, avif->image, &decoder->crop);
+        if (result != AVIF_RESULT_OK) {
+            ea_say(decoder->message, sizeof decoder->message, "the AVIF clean aperture", result, avif);
+            return EA_ERR_CORRUPT;
+        }
+        source = &view;
+    }
     avifRGBImage rgb;
-    avifRGBImageSetDefaults(&rgb, avif->image);
+    avifRGBImageSetDefaults(&rgb, source);
     rgb.depth = 8;
     rgb.format = channels == 4 ? AVIF_RGB_FORMAT_RGBA : AVIF_RGB_FORMAT_RGB;
     rgb.pixels = output;
     rgb.rowBytes = (uint32_t)stride;
-    result = avifImageYUVToRGB(avif->image, &rgb);
+    result = avifImageYUVToRGB(source, &rgb);
     if (result != AVIF_RESULT_OK) {
+        // libavif converts the usual matrices; the others (BT.2020 constant luminance 10,
+        // SMPTE 2085 11, chroma-derived constant luminance 13, ICtCp 14) it cannot: a valid
+        // file this build does not read, not a damaged one.
+        int unsupported = result == AVIF_RESULT_REFORMAT_FAILED || result == AVIF_RESULT_NOT_IMPLEMENTED;
+        if (unsupported) {
+            snprintf(decoder->message, sizeof decoder->message,
+                     "YUV to RGB with matrix coefficients %d is not supported (%s)", (int)source->matrixCoefficients,
+                     avifResultToString(result));
+            return EA_ERR_UNSUPPORTED;
+        }
         ea_say(decoder->message, sizeof decoder->message, "AVIF colour conversion", result, avif);
         return ea_classify(result);
     }

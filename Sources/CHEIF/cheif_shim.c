@@ -17,7 +17,7 @@ struct eh_decoder {
     int nclx_transfer;
     double nclx_xy[8];
     int avif;
-    char message[200];
+    char message[256];
 };
 
 static void eh_say(char *message, size_t length, const char *text) {
@@ -66,6 +66,16 @@ eh_decoder *eh_decoder_create(const uint8_t *data, size_t length, int max_side, 
         eh_decoder_destroy(decoder);
         return NULL;
     }
+    // libheif checks a coded image's own size (from its hvcC or av1C) against this limit
+    // before allocating its planes; the sizes the file declares (ispe) were checked when it
+    // was read, but the coded size may say anything (a 1.6 KB file declaring 96x42 coded as
+    // 34311x34816 made it allocate 3.6 GB and crash). No coded image is far larger than the
+    // declared primary: the limit becomes twice its larger side (a coded size rounded up, or
+    // a grid tile overhanging the canvas, may exceed it a little), at least 1024.
+    int declared = heif_image_handle_get_width(decoder->primary);
+    if (heif_image_handle_get_height(decoder->primary) > declared) declared = heif_image_handle_get_height(decoder->primary);
+    int coded_limit = declared > 512 ? 2 * declared : 1024;
+    if (coded_limit < max_side) heif_context_set_maximum_image_size_limit(decoder->context, coded_limit);
     if (heif_image_handle_get_number_of_thumbnails(decoder->primary) > 0) {
         heif_item_id id;
         if (heif_image_handle_get_list_of_thumbnail_IDs(decoder->primary, &id, 1) == 1) {
@@ -144,7 +154,7 @@ void eh_read_info(const eh_decoder *decoder, eh_info *info) {
 }
 
 eh_status eh_decode(eh_decoder *decoder, int thumbnail, int channels, int width, int height,
-                    uint8_t *output, size_t stride, const int32_t *cancel_flag) {
+                    uint8_t *output, size_t stride, int strict, const int32_t *cancel_flag) {
     struct heif_image_handle *handle = thumbnail ? decoder->thumbnail : decoder->primary;
     if (handle == NULL) {
         eh_say(decoder->message, sizeof decoder->message, "the HEIF file has no thumbnail");
@@ -160,7 +170,7 @@ eh_status eh_decode(eh_decoder *decoder, int thumbnail, int channels, int width,
         return EH_ERR_NO_MEMORY;
     }
     options->convert_hdr_to_8bit = 1;
-    options->strict_decoding = 1;
+    options->strict_decoding = strict ? 1 : 0;
     struct heif_image *image = NULL;
     struct heif_error error = heif_decode_image(handle, &image, heif_colorspace_RGB,
                                                 channels == 4 ? heif_chroma_interleaved_RGBA : heif_chroma_interleaved_RGB,
@@ -281,12 +291,13 @@ eh_status eh_encode_avif(const uint8_t *pixels, int width, int height, int chann
         struct heif_writer writer = {.writer_api_version = 1, .write = eh_write};
         error = heif_context_write(context, &writer, &sink);
     }
+    // libheif's error text may live in the context or the encoder: copied before they go.
+    if (error.code != heif_error_Ok) eh_say(message, message_length, error.message);
     if (image != NULL) heif_image_release(image);
     if (encoder != NULL) heif_encoder_release(encoder);
     heif_context_free(context);
     if (error.code != heif_error_Ok) {
         free(sink.bytes);
-        eh_say(message, message_length, error.message);
         return error.code == heif_error_Memory_allocation_error ? EH_ERR_NO_MEMORY : EH_ERR_UNSUPPORTED;
     }
     *output = sink.bytes;

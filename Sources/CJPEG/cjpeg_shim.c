@@ -167,6 +167,9 @@ ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans, long ma
     dec->jerr.error_exit = ej_error_exit;
     dec->jerr.emit_message = ej_decoder_emit_message;
     if (setjmp(dec->guard.jump)) {
+        // What create allocated before failing (its memory manager, once there) goes too:
+        // jpeg_destroy frees the pools when there are any.
+        jpeg_destroy_decompress(&dec->cinfo);
         free(dec);
         return NULL;
     }
@@ -540,8 +543,12 @@ ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, 
     }
     if (progressive) jpeg_simple_progression(&enc->cinfo);
     jpeg_start_compress(&enc->cinfo, TRUE);
-    if (icc != NULL && icc_length > 0 && icc_length <= 0xFFFFFFFFu)
+    // A profile needs one APP2 marker per EJ_ICC_BYTES_PER_MARKER and their count is one
+    // byte: a larger profile cannot be written (the caller drops it, with a note).
+    if (icc != NULL && icc_length > 0) {
+        if (icc_length > EJ_MAX_ICC_BYTES) ej_fail_with((j_common_ptr)&enc->cinfo, EJ_ERR_USAGE, "the ICC profile is too large for JPEG");
         jpeg_write_icc_profile(&enc->cinfo, icc, (unsigned int)icc_length);
+    }
     size_t stride = (size_t)width * (size_t)channels;
     while (enc->cinfo.next_scanline < enc->cinfo.image_height) {
         if (cancel_flag != NULL && ej_atomic_load(cancel_flag) != 0)

@@ -11,22 +11,46 @@ struct ep_decoder {
     spng_ctx *ctx;
     int fail_on;
     int started;
-    // Reading from memory through a stream, to give read pages back (see ep_decoder_create).
+    // Read from memory through a stream: to give read pages back (see ep_decoder_create)
+    // and to see where the data ends.
     const uint8_t *data;
     size_t length;
     size_t offset;
     size_t released;
-    char message[200];
+    int release_read;
+    // The data ended before libspng had what it asked for (a cut file). At fail_on 0 the
+    // missing bytes read as zeros: the rows before the cut decode, then the stream fails.
+    int ran_out;
+    // libspng answers every call after a failure with SPNG_EBADSTATE: the first failure,
+    // also one passed over as harmless, is kept to be reported instead.
+    int first_error;
+    // 16-bit grey without transparency: raw rows, reduced to 8 bits here (libspng's G8 is
+    // for 8 bits and less).
+    int grey16;
+    uint8_t *raw_row;
+    size_t raw_length;
+    char message[256];
 };
 
 // Every 4 MiB read, the whole pages behind the read position go back to the system.
 static int ep_stream_read(spng_ctx *ctx, void *user, void *dest, size_t length) {
     (void)ctx;
     ep_decoder *decoder = user;
-    if (length > decoder->length - decoder->offset) return SPNG_IO_EOF;
+    if (length > decoder->length - decoder->offset) {
+        size_t available = decoder->length - decoder->offset;
+        if (decoder->ran_out || decoder->fail_on > 0) {
+            decoder->ran_out = 1;
+            return SPNG_IO_EOF;
+        }
+        decoder->ran_out = 1;
+        memcpy(dest, decoder->data + decoder->offset, available);
+        memset((uint8_t *)dest + available, 0, length - available);
+        decoder->offset = decoder->length;
+        return 0;
+    }
     memcpy(dest, decoder->data + decoder->offset, length);
     decoder->offset += length;
-    if (decoder->offset - decoder->released >= (4u << 20)) {
+    if (decoder->release_read && decoder->offset - decoder->released >= (4u << 20)) {
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
         size_t end = decoder->offset / page * page;
         madvise((void *)(decoder->data + decoder->released), end - decoder->released, MADV_DONTNEED);
@@ -56,11 +80,27 @@ static ep_status ep_classify(int error) {
     }
 }
 
-static ep_status ep_fail(ep_decoder *decoder, int error) {
-    ep_status status = ep_classify(error);
-    if (status != EP_OK && status != EP_DONE) {
-        snprintf(decoder->message, sizeof decoder->message, "%s", spng_strerror(error));
+// Remembers a failure (the first one) without reporting it: one passed over, which may
+// still leave libspng unable to go on.
+static void ep_note(ep_decoder *decoder, int error) {
+    if (error != SPNG_OK && error != SPNG_EOI && error != SPNG_ECHUNKAVAIL && decoder->first_error == 0) {
+        decoder->first_error = error;
     }
+}
+
+// The status and message of a failure, copied into the decoder: the first failure when
+// libspng only says it cannot go on; a cut file's when the data had ended.
+static ep_status ep_fail(ep_decoder *decoder, int error) {
+    if (error == SPNG_OK || error == SPNG_EOI) return ep_classify(error);
+    if (error == SPNG_EBADSTATE && decoder->first_error != 0) error = decoder->first_error;
+    ep_note(decoder, error);
+    ep_status status = ep_classify(error);
+    if (decoder->ran_out) {
+        snprintf(decoder->message, sizeof decoder->message, "the data ends at byte %zu, inside the image (%s)",
+                 decoder->length, spng_strerror(error));
+        return EP_ERR_TRUNCATED;
+    }
+    snprintf(decoder->message, sizeof decoder->message, "%s", spng_strerror(error));
     return status;
 }
 
@@ -78,14 +118,14 @@ ep_decoder *ep_decoder_create(const uint8_t *data, size_t length, size_t max_chu
     spng_set_chunk_limits(decoder->ctx, max_chunk, max_chunk);
     if (fail_on <= 1) {
         spng_set_crc_action(decoder->ctx, SPNG_CRC_USE, SPNG_CRC_USE);
+    } else if (fail_on >= 3) {
+        // A damaged ancillary chunk is a damaged file too (libspng drops it by default).
+        spng_set_crc_action(decoder->ctx, SPNG_CRC_ERROR, SPNG_CRC_ERROR);
     }
-    if (release_read) {
-        decoder->data = data;
-        decoder->length = length;
-        spng_set_png_stream(decoder->ctx, ep_stream_read, decoder);
-    } else {
-        spng_set_png_buffer(decoder->ctx, data, length);
-    }
+    decoder->data = data;
+    decoder->length = length;
+    decoder->release_read = release_read;
+    spng_set_png_stream(decoder->ctx, ep_stream_read, decoder);
     return decoder;
 }
 
@@ -100,7 +140,18 @@ ep_status ep_read_header(ep_decoder *decoder, ep_info *info) {
     info->color_type = ihdr.color_type;
     info->interlaced = ihdr.interlace_method != 0;
     struct spng_trns trns;
-    info->has_trns = spng_get_trns(decoder->ctx, &trns) == SPNG_OK;
+    error = spng_get_trns(decoder->ctx, &trns);
+    ep_note(decoder, error);
+    info->has_trns = error == SPNG_OK;
+    if (error == SPNG_OK && ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE && ihdr.bit_depth < 16) {
+        // A grey key wider than the samples keeps only their bits, as libpng reads it
+        // (libspng would match no pixel and leave the image opaque).
+        uint16_t mask = (uint16_t)((1u << ihdr.bit_depth) - 1);
+        if (trns.gray > mask) {
+            trns.gray &= mask;
+            ep_note(decoder, spng_set_trns(decoder->ctx, &trns));
+        }
+    }
     struct spng_iccp iccp;
     error = spng_get_iccp(decoder->ctx, &iccp);
     if (error == SPNG_OK && iccp.profile_len > 0) {
@@ -109,8 +160,11 @@ ep_status ep_read_header(ep_decoder *decoder, ep_info *info) {
     } else if (error != SPNG_OK && error != SPNG_ECHUNKAVAIL && decoder->fail_on >= 3) {
         return ep_fail(decoder, error);
     }
+    ep_note(decoder, error);
     struct spng_exif exif;
-    if (spng_get_exif(decoder->ctx, &exif) == SPNG_OK && exif.length > 0) {
+    error = spng_get_exif(decoder->ctx, &exif);
+    ep_note(decoder, error);
+    if (error == SPNG_OK && exif.length > 0) {
         info->exif = (const uint8_t *)exif.data;
         info->exif_length = exif.length;
     }
@@ -118,9 +172,21 @@ ep_status ep_read_header(ep_decoder *decoder, ep_info *info) {
 }
 
 ep_status ep_start(ep_decoder *decoder, int channels) {
-    int format = channels == 1 ? SPNG_FMT_G8 : channels == 3 ? SPNG_FMT_RGB8 : SPNG_FMT_RGBA8;
+    struct spng_ihdr ihdr;
+    int error = spng_get_ihdr(decoder->ctx, &ihdr);
+    if (error) return ep_fail(decoder, error);
+    decoder->grey16 = channels == 1 && ihdr.bit_depth == 16 && !ihdr.interlace_method;
+    int format = decoder->grey16 ? SPNG_FMT_RAW : channels == 1 ? SPNG_FMT_G8 : channels == 3 ? SPNG_FMT_RGB8 : SPNG_FMT_RGBA8;
+    if (decoder->grey16) {
+        decoder->raw_length = (size_t)ihdr.width * 2;
+        decoder->raw_row = malloc(decoder->raw_length);
+        if (decoder->raw_row == NULL) {
+            snprintf(decoder->message, sizeof decoder->message, "out of memory for a 16-bit row");
+            return EP_ERR_NO_MEMORY;
+        }
+    }
     int flags = SPNG_DECODE_PROGRESSIVE | (channels == 4 ? SPNG_DECODE_TRNS : 0);
-    int error = spng_decode_image(decoder->ctx, NULL, 0, format, flags);
+    error = spng_decode_image(decoder->ctx, NULL, 0, format, flags);
     if (error) return ep_fail(decoder, error);
     decoder->started = 1;
     return EP_OK;
@@ -129,23 +195,45 @@ ep_status ep_start(ep_decoder *decoder, int channels) {
 ep_status ep_next_row(ep_decoder *decoder, uint32_t *row_index) {
     struct spng_row_info info;
     int error = spng_get_row_info(decoder->ctx, &info);
+    if (error == SPNG_EOI && decoder->fail_on >= 3) {
+        // Every row is out; what follows (the last IDAT's checksum, the chunks after the
+        // image, IEND) is read too, so that damage there fails as the level asks.
+        int after = spng_decode_chunks(decoder->ctx);
+        if (after != SPNG_OK) return ep_fail(decoder, after);
+    }
     if (error) return ep_fail(decoder, error);
     *row_index = info.row_num;
     return EP_OK;
 }
 
 ep_status ep_read_row(ep_decoder *decoder, uint8_t *row, size_t length) {
-    int error = spng_decode_row(decoder->ctx, row, length);
+    int error;
+    if (decoder->grey16) {
+        if (length * 2 != decoder->raw_length) return ep_fail(decoder, SPNG_EBUFSIZ);
+        error = spng_decode_row(decoder->ctx, decoder->raw_row, decoder->raw_length);
+        if (error == SPNG_OK || error == SPNG_EOI) {
+            // Big-endian samples to 8 bits, rounded: v * 255 / 65535.
+            for (size_t x = 0; x < length; x++) {
+                uint32_t v = (uint32_t)decoder->raw_row[2 * x] << 8 | decoder->raw_row[2 * x + 1];
+                row[x] = (uint8_t)((v * 255u + 32767u) / 65535u);
+            }
+        }
+    } else {
+        error = spng_decode_row(decoder->ctx, row, length);
+    }
     // SPNG_EOI comes with the last row, which has been written.
     if (error == SPNG_EOI) return EP_OK;
     return ep_fail(decoder, error);
 }
+
+int ep_ran_out(const ep_decoder *decoder) { return decoder->ran_out; }
 
 const char *ep_message(const ep_decoder *decoder) { return decoder->message; }
 
 void ep_decoder_destroy(ep_decoder *decoder) {
     if (decoder == NULL) return;
     spng_ctx_free(decoder->ctx);
+    free(decoder->raw_row);
     free(decoder);
 }
 

@@ -38,10 +38,10 @@ ew_status ew_read_header(const uint8_t *data, size_t length, ew_info *info, char
     // image data happens to be whole.
     size_t riff = (size_t)data[4] | (size_t)data[5] << 8 | (size_t)data[6] << 16 | (size_t)data[7] << 24;
     if (riff + 8 > length) {
+        info->cut = 1;
         if (message != NULL && message_length > 0) {
             snprintf(message, message_length, "the RIFF header gives %zu bytes, the data has %zu", riff + 8, length);
         }
-        return EW_ERR_TRUNCATED;
     }
     WebPBitstreamFeatures features;
     VP8StatusCode code = WebPGetFeatures(data, length, &features);
@@ -57,7 +57,7 @@ ew_status ew_read_header(const uint8_t *data, size_t length, ew_info *info, char
     WebPDemuxer *demux = WebPDemuxPartial(&whole, &state);
     if (demux == NULL) {
         ew_say(message, message_length, "damaged WebP container");
-        return state == WEBP_DEMUX_PARSE_ERROR ? EW_ERR_CORRUPT : EW_ERR_TRUNCATED;
+        return state == WEBP_DEMUX_PARSE_ERROR || !info->cut ? EW_ERR_CORRUPT : EW_ERR_TRUNCATED;
     }
     uint32_t flags = WebPDemuxGetI(demux, WEBP_FF_FORMAT_FLAGS);
     WebPChunkIterator chunk;
@@ -75,58 +75,18 @@ ew_status ew_read_header(const uint8_t *data, size_t length, ew_info *info, char
     return EW_OK;
 }
 
-// The first frame of an animation, composed on the canvas.
-static ew_status ew_decode_first_frame(const uint8_t *data, size_t length, int width, int height, int channels,
-                                       uint8_t *output, size_t stride, char *message, size_t message_length) {
-    WebPAnimDecoderOptions options;
-    if (!WebPAnimDecoderOptionsInit(&options)) return ew_status_of(VP8_STATUS_INVALID_PARAM, message, message_length);
-    options.color_mode = MODE_RGBA;
-    options.use_threads = 0;
-    WebPData whole = {data, length};
-    WebPAnimDecoder *decoder = WebPAnimDecoderNew(&whole, &options);
-    if (decoder == NULL) {
-        ew_say(message, message_length, "damaged animated WebP");
-        return EW_ERR_CORRUPT;
-    }
-    WebPAnimInfo info;
-    uint8_t *frame = NULL;
-    int timestamp = 0;
-    ew_status status = EW_OK;
-    if (!WebPAnimDecoderGetInfo(decoder, &info) || (int)info.canvas_width != width || (int)info.canvas_height != height) {
-        ew_say(message, message_length, "an animated WebP decodes at its canvas size only");
-        status = EW_ERR_UNSUPPORTED;
-    } else if (!WebPAnimDecoderGetNext(decoder, &frame, &timestamp) || frame == NULL) {
-        ew_say(message, message_length, "the first frame of the animated WebP does not decode");
-        status = EW_ERR_CORRUPT;
-    } else {
-        for (int y = 0; y < height; y++) {
-            const uint8_t *in = frame + (size_t)y * (size_t)width * 4;
-            uint8_t *out = output + (size_t)y * stride;
-            if (channels == 4) {
-                memcpy(out, in, (size_t)width * 4);
-            } else {
-                for (int x = 0; x < width; x++) {
-                    out[3 * x] = in[4 * x];
-                    out[3 * x + 1] = in[4 * x + 1];
-                    out[3 * x + 2] = in[4 * x + 2];
-                }
-            }
-        }
-    }
-    WebPAnimDecoderDelete(decoder);
-    return status;
-}
-
-ew_status ew_decode(const uint8_t *data, size_t length, int width, int height, int channels,
-                    uint8_t *output, size_t stride, size_t output_length, const int32_t *cancel_flag,
-                    char *message, size_t message_length) {
+// Decodes one bitstream (VP8, VP8L, or ALPH then VP8) into `output` at `width` × `height`
+// (scaled when that is not the bitstream's size), handing the input over in growing prefixes
+// so that the flag is looked at between slices (each about a millisecond of decoding or
+// less). `*rows` is how many rows from the top are whole when it returns, also on failure.
+static ew_status ew_decode_sliced(const uint8_t *data, size_t length, int width, int height, int channels,
+                                  uint8_t *output, size_t stride, size_t output_length, const int32_t *cancel_flag,
+                                  int *rows, char *message, size_t message_length) {
+    *rows = 0;
     WebPDecoderConfig config;
     if (!WebPInitDecoderConfig(&config)) return ew_status_of(VP8_STATUS_INVALID_PARAM, message, message_length);
     VP8StatusCode code = WebPGetFeatures(data, length, &config.input);
     if (code != VP8_STATUS_OK) return ew_status_of(code, message, message_length);
-    if (config.input.has_animation) {
-        return ew_decode_first_frame(data, length, width, height, channels, output, stride, message, message_length);
-    }
     if (width != config.input.width || height != config.input.height) {
         config.options.use_scaling = 1;
         config.options.scaled_width = width;
@@ -143,8 +103,6 @@ ew_status ew_decode(const uint8_t *data, size_t length, int width, int height, i
         ew_say(message, message_length, "out of memory starting a WebP decoder");
         return EW_ERR_NO_MEMORY;
     }
-    // The input is in memory already: it is handed over in growing prefixes so that the
-    // flag is looked at between slices (each about a millisecond of decoding or less).
     const size_t slice = 64 << 10;
     size_t offered = 0;
     ew_status status = EW_ERR_TRUNCATED;
@@ -166,9 +124,75 @@ ew_status ew_decode(const uint8_t *data, size_t length, int width, int height, i
             break;
         }
     }
+    int last_y = 0;
+    if (status == EW_OK) {
+        *rows = height;
+    } else if (WebPIDecGetRGB(decoder, &last_y, NULL, NULL, NULL) != NULL && last_y > 0) {
+        *rows = last_y <= height ? last_y : height;
+    }
     WebPIDelete(decoder);
     WebPFreeDecBuffer(&config.output);
     return status;
+}
+
+// The first frame of an animation, drawn on a transparent canvas (as WebPAnimDecoder starts
+// one): decoded straight into the output, with no canvas of libwebp's own, in slices.
+static ew_status ew_decode_first_frame(const uint8_t *data, size_t length, int width, int height, int channels,
+                                       uint8_t *output, size_t stride, size_t output_length,
+                                       const int32_t *cancel_flag, int *rows, char *message, size_t message_length) {
+    WebPData whole = {data, length};
+    WebPDemuxState state;
+    WebPDemuxer *demux = WebPDemuxPartial(&whole, &state);
+    if (demux == NULL) {
+        ew_say(message, message_length, "damaged animated WebP");
+        return state == WEBP_DEMUX_PARSE_ERROR ? EW_ERR_CORRUPT : EW_ERR_TRUNCATED;
+    }
+    ew_status status;
+    WebPIterator frame;
+    if ((int)WebPDemuxGetI(demux, WEBP_FF_CANVAS_WIDTH) != width || (int)WebPDemuxGetI(demux, WEBP_FF_CANVAS_HEIGHT) != height) {
+        ew_say(message, message_length, "an animated WebP decodes at its canvas size only");
+        status = EW_ERR_UNSUPPORTED;
+    } else if (!WebPDemuxGetFrame(demux, 1, &frame)) {
+        ew_say(message, message_length, "the animated WebP's first frame is missing or cut");
+        status = state == WEBP_DEMUX_DONE ? EW_ERR_CORRUPT : EW_ERR_TRUNCATED;
+    } else {
+        if (frame.x_offset < 0 || frame.y_offset < 0 || frame.width <= 0 || frame.height <= 0
+            || frame.x_offset > width - frame.width || frame.y_offset > height - frame.height) {
+            ew_say(message, message_length, "the animated WebP's first frame lies outside its canvas");
+            status = EW_ERR_CORRUPT;
+        } else {
+            // Outside the frame the canvas stays transparent (black without alpha).
+            for (int y = 0; y < height; y++) memset(output + (size_t)y * stride, 0, (size_t)width * (size_t)channels);
+            size_t at = (size_t)frame.y_offset * stride + (size_t)frame.x_offset * (size_t)channels;
+            int frame_rows = 0;
+            status = ew_decode_sliced(frame.fragment.bytes, frame.fragment.size, frame.width, frame.height, channels,
+                                      output + at, stride, output_length - at, cancel_flag, &frame_rows,
+                                      message, message_length);
+            *rows = status == EW_OK ? height : frame.y_offset + frame_rows;
+        }
+        WebPDemuxReleaseIterator(&frame);
+    }
+    WebPDemuxDelete(demux);
+    return status;
+}
+
+ew_status ew_decode(const uint8_t *data, size_t length, int width, int height, int channels,
+                    uint8_t *output, size_t stride, size_t output_length, const int32_t *cancel_flag,
+                    int *rows, char *message, size_t message_length) {
+    *rows = 0;
+    if (ew_cancelled(cancel_flag)) {
+        ew_say(message, message_length, "cancelled");
+        return EW_ERR_CANCELLED;
+    }
+    WebPBitstreamFeatures features;
+    VP8StatusCode code = WebPGetFeatures(data, length, &features);
+    if (code != VP8_STATUS_OK) return ew_status_of(code, message, message_length);
+    if (features.has_animation) {
+        return ew_decode_first_frame(data, length, width, height, channels, output, stride, output_length, cancel_flag,
+                                     rows, message, message_length);
+    }
+    return ew_decode_sliced(data, length, width, height, channels, output, stride, output_length, cancel_flag, rows,
+                            message, message_length);
 }
 
 static int ew_progress(int percent, const WebPPicture *picture) {

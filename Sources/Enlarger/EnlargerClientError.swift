@@ -37,12 +37,16 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
     /// showed that the broker no longer holds a request it still waited for, or that the
     /// answer to a cancel was lost.
     public enum Code: String, Sendable, Equatable {
-        case duplicateID, workerLost, overloaded, malformed, invalidArgument, notJPEG, empty, truncated,
+        case duplicateID, workerLost, overloaded, malformed, invalidArgument, unknownFormat, empty, truncated,
              corrupt, unsupported, tooLarge, tooManyScans, encodeFailed, `internal`, brokerShutdown,
              deadlineExceeded, clientSilent, requestLost, unauthorized, digestMismatch, batchEnded, sourceRefused,
              sourceUnavailable
         /// A code this version of the library does not know.
         case unknown
+
+        /// `unknownFormat`'s first name, from when JPEG was the only format read.
+        @available(*, deprecated, renamed: "unknownFormat")
+        public static var notJPEG: Code { .unknownFormat }
     }
 }
 
@@ -54,7 +58,7 @@ extension EnlargerClientError.Code {
         case .overloaded: self = .overloaded
         case .malformed: self = .malformed
         case .invalidArgument: self = .invalidArgument
-        case .notJpeg: self = .notJPEG
+        case .unknownFormat: self = .unknownFormat
         case .empty: self = .empty
         case .truncated: self = .truncated
         case .corrupt: self = .corrupt

@@ -9,7 +9,7 @@ extension Enlarger_V1_ErrorCode {
         case .overloaded: "OVERLOADED"
         case .malformed: "MALFORMED"
         case .invalidArgument: "INVALID_ARGUMENT"
-        case .notJpeg: "NOT_JPEG"
+        case .unknownFormat: "UNKNOWN_FORMAT"
         case .empty: "EMPTY"
         case .truncated: "TRUNCATED"
         case .corrupt: "CORRUPT"

@@ -57,7 +57,7 @@ extension Enlarger_V1_ErrorCode {
     /// (which a job cannot cause by its input) is INTERNAL.
     init(_ code: ImagingError.Code) {
         switch code {
-        case .notJPEG: self = .notJpeg
+        case .unknownFormat: self = .unknownFormat
         case .empty: self = .empty
         case .truncated: self = .truncated
         case .corrupt: self = .corrupt

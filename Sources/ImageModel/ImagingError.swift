@@ -2,8 +2,9 @@
 /// human message (libjpeg's own text where it came from libjpeg).
 public struct ImagingError: Error, Equatable, Sendable, CustomStringConvertible {
     public enum Code: String, Sendable, CaseIterable {
-        /// The bytes are not a JPEG (wrong magic); the message names what they look like.
-        case notJPEG
+        /// The bytes are in no format Enlarger reads (no signature it knows, a damaged one
+        /// included); the message names what they look like.
+        case unknownFormat
         /// The input has zero bytes.
         case empty
         /// The data ends before the image does.
@@ -28,6 +29,10 @@ public struct ImagingError: Error, Equatable, Sendable, CustomStringConvertible 
         case encodeFailed
         /// Writing an output failed.
         case writeFailed
+
+        /// The code's first name, from when JPEG was the only format read.
+        @available(*, deprecated, renamed: "unknownFormat")
+        public static var notJPEG: Code { .unknownFormat }
     }
 
     public var code: Code

@@ -13,14 +13,29 @@ final class AVIFDecoder: RasterDecoder {
     private let allocator: BufferAllocator
     let header: RasterHeader
 
-    init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?) throws(ImagingError) {
+    /// A cut file padded at `fail_on none` (see `RasterDecoders.padded`): the bytes libavif reads.
+    private let padded: Allocation?
+
+    init(data original: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?,
+         failOn: FailOn = .error) throws(ImagingError) {
+        let padding = try RasterDecoders.padded(original, limits: limits, failOn: failOn)
+        let data = padding?.bytes.bytes ?? original
         var status = EA_OK
-        var message = [CChar](repeating: 0, count: 200)
+        var message = [CChar](repeating: 0, count: 256)
         guard let handle = ea_decoder_create(data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count,
                                              UInt32(clamping: limits.maxPixels), &status, &message, message.count) else {
             throw Self.error(status, String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
+        // libavif 0.11 lays a grid's tiles out in item order, not in the order the grid lists
+        // them: such a file would come out scrambled, so it is refused.
+        let grid = HEIFStructure.gridIssues(HEIFStructure.items(data))
+        if grid.tilesOutOfItemOrder {
+            ea_decoder_destroy(handle)
+            throw ImagingError(.unsupported, "AVIF: the grid lists its tiles out of item order, which this build's "
+                               + "libavif (0.11) would lay out wrong")
+        }
         self.handle = handle
+        self.padded = padding?.bytes
         self.cancel = cancel
         allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
         var info = ea_info()
@@ -29,8 +44,16 @@ final class AVIFDecoder: RasterDecoder {
             format: .avif, width: Int(info.width), height: Int(info.height), channels: info.has_alpha != 0 ? 4 : 3,
             hasAlpha: info.has_alpha != 0, bitDepth: Int(info.depth), colorSpace: "ycbcr")
         header.orientation = Self.orientation(rotation: Int(info.rotation), mirror: Int(info.mirror))
-        if info.clean_aperture != 0 {
-            header.notes.append("the image's clean aperture (a crop its file declares) is not applied")
+        if let padding {
+            header.notes.append(padding.note)
+            header.paddedBytes = padding.bytes.count
+        }
+        if grid.auxiliaryPerTile && info.has_alpha == 0 {
+            header.notes.append("the image's alpha is stored per grid tile, which this build's libavif (0.11) does not "
+                                + "read: it comes out opaque")
+        }
+        if info.clean_aperture == 2 {
+            header.notes.append("the image's clean aperture (a crop its file declares) is invalid and not applied")
         }
         if let icc = info.icc, info.icc_length > 0 {
             header.iccProfile = Array(UnsafeBufferPointer(start: icc, count: info.icc_length))

@@ -30,7 +30,7 @@ final class ColourTransform: @unchecked Sendable {
     /// space).
     static func make(profile: [UInt8], channels: Int, alpha: Bool = false) -> Result<ColourTransform, ImagingError> {
         var status = EC_OK
-        var message = [CChar](repeating: 0, count: 160)
+        var message = [CChar](repeating: 0, count: 256)
         let pixels = channels == 1 ? EC_PIXELS_GRAY : channels == 4 ? (alpha ? EC_PIXELS_RGBA : EC_PIXELS_CMYK) : EC_PIXELS_RGB
         let handle = profile.withUnsafeBufferPointer { bytes in
             ec_transform_create(bytes.baseAddress, bytes.count, Int32(pixels.rawValue), &status, &message, message.count)

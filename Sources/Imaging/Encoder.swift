@@ -10,6 +10,16 @@ public enum Encoder {
     public static let avifSpeed = 8
     /// zlib's level for PNG output: its usual balance of size and time.
     public static let pngLevel = 6
+    /// The largest ICC profile a JPEG holds: 255 APP2 markers (the count is one byte) of
+    /// 65,519 bytes of profile each.
+    public static let maxJPEGProfileBytes = 65519 * 255
+
+    /// The profile `format` can embed, and a note when one has to be left out.
+    static func embeddable(_ profile: [UInt8]?, in format: OutputFormat) -> (profile: [UInt8]?, note: String?) {
+        guard let profile, format == .jpeg, profile.count > maxJPEGProfileBytes else { return (profile, nil) }
+        return (nil, "the ICC profile (\(profile.count) bytes) is not kept: a JPEG holds at most "
+                + "\(maxJPEGProfileBytes) bytes of profile")
+    }
 
     /// Encodes grey, RGB or (PNG, WebP, AVIF) straight RGBA pixels. Output carries no
     /// metadata but the ICC profile given (orientation is already applied, so no tag is
@@ -28,7 +38,8 @@ public enum Encoder {
         switch format {
         case .jpeg:
             memory = try jpegOutput(image, quality: quality, progressive: progressive, chroma444: chroma444,
-                                    iccProfile: iccProfile, cancel: cancel, allocator: allocator)
+                                    iccProfile: embeddable(iccProfile, in: .jpeg).profile, cancel: cancel,
+                                    allocator: allocator)
         case .pnm:
             memory = try pnmOutput(image, cancel: cancel, allocator: allocator)
         case .png:
@@ -78,7 +89,7 @@ public enum Encoder {
     ) throws(ImagingError) -> Allocation {
         var output: UnsafeMutablePointer<UInt8>?
         var length = 0
-        var message = [CChar](repeating: 0, count: 200)
+        var message = [CChar](repeating: 0, count: 256)
         let profile = iccProfile ?? []
         let outcome = image.withUnsafeBufferPointer { pixels in
             profile.withUnsafeBufferPointer { icc in

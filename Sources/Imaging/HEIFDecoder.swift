@@ -11,9 +11,15 @@ final class HEIFDecoder: RasterDecoder {
     private let allocator: BufferAllocator
     let header: RasterHeader
 
-    init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?) throws(ImagingError) {
+    /// A cut file padded at `fail_on none` (see `RasterDecoders.padded`): the bytes libheif reads.
+    private let padded: Allocation?
+
+    init(data original: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?,
+         failOn: FailOn = .error) throws(ImagingError) {
+        let padding = try RasterDecoders.padded(original, limits: limits, failOn: failOn)
+        let data = padding?.bytes.bytes ?? original
         var status = EH_OK
-        var message = [CChar](repeating: 0, count: 200)
+        var message = [CChar](repeating: 0, count: 256)
         // libheif refuses a side above this from the header, before any pixel memory.
         let maxSide = Int32(clamping: min(limits.maxPixels, 1 << 18))
         guard let handle = eh_decoder_create(data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count, maxSide,
@@ -33,9 +39,10 @@ final class HEIFDecoder: RasterDecoder {
                                               height: Int(info.height), maxPixels: limits.maxPixels)
             }
             // Alpha, depth and other auxiliary images are decoded with the primary: none may be
-            // larger than it.
+            // larger than it. Items no decode reads are not limited.
             let bound = min(limits.maxPixels, Int(info.width) * Int(info.height))
-            for (item, _) in items.types where item != items.primary && item != Int(info.thumbnail_id) {
+            let decoded = items.primary.map { items.decoded(with: $0) } ?? Set(items.types.keys)
+            for item in decoded.sorted() where item != items.primary && item != Int(info.thumbnail_id) {
                 try HEIFStructure.checkCanvas(data, items: items, item: item, maxPixels: bound)
             }
         } catch {
@@ -52,6 +59,7 @@ final class HEIFDecoder: RasterDecoder {
             info.thumbnail_height = 0
         }
         self.handle = handle
+        self.padded = padding?.bytes
         self.cancel = cancel
         allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
         var header = RasterHeader(
@@ -63,6 +71,10 @@ final class HEIFDecoder: RasterDecoder {
             let xy = withUnsafeBytes(of: info.nclx_xy) { Array($0.bindMemory(to: Double.self)) }
             RasterDecoders.describeCodePoints(primaries: Int(info.nclx_primaries), transfer: Int(info.nclx_transfer),
                                               xy: xy, into: &header)
+        }
+        if let padding {
+            header.notes.append(padding.note)
+            header.paddedBytes = padding.bytes.count
         }
         header.thumbnailWidth = Int(info.thumbnail_width)
         header.thumbnailHeight = Int(info.thumbnail_height)
@@ -89,7 +101,7 @@ final class HEIFDecoder: RasterDecoder {
                                           what: thumbnail ? "the decoded thumbnail" : "the decoded image",
                                           cancel: cancel) { (buffer) throws(ImagingError) in
             let status = eh_decode(handle, thumbnail ? 1 : 0, Int32(channels), Int32(width), Int32(height),
-                                   buffer.baseAddress!, width * channels, cancel?.storage)
+                                   buffer.baseAddress!, width * channels, padded == nil ? 1 : 0, cancel?.storage)
             guard status == EH_OK else { throw Self.error(status, String(cString: eh_message(handle))) }
         }
     }
@@ -97,7 +109,7 @@ final class HEIFDecoder: RasterDecoder {
     private static func error(_ status: eh_status, _ message: String) -> ImagingError {
         let text = "HEIF: " + message
         return switch status {
-        case EH_ERR_NOT_HEIF: ImagingError(.notJPEG, text)
+        case EH_ERR_NOT_HEIF: ImagingError(.unknownFormat, text)
         case EH_ERR_TRUNCATED: ImagingError(.truncated, text)
         case EH_ERR_UNSUPPORTED: ImagingError(.unsupported, text)
         case EH_ERR_TOO_LARGE, EH_ERR_NO_MEMORY: ImagingError(.tooLarge, text)

@@ -6,8 +6,10 @@ import ImageModel
 ///   in its own payload, and libheif 1.15 allocates that canvas without checking it against
 ///   the item's `ispe` size (which is what it reports) or any pixel limit: a 1.4 KB overlay
 ///   declaring 61679×52624 makes it allocate 3.2 GB and overflow a 32-bit length, as primary
-///   image, as thumbnail or as the primary's alpha (auxiliary) image. Every derived item is
-///   checked: the primary's canvas must be its declared size; no other may be larger than it.
+///   image, as thumbnail or as the primary's alpha (auxiliary) image. Every derived item that
+///   a decode reads is checked: the primary's canvas must be its declared size; no other may
+///   be larger than it. Items that are never decoded (a larger grid or overlay beside the
+///   primary, as in conformance files) are left alone.
 /// - AV1 items: libheif's AV1 decoder leaks on damaged data, so AV1 is read only through
 ///   libavif, and a HEIF file holding AV1 items without naming itself AVIF is refused.
 ///
@@ -19,14 +21,62 @@ enum HEIFStructure {
     struct Items {
         var primary: Int?
         var types: [Int: String] = [:]
-        fileprivate var meta: Range<Int>?
+        /// The item ids in the order `iinf` lists them.
+        var order: [Int] = []
+        /// `iref` references: of `type`, from an item to others (`dimg`: a derived image's
+        /// inputs, in order; `auxl`: an auxiliary image, such as alpha, to its master).
+        var references: [(type: String, from: Int, to: [Int])] = []
+        var meta: Range<Int>?
+
+        /// The items a decode of `item` reads: the item, its auxiliary images (alpha, depth:
+        /// libheif reads them with it), and the inputs of every derived image among them.
+        func decoded(with item: Int) -> Set<Int> {
+            var found: Set<Int> = [item]
+            var pending = [item]
+            while let next = pending.popLast() {
+                var more: [Int] = []
+                for reference in references {
+                    if reference.type == "auxl", reference.to.contains(next) { more.append(reference.from) }
+                    if reference.type == "dimg", reference.from == next { more += reference.to }
+                }
+                for candidate in more where found.insert(candidate).inserted { pending.append(candidate) }
+            }
+            return found
+        }
+    }
+
+    /// What libavif 0.11 reads wrong in an AVIF whose primary image is a grid: tiles whose
+    /// `dimg` order (the layout, row by row) is not the order of the items in `iinf` (the
+    /// order libavif lays them out in), and auxiliary images (alpha) attached to the tiles
+    /// rather than to the grid, which it drops.
+    struct GridIssues: Equatable {
+        var tilesOutOfItemOrder = false
+        var auxiliaryPerTile = false
+    }
+
+    static func gridIssues(_ items: Items) -> GridIssues {
+        var issues = GridIssues()
+        guard let primary = items.primary, items.types[primary] == "grid",
+              let tiles = items.references.first(where: { $0.type == "dimg" && $0.from == primary })?.to else {
+            return issues
+        }
+        let order = Dictionary(items.order.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
+        let positions = tiles.compactMap { order[$0] }
+        issues.tilesOutOfItemOrder = positions.count == tiles.count && positions != positions.sorted()
+        let tileSet = Set(tiles)
+        let auxiliary = items.references.filter { $0.type == "auxl" }
+        issues.auxiliaryPerTile = !auxiliary.contains { $0.to.contains(primary) }
+            && auxiliary.contains { !$0.to.isEmpty && $0.to.allSatisfy(tileSet.contains) }
+        return issues
     }
 
     static func items(_ data: UnsafeRawBufferPointer) -> Items {
         var reader = BoxReader(data: data)
         guard let meta = reader.child("meta", in: 0..<data.count), meta.count >= 4 else { return Items() }
         let children = (meta.lowerBound + 4)..<meta.upperBound  // after version and flags
-        return Items(primary: reader.primaryItem(in: children), types: reader.itemTypes(in: children), meta: children)
+        let (types, order) = reader.itemTypes(in: children)
+        return Items(primary: reader.primaryItem(in: children), types: types, order: order,
+                     references: reader.references(in: children), meta: children)
     }
 
     /// Throws `.tooLarge` or `.corrupt` when `item` is a derived image (`grid`, `iovl`) whose
@@ -51,6 +101,27 @@ enum HEIFStructure {
             throw ImagingError(.corrupt, "HEIF: the \(type) canvas of \(canvas.width)×\(canvas.height) is not the image's "
                                + "declared \(width)×\(height)")
         }
+    }
+
+    /// The length the top-level boxes claim when it is more than `data` holds: the file is
+    /// cut (nil when it is not, or when the boxes cannot be read).
+    static func claimedLength(_ data: UnsafeRawBufferPointer) -> Int? {
+        let reader = BoxReader(data: data)
+        var at = 0
+        while at + 8 <= data.count, let size32 = reader.uint(at, 4) {
+            var size = size32
+            if size32 == 1 {
+                guard let large = reader.uint(at + 8, 8) else { return nil }
+                size = large
+            } else if size32 == 0 {
+                return nil  // to the end of the file, whatever it is
+            }
+            guard size >= 8 else { return nil }
+            // A size near Int.max (eight bytes of 0xFF) must not overflow the sum.
+            if size > data.count - at { return size > Int.max - at ? Int.max : at + size }
+            at += size
+        }
+        return at > data.count ? at : nil
     }
 
     /// Bounds-checked reading of ISOBMFF boxes; every accessor returns nil past the data.
@@ -98,18 +169,39 @@ enum HEIFStructure {
             return uint(pitm.lowerBound + 4, version == 0 ? 2 : 4)
         }
 
-        mutating func itemTypes(in meta: Range<Int>) -> [Int: String] {
-            guard let iinf = child("iinf", in: meta), let version = uint(iinf.lowerBound, 1) else { return [:] }
+        mutating func itemTypes(in meta: Range<Int>) -> (types: [Int: String], order: [Int]) {
+            guard let iinf = child("iinf", in: meta), let version = uint(iinf.lowerBound, 1) else { return ([:], []) }
             let entries = (iinf.lowerBound + 4 + (version == 0 ? 2 : 4))..<iinf.upperBound
             var types: [Int: String] = [:]
+            var order: [Int] = []
             for (type, content) in boxes(in: entries) where type == "infe" {
                 guard let infeVersion = uint(content.lowerBound, 1), infeVersion >= 2 else { continue }
                 let idSize = infeVersion == 2 ? 2 : 4
                 guard let id = uint(content.lowerBound + 4, idSize),
                       let itemType = fourCC(content.lowerBound + 4 + idSize + 2) else { continue }
                 types[id] = itemType
+                order.append(id)
             }
-            return types
+            return (types, order)
+        }
+
+        /// The `iref` box's references (at most 4096, each with at most 4096 targets).
+        mutating func references(in meta: Range<Int>) -> [(type: String, from: Int, to: [Int])] {
+            guard let iref = child("iref", in: meta), let version = uint(iref.lowerBound, 1) else { return [] }
+            let idSize = version == 0 ? 2 : 4
+            var result: [(type: String, from: Int, to: [Int])] = []
+            for (type, content) in boxes(in: (iref.lowerBound + 4)..<iref.upperBound).prefix(4096) {
+                guard let from = uint(content.lowerBound, idSize), let count = uint(content.lowerBound + idSize, 2) else {
+                    continue
+                }
+                var targets: [Int] = []
+                for i in 0..<min(count, 4096) {
+                    guard let to = uint(content.lowerBound + idSize + 2 + i * idSize, idSize) else { break }
+                    targets.append(to)
+                }
+                result.append((type, from, targets))
+            }
+            return result
         }
 
         /// The first bytes (up to 64) of the item's data, from the file or the `idat` box.
@@ -142,15 +234,19 @@ enum HEIFStructure {
                     guard let offset = uint(at, offsetSize), let length = uint(at + offsetSize, lengthSize) else { return nil }
                     at += offsetSize + lengthSize
                     guard id == item, bytes.count < 64 else { continue }
-                    var start = base + offset
+                    // Eight-byte fields hold any value, negative ones included: every sum is
+                    // checked, and the extent must start inside the data.
+                    var (start, overflow) = base.addingReportingOverflow(offset)
+                    guard !overflow else { return nil }
                     if method == 1 {
                         guard let idat = child("idat", in: meta) else { return nil }
-                        start += idat.lowerBound
+                        (start, overflow) = start.addingReportingOverflow(idat.lowerBound)
+                        guard !overflow else { return nil }
                     } else if method != 0 {
                         return nil
                     }
-                    let end = length == 0 ? data.count : min(data.count, start + length)
-                    guard start >= 0, start <= end else { return nil }
+                    guard start >= 0, start <= data.count, length >= 0 else { return nil }
+                    let end = length == 0 || length > data.count - start ? data.count : start + length
                     bytes += data[start..<min(end, start + 64 - bytes.count)]
                 }
                 if id == item { return bytes }

@@ -29,7 +29,7 @@ extension ImagePipeline {
             _ = Self.transform(profile, channels: channels, alpha: false, notes: &notes)
         }
         let estimate = MemoryEstimate(raster: header, plan: plan, shrink: shrink, options: options, delivery: delivery,
-                                      inputBytes: input.count)
+                                      inputBytes: input.count + header.paddedBytes)
         let prepared = PreparedResize(pipeline: self, source: .raster(decoder), plan: plan, options: options,
                                       delivery: delivery, cancel: cancel, estimate: estimate)
         prepared.shrink = shrink
@@ -132,7 +132,7 @@ extension ImagePipeline {
                                            cancel: cancel, allocator: allocator)
         }
         image = try header.orientation.apply(to: image, allocator: allocator)
-        var notes: [String] = []
+        var notes = raster.notes
         let translucent = raster.translucent && image.channels == 4
         let (format, flatten) = try options.outputFormat(hasAlpha: translucent)
         if image.channels == 4 && !translucent {
@@ -153,7 +153,8 @@ extension ImagePipeline {
         }
         timings.resizeMilliseconds += clock.lap()
         try cancel?.check()
-        let kept = options.keepProfile ? header.iccProfile : nil
+        let (kept, dropped) = Encoder.embeddable(options.keepProfile ? header.iccProfile : nil, in: format)
+        if let dropped { notes.append(dropped) }
         let encoded = try Encoder.encode(image, format: format, quality: stage == .final ? options.quality : degradedQuality,
                                          progressive: stage == .final && options.progressive, chroma444: options.chroma444,
                                          lossless: options.lossless, iccProfile: format == .pnm ? nil : kept,

@@ -111,6 +111,10 @@ public struct ImagePipeline: Sendable {
                                       delivery: delivery, inputBytes: input.count)
         let prepared = PreparedResize(pipeline: self, source: .jpeg(decoder), plan: plan, options: options,
                                       delivery: delivery, cancel: cancel, estimate: estimate)
+        if let format = try? options.outputFormat(hasAlpha: false).format,
+           let dropped = Encoder.embeddable(Self.keptProfile(header, options), in: format).note {
+            notes.append(dropped)
+        }
         prepared.colour = colour
         prepared.notes = notes
         return prepared

@@ -4,12 +4,12 @@ import ImageModel
 public enum InputFormat: String, Sendable, CaseIterable {
     case jpeg, png, webp, heic, avif
 
-    /// The format of `bytes`, or `.notJPEG` (or `.empty`) naming what they look like instead.
+    /// The format of `bytes`, or `.unknownFormat` (or `.empty`) naming what they look like instead.
     public static func of(_ bytes: [UInt8]) throws(ImagingError) -> InputFormat {
         try withBytes(bytes) { raw throws(ImagingError) in try detect(raw, limits: DecodeLimits(maxInputBytes: .max)) }
     }
 
-    /// The format of `data`, or `.notJPEG` naming what it looks like instead. Checks the
+    /// The format of `data`, or `.unknownFormat` naming what it looks like instead. Checks the
     /// input limits first.
     static func detect(_ data: UnsafeRawBufferPointer, limits: DecodeLimits) throws(ImagingError) -> InputFormat {
         if data.isEmpty { throw ImagingError(.empty, "the input is empty (0 bytes)") }
@@ -28,9 +28,15 @@ public enum InputFormat: String, Sendable, CaseIterable {
             ([0xFF, 0x0A], "a JPEG XL image"), ([0x00, 0x00, 0x00, 0x0C, 0x4A, 0x58, 0x4C, 0x20], "a JPEG XL image"),
             ([0x00, 0x00, 0x00, 0x0C, 0x6A, 0x50, 0x20, 0x20], "a JPEG 2000 image"),
         ]
-        let looksLike = signatures.first { data.starts(with: $0.prefix) }?.name
+        var looksLike = signatures.first { data.starts(with: $0.prefix) }?.name
+        // A PNG whose signature was damaged (in transfer, or by hand) still has its IHDR
+        // where a PNG's is: named for what it is, though no PNG reader takes it.
+        if looksLike == nil, data.count >= 16, data[12..<16].elementsEqual("IHDR".utf8) {
+            let signature = data.prefix(8).map { "0x" + ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: " ")
+            looksLike = "a PNG whose signature is damaged (\(signature))"
+        }
         let head = data.prefix(4).map { "0x" + ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: " ")
-        throw ImagingError(.notJPEG, "not an image Enlarger reads (JPEG, PNG, WebP, HEIC, AVIF): "
+        throw ImagingError(.unknownFormat, "not an image Enlarger reads (JPEG, PNG, WebP, HEIC, AVIF): "
                            + (looksLike ?? "it starts with \(head)"))
     }
 

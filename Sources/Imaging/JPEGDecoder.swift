@@ -179,7 +179,7 @@ final class JPEGDecoder {
         let message = String(cString: ej_message(handle))
         let code: ImagingError.Code
         switch status {
-        case EJ_ERR_NOT_JPEG: code = .notJPEG
+        case EJ_ERR_NOT_JPEG: code = .unknownFormat
         case EJ_ERR_TRUNCATED: code = .truncated
         case EJ_ERR_UNSUPPORTED: code = .unsupported
         case EJ_ERR_NO_MEMORY:
@@ -217,6 +217,6 @@ final class JPEGDecoder {
         ]
         let looksLike = signatures.first { data.starts(with: $0.prefix) }?.name
         let head = data.prefix(2).map { "0x" + ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: " ")
-        throw ImagingError(.notJPEG, "not a JPEG: " + (looksLike ?? "starts with \(head)") + ", expected 0xff 0xd8")
+        throw ImagingError(.unknownFormat, "not a JPEG: " + (looksLike ?? "starts with \(head)") + ", expected 0xff 0xd8")
     }
 }

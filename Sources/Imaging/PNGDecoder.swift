@@ -9,6 +9,7 @@ final class PNGDecoder: RasterDecoder {
     private let handle: OpaquePointer
     private let cancel: CancellationFlag?
     private let allocator: BufferAllocator
+    private let failOn: FailOn
     let header: RasterHeader
 
     /// `releasingRead`: `data` is a `MappedFile`'s, whose pages may be given back once read.
@@ -29,6 +30,7 @@ final class PNGDecoder: RasterDecoder {
         }
         self.handle = handle
         self.cancel = cancel
+        self.failOn = failOn
         allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
         var info = ep_info()
         let status = ep_read_header(handle, &info)
@@ -41,7 +43,9 @@ final class PNGDecoder: RasterDecoder {
         let alpha = info.color_type == 4 || info.color_type == 6 || info.has_trns != 0
         var header = RasterHeader(
             format: .png, width: Int(info.width), height: Int(info.height),
-            channels: alpha ? 4 : grey && info.bit_depth <= 8 ? 1 : 3, hasAlpha: alpha, bitDepth: Int(info.bit_depth),
+            // 16-bit grey is reduced to 8-bit grey, except interlaced (libspng gives it as RGB).
+            channels: alpha ? 4 : grey && (info.bit_depth <= 8 || info.interlaced == 0) ? 1 : 3, hasAlpha: alpha,
+            bitDepth: Int(info.bit_depth),
             colorSpace: info.color_type == 3 ? "palette" : grey ? "gray" : "rgb")
         header.interlaced = info.interlaced != 0
         if let icc = info.icc, info.icc_length > 0 { header.iccProfile = Array(UnsafeBufferPointer(start: icc, count: info.icc_length)) }
@@ -68,26 +72,42 @@ final class PNGDecoder: RasterDecoder {
         let (width, height, channels) = (header.width, header.height, header.channels)
         let stride = width * channels
         var translucent = false
+        var notes: [String] = []
         let pixels = try PixelBuffer.make(width: width, height: height, channels: channels, allocator: allocator,
                                           what: "the decoded image") { (buffer) throws(ImagingError) in
             // The passes of an interlaced image fill a row piecemeal: start from zeros.
             if header.interlaced { buffer.initialize(repeating: 0) }
             var delivered = 0
-            while let row = try nextRow() {
-                if delivered & 15 == 0 { try cancel?.check() }
-                guard row < height, header.interlaced || row == delivered, delivered < 7 * height else {
-                    throw ImagingError(.corrupt, "PNG: the decoder announced row \(row) of \(height) out of order")
+            do throws(ImagingError) {
+                while let row = try nextRow() {
+                    if delivered & 15 == 0 { try cancel?.check() }
+                    guard row < height, header.interlaced || row == delivered, delivered < 7 * height else {
+                        throw ImagingError(.corrupt, "PNG: the decoder announced row \(row) of \(height) out of order")
+                    }
+                    try check(ep_read_row(handle, buffer.baseAddress! + row * stride, stride))
+                    delivered += 1
                 }
-                try check(ep_read_row(handle, buffer.baseAddress! + row * stride, stride))
-                delivered += 1
+            } catch where error.code == .truncated && recoversCut {
+                let whole = header.interlaced ? height : delivered
+                if !header.interlaced {
+                    (buffer.baseAddress! + whole * stride).update(repeating: 0, count: (height - whole) * stride)
+                    notes.append(RasterDecoders.cutNote(rows: whole, height: height))
+                } else {
+                    notes.append("the file is cut: the interlaced image's missing passes are left transparent black "
+                                 + "(fail_on none)")
+                }
+                delivered = header.interlaced ? delivered : height
             }
             if !header.interlaced && delivered != height {
                 throw ImagingError(.truncated, "PNG: \(delivered) of \(height) rows decoded")
             }
             if channels == 4 { translucent = try RasterDecoders.premultiply(buffer, cancel: cancel) }
         }
-        return DecodedRaster(pixels: pixels, translucent: translucent)
+        return DecodedRaster(pixels: pixels, translucent: translucent, notes: notes)
     }
+
+    /// A cut file gives back the rows before the cut (`fail_on none`).
+    private var recoversCut: Bool { failOn == .none && ep_ran_out(handle) != 0 }
 
     /// The index of the row the decoder delivers next, or nil after the last one.
     private func nextRow() throws(ImagingError) -> Int? {
@@ -105,18 +125,42 @@ final class PNGDecoder: RasterDecoder {
         let outWidth = RasterDecoders.shrunk(width, shrink), outHeight = RasterDecoders.shrunk(height, shrink)
         let stride = width * channels, outStride = outWidth * channels
         var row = [UInt8](repeating: 0, count: stride)
-        var sums = [UInt32](repeating: 0, count: outStride)
+        // 64-bit sums: a box may hold more than 2^32 / 255 samples (a reduction by thousands).
+        var sums = [UInt64](repeating: 0, count: outStride)
         var translucent = false
+        var notes: [String] = []
         let pixels = try PixelBuffer.make(width: outWidth, height: outHeight, channels: channels, allocator: allocator,
                                           what: "the reduced image") { (buffer) throws(ImagingError) in
             var rowsInBox = 0
             for y in 0..<height {
                 if y & 15 == 0 { try cancel?.check() }
-                guard let index = try nextRow() else {
+                let index: Int?
+                var status = EP_OK
+                do throws(ImagingError) {
+                    index = try nextRow()
+                    if index == y { status = row.withUnsafeMutableBufferPointer { ep_read_row(handle, $0.baseAddress!, stride) } }
+                } catch where error.code == .truncated && recoversCut {
+                    index = y
+                    status = EP_ERR_TRUNCATED
+                }
+                if status == EP_ERR_TRUNCATED && recoversCut {
+                    // The rows before the cut are kept; a box they only began is averaged
+                    // over them, and the boxes below are transparent black.
+                    if rowsInBox > 0 {
+                        sums.withUnsafeMutableBufferPointer { sums in
+                            Self.emit(sums.baseAddress!, width: width, channels: channels, shrink: shrink, rows: rowsInBox,
+                                      into: buffer.baseAddress! + (y / shrink) * outStride)
+                        }
+                    }
+                    let kept = RasterDecoders.shrunk(y, shrink)
+                    (buffer.baseAddress! + kept * outStride).update(repeating: 0, count: (outHeight - kept) * outStride)
+                    notes.append(RasterDecoders.cutNote(rows: y, height: height))
+                    break
+                }
+                guard let index else {
                     throw ImagingError(.truncated, "PNG: \(y) of \(height) rows decoded")
                 }
                 guard index == y else { throw ImagingError(.corrupt, "PNG: the decoder announced row \(index) for \(y)") }
-                let status = row.withUnsafeMutableBufferPointer { ep_read_row(handle, $0.baseAddress!, stride) }
                 if status != EP_OK { throw PNGDecoder.error(status, handle) }
                 row.withUnsafeMutableBufferPointer { samples in
                     if channels == 4, Alpha.premultiply(samples.baseAddress!, count: width) { translucent = true }
@@ -135,19 +179,19 @@ final class PNGDecoder: RasterDecoder {
                 }
             }
         }
-        return DecodedRaster(pixels: pixels, translucent: translucent)
+        return DecodedRaster(pixels: pixels, translucent: translucent, notes: notes)
     }
 
     /// Adds a row's samples into the sums of the boxes they fall in.
     private static func accumulate(_ row: UnsafePointer<UInt8>, width: Int, channels: Int, shrink: Int,
-                                   into sums: UnsafeMutablePointer<UInt32>) {
+                                   into sums: UnsafeMutablePointer<UInt64>) {
         var x = 0, box = 0
         while x < width {
             let end = min(width, x + shrink)
             let target = sums + box * channels
             for px in x..<end {
                 let source = row + px * channels
-                for c in 0..<channels { target[c] &+= UInt32(source[c]) }
+                for c in 0..<channels { target[c] &+= UInt64(source[c]) }
             }
             x = end
             box += 1
@@ -155,12 +199,12 @@ final class PNGDecoder: RasterDecoder {
     }
 
     /// Writes the boxes' averages (rounded) as an output row and clears the sums.
-    private static func emit(_ sums: UnsafeMutablePointer<UInt32>, width: Int, channels: Int, shrink: Int, rows: Int,
+    private static func emit(_ sums: UnsafeMutablePointer<UInt64>, width: Int, channels: Int, shrink: Int, rows: Int,
                              into output: UnsafeMutablePointer<UInt8>) {
         let boxes = RasterDecoders.shrunk(width, shrink)
         for box in 0..<boxes {
             let columns = min(shrink, width - box * shrink)
-            let count = UInt32(columns * rows)
+            let count = UInt64(columns * rows)
             for c in 0..<channels {
                 let i = box * channels + c
                 output[i] = UInt8((sums[i] + count / 2) / count)
@@ -176,7 +220,7 @@ final class PNGDecoder: RasterDecoder {
     private static func error(_ status: ep_status, _ handle: OpaquePointer) -> ImagingError {
         let message = "PNG: " + String(cString: ep_message(handle))
         return switch status {
-        case EP_ERR_NOT_PNG: ImagingError(.notJPEG, message)
+        case EP_ERR_NOT_PNG: ImagingError(.unknownFormat, message)
         case EP_ERR_TRUNCATED: ImagingError(.truncated, message)
         case EP_ERR_UNSUPPORTED: ImagingError(.unsupported, message)
         case EP_ERR_TOO_LARGE, EP_ERR_NO_MEMORY: ImagingError(.tooLarge, message)

@@ -30,6 +30,9 @@ public struct RasterHeader: Sendable, Equatable {
     public var animated = false
     /// What the decoder cannot honour, said in every result (see `StageResult.notes`).
     public var notes: [String] = []
+    /// HEIF at `fail_on none`: the bytes of the padded copy of a cut file, held as long as
+    /// the input (counted with it in the memory estimate).
+    public var paddedBytes = 0
 
     public var orientedSize: (width: Int, height: Int) { orientation.orientedSize(width: width, height: height) }
     var hasThumbnail: Bool { thumbnailWidth > 0 && thumbnailHeight > 0 }
@@ -40,6 +43,8 @@ struct DecodedRaster {
     var pixels: PixelBuffer
     /// Some pixel is less than fully opaque.
     var translucent: Bool
+    /// What the result should say about the decode (rows a cut file did not have).
+    var notes: [String] = []
 }
 
 /// A decoder of one non-JPEG image over bytes the caller keeps alive. Single use, one thread.
@@ -64,9 +69,9 @@ enum RasterDecoders {
                      cancel: CancellationFlag?, failOn: FailOn, releasingRead: Bool = false) throws(ImagingError) -> any RasterDecoder {
         let decoder: any RasterDecoder = switch format {
         case .png: try PNGDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn, releasingRead: releasingRead)
-        case .webp: try WebPDecoder(data: data, limits: limits, cancel: cancel)
-        case .heic: try HEIFDecoder(data: data, limits: limits, cancel: cancel)
-        case .avif: try AVIFDecoder(data: data, limits: limits, cancel: cancel)
+        case .webp: try WebPDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
+        case .heic: try HEIFDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
+        case .avif: try AVIFDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
         case .jpeg: preconditionFailure("JPEG has its own decoder")
         }
         let header = decoder.header
@@ -117,6 +122,30 @@ enum RasterDecoders {
         var tiff = exif
         if tiff.starts(with: Array("Exif".utf8) + [0, 0]) { tiff = UnsafeRawBufferPointer(rebasing: tiff[6...]) }
         return EXIFMetadata(tiff: tiff).orientation
+    }
+
+    /// HEIC and AVIF at `fail_on none`: a cut file, padded with zeros to the length its boxes
+    /// claim (at most the input limit), which libheif and libavif then read as whole; what
+    /// the codec makes of the zeros is kept. Nil when the file is not cut or the level is
+    /// stricter. The copy counts against the buffer limit.
+    static func padded(_ data: UnsafeRawBufferPointer, limits: DecodeLimits,
+                       failOn: FailOn) throws(ImagingError) -> (bytes: Allocation, note: String)? {
+        guard failOn == .none, let claimed = HEIFStructure.claimedLength(data), claimed > data.count,
+              claimed <= limits.maxInputBytes else { return nil }
+        let copy = try BufferAllocator(maxBytes: limits.maxBufferBytes).allocate(claimed, for: "the cut file, padded")
+        let target = copy.mutableBytes
+        target.copyMemory(from: data)
+        (target.baseAddress! + data.count).initializeMemory(as: UInt8.self, repeating: 0, count: claimed - data.count)
+        return (copy, "the file is cut: \(data.count) of the \(claimed) bytes its boxes claim; the image is what the "
+                + "decoder made of it with zeros for the rest (fail_on none)")
+    }
+
+    /// What a lenient decode says when a cut file gave `rows` of `height` rows: the rest are
+    /// left transparent black (zeros), as libvips and Pillow leave them.
+    static func cutNote(rows: Int, height: Int) -> String {
+        guard rows < height else { return "the file is cut, after the last row of the image (fail_on none)" }
+        return "the file is cut: \(rows) of \(height) rows decoded, the \(height - rows) below filled with "
+            + "transparent black (fail_on none)"
     }
 
     /// A buffer from `allocator` that `fill` decodes into (straight RGBA when `channels` is

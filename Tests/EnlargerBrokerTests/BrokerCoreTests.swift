@@ -141,11 +141,11 @@ final class BrokerCoreTests: XCTestCase {
         broker.submit(alice, "a")
         broker.submit(alice, "b")
         let jobs = broker.jobs(for: w1)
-        broker.worker(w1, .jobFailed(.with { $0.jobID = jobs[0].jobID; $0.attempt = 1; $0.code = .notJpeg; $0.message = "PNG" }))
+        broker.worker(w1, .jobFailed(.with { $0.jobID = jobs[0].jobID; $0.attempt = 1; $0.code = .unknownFormat; $0.message = "PNG" }))
         broker.worker(w1, .jobFailed(.with { $0.jobID = jobs[1].jobID; $0.attempt = 1 }))
         let events = broker.events(for: alice)
         XCTAssertEqual(
-            events.map(\.summary), ["accepted a", "accepted b", "failed a notJpeg", "failed b internal"])
+            events.map(\.summary), ["accepted a", "accepted b", "failed a unknownFormat", "failed b internal"])
         guard case .failed(let failed) = events[2] else { return XCTFail() }
         XCTAssertEqual(failed.message, "PNG")
         XCTAssertEqual(broker.core.totals.failed, 2)

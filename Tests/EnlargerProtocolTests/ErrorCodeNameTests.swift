@@ -13,7 +13,8 @@ final class ErrorCodeNameTests: XCTestCase {
         for line in text.split(separator: "\n") {
             let parts = line.trimmingCharacters(in: .whitespaces).split(whereSeparator: { " =;".contains($0) })
             guard parts.count >= 2, parts[0].hasPrefix("ERROR_CODE_"), let number = Int(parts[1]) else { continue }
-            contract[number] = String(parts[0].dropFirst("ERROR_CODE_".count))
+            // A number's first name is its name; a later one is an alias kept for old code.
+            if contract[number] == nil { contract[number] = String(parts[0].dropFirst("ERROR_CODE_".count)) }
         }
         XCTAssertEqual(contract.count, Enlarger_V1_ErrorCode.allCases.count)
         for code in Enlarger_V1_ErrorCode.allCases {

@@ -60,13 +60,13 @@ final class CorpusTests: XCTestCase {
     }
 
     static let expectedRejections: [String: ImagingError.Code] = [
-        "thumbor_image_invalid.jpg": .notJPEG,
-        "gofuzz_1489f923c4dc.jpg": .notJPEG,
+        "thumbor_image_invalid.jpg": .unknownFormat,
+        "gofuzz_1489f923c4dc.jpg": .unknownFormat,
         "sharp_truncated.jpg": .truncated,
         "sharp_corrupt-header.jpg": .truncated,
         "pillow_truncated_jpeg.jpg": .truncated,
-        "sharp_animated-loop-3.jpg": .notJPEG,
-        "sharp_8bit_depth.jpg": .notJPEG,
+        "sharp_animated-loop-3.jpg": .unknownFormat,
+        "sharp_8bit_depth.jpg": .unknownFormat,
         "jpegdecoder_max_size.jpg": .tooLarge,
         "sharp_giant-image.jpg": .tooLarge,
         "pillow_junk_jpeg_header.jpg": .corrupt,

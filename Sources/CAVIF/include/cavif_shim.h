@@ -1,8 +1,14 @@
 // A small wrapper around libavif (with dav1d) for decoding AVIF: the header facts (size,
 // alpha, depth, ICC profile or colour code points, the rotation and mirroring to apply) from
 // the container alone, and a decode of the first image to 8-bit RGB(A) in the caller's
-// buffer. Failures come back as codes with libavif's text. libavif decodes a frame whole: the
-// cancellation flag is checked before and after.
+// buffer, cut to the clean aperture (clap) as libheif does for HEIC.
+//
+// Errors, as in every shim here: a status code, and a message copied into a fixed buffer where
+// the failure happens (the decoder's, read with `ea_message`; the caller's `message` on
+// create), never a pointer into the library's memory.
+// Cancellation: libavif decodes a frame whole, not cancellable inside; the flag is
+// checked before it and before the colour conversion. Parsing the container is not
+// cancellable (headers only).
 #ifndef ENLARGER_CAVIF_SHIM_H
 #define ENLARGER_CAVIF_SHIM_H
 
@@ -20,13 +26,13 @@ typedef enum {
 } ea_status;
 
 typedef struct {
-    uint32_t width;        // as stored, before the rotation and mirroring
-    uint32_t height;
+    uint32_t width;        // as stored (the clean aperture when it is applied), before the
+    uint32_t height;       //   rotation and mirroring
     int depth;             // bits per sample
     int has_alpha;
     int rotation;          // irot: quarter turns anticlockwise, 0-3
     int mirror;            // imir: -1 none, 0 top and bottom exchanged, 1 left and right exchanged
-    int clean_aperture;    // a clap crop is declared (not applied)
+    int clean_aperture;    // a clap crop: 0 none, 1 applied (width and height are its), 2 invalid (not applied)
     const uint8_t *icc;    // the ICC profile (owned by the decoder), or NULL
     size_t icc_length;
     int primaries;         // the colour code points (H.273), when there is no ICC profile

@@ -2,6 +2,11 @@
 // embedded ICC profile to sRGB, applied to rows of 8-bit pixels. Errors come back as codes
 // with a message (lcms itself is kept quiet: its log handler is replaced per context).
 // A transform holds no per-call state (no pixel cache), so one may be shared by threads.
+//
+// Errors, as in every shim here: a status code, and a message copied into a fixed buffer where
+// the failure happens (the caller's `message`), never a pointer into the library's memory.
+// Cancellation: none here; `ec_transform_apply` converts the rows it is given, and the
+// caller checks its flag between calls.
 #ifndef ENLARGER_COLOUR_SHIM_H
 #define ENLARGER_COLOUR_SHIM_H
 

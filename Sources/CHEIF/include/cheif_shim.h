@@ -4,6 +4,12 @@
 // AVIF encoder writing to memory. libheif reports failures as values; this wrapper turns
 // them into the few codes the pipeline distinguishes. libheif cannot be interrupted inside
 // one image's decode: the cancellation flag is checked before and after it.
+//
+// Errors, as in every shim here: a status code, and a message copied into a fixed buffer where
+// the failure happens (the decoder's, read with `eh_message`; the caller's `message` on create
+// and for the encoder), never a pointer into the library's memory.
+// Cancellation: parsing the container is not cancellable (headers only); decoding is checked
+// before and after libheif's decode; AV1 encoding before libheif's encode (not inside it).
 #ifndef ENLARGER_CHEIF_SHIM_H
 #define ENLARGER_CHEIF_SHIM_H
 
@@ -52,9 +58,11 @@ void eh_drop_thumbnail(eh_decoder *decoder);
 
 /// Decodes the primary image (`thumbnail` 0) or its first thumbnail (1) to `channels` (3 RGB
 /// or 4 RGBA, not premultiplied), expecting `width` × `height`, into `output` rows `stride`
-/// bytes apart.
+/// bytes apart. `strict`: the codec's warnings fail the decode (0 for a cut file read at
+/// fail_on none). Not cancellable inside libheif's decode: `cancel_flag` is checked before
+/// it and before the copy out.
 eh_status eh_decode(eh_decoder *decoder, int thumbnail, int channels, int width, int height,
-                    uint8_t *output, size_t stride, const int32_t *cancel_flag);
+                    uint8_t *output, size_t stride, int strict, const int32_t *cancel_flag);
 const char *eh_message(const eh_decoder *decoder);
 void eh_decoder_destroy(eh_decoder *decoder);
 

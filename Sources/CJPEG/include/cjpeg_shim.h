@@ -3,6 +3,13 @@
 // behind a setjmp and comes back as an `ej_status`. Warnings (truncated or corrupt data that
 // libjpeg would fill with grey) are turned into errors here too, as far as the decoder's
 // `ej_fail_on` says.
+//
+// Errors, as in every shim here: a status code, and a message copied into a fixed buffer where
+// the failure happens (the decoder's, read with `ej_message`; the caller's `message` for the
+// encoder), never a pointer into the library's memory.
+//
+// Cancellation: decoding is cancellable between iMCU rows (libjpeg's progress hook polls the
+// flag) and encoding every 16 rows; reading the header is not (bounded by the input).
 #ifndef ENLARGER_CJPEG_SHIM_H
 #define ENLARGER_CJPEG_SHIM_H
 
@@ -21,6 +28,10 @@ typedef enum {
     EJ_ERR_NO_MEMORY,
     EJ_ERR_USAGE,
 } ej_status;
+
+/// An ICC profile is split over at most 255 APP2 markers of 65,519 bytes each.
+#define EJ_ICC_BYTES_PER_MARKER 65519u
+#define EJ_MAX_ICC_BYTES ((size_t)EJ_ICC_BYTES_PER_MARKER * 255u)
 
 typedef enum {
     EJ_COLOR_UNKNOWN = 0,
@@ -120,7 +131,8 @@ const char *ej_message(const ej_decoder *dec);
 /// (or `free`). `cancel_flag` (may be NULL) is polled every 16 rows. `max_memory` (0 = no
 /// bound) bounds the output buffer and libjpeg's whole-image buffers (progressive output):
 /// beyond it encoding fails with EJ_ERR_NO_MEMORY, as it does when malloc fails. `icc` (may
-/// be NULL) is an ICC profile to embed, `icc_length` bytes.
+/// be NULL) is an ICC profile to embed, `icc_length` bytes, at most EJ_MAX_ICC_BYTES (a
+/// larger one fails with EJ_ERR_USAGE rather than wrap the one-byte APP2 marker count).
 ej_status ej_encode(const uint8_t *pixels, int width, int height, int channels, int quality,
                     int progressive, int chroma_444, const int32_t *cancel_flag, size_t max_memory,
                     const uint8_t *icc, size_t icc_length,

@@ -448,8 +448,12 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
   case invalidArgument // = 5
 
   /// Failed: the payload is not in a format the worker reads (JPEG, PNG, WebP, HEIC, AVIF),
-  /// told by its first bytes. (The name is from when JPEG was the only one.)
-  case notJpeg // = 6
+  /// told by its first bytes (a file whose signature is damaged included): the message
+  /// names what it looks like.
+  case unknownFormat // = 6
+
+  /// The same code under its first name, from when JPEG was the only format read.
+  public static let notJpeg = unknownFormat
 
   /// Failed: the payload has zero bytes.
   case empty // = 7
@@ -531,7 +535,7 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     case 3: self = .overloaded
     case 4: self = .malformed
     case 5: self = .invalidArgument
-    case 6: self = .notJpeg
+    case 6: self = .unknownFormat
     case 7: self = .empty
     case 8: self = .truncated
     case 9: self = .corrupt
@@ -561,7 +565,7 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     case .overloaded: return 3
     case .malformed: return 4
     case .invalidArgument: return 5
-    case .notJpeg: return 6
+    case .unknownFormat: return 6
     case .empty: return 7
     case .truncated: return 8
     case .corrupt: return 9
@@ -591,7 +595,7 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     .overloaded,
     .malformed,
     .invalidArgument,
-    .notJpeg,
+    .unknownFormat,
     .empty,
     .truncated,
     .corrupt,
@@ -890,7 +894,7 @@ nonisolated extension Enlarger_V1_DownloadPhase: SwiftProtobuf._ProtoNameProvidi
 }
 
 nonisolated extension Enlarger_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0\u{1}ERROR_CODE_DIGEST_MISMATCH\0\u{1}ERROR_CODE_BATCH_ENDED\0\u{1}ERROR_CODE_SOURCE_REFUSED\0\u{1}ERROR_CODE_SOURCE_UNAVAILABLE\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{9}ERROR_CODE_UNKNOWN_FORMAT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0\u{1}ERROR_CODE_DIGEST_MISMATCH\0\u{1}ERROR_CODE_BATCH_ENDED\0\u{1}ERROR_CODE_SOURCE_REFUSED\0\u{1}ERROR_CODE_SOURCE_UNAVAILABLE\0")
 }
 
 nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {

@@ -434,7 +434,7 @@ public nonisolated struct Enlarger_V1_JobDownload: Sendable {
 }
 
 /// The attempt failed; the request ends with Failed{code, message}. Terminal for the attempt.
-/// Decoder errors use the matching codes (NOT_JPEG, EMPTY, TRUNCATED, CORRUPT, UNSUPPORTED,
+/// Decoder errors use the matching codes (UNKNOWN_FORMAT, EMPTY, TRUNCATED, CORRUPT, UNSUPPORTED,
 /// TOO_LARGE, TOO_MANY_SCANS, INVALID_ARGUMENT, ENCODE_FAILED); anything else is INTERNAL.
 /// The broker forwards only those codes; any other (DUPLICATE_ID, OVERLOADED, ...) reaches
 /// the client as INTERNAL, since a client must be able to treat every Failed as terminal.

@@ -24,7 +24,8 @@ class ErrorCode(enum.IntEnum):
     OVERLOADED = 3
     MALFORMED = 4
     INVALID_ARGUMENT = 5
-    NOT_JPEG = 6
+    UNKNOWN_FORMAT = 6
+    NOT_JPEG = 6  # UNKNOWN_FORMAT's first name, from when JPEG was the only format read
     EMPTY = 7
     TRUNCATED = 8
     CORRUPT = 9

@@ -1,0 +1,394 @@
+import Foundation
+import ImageModel
+@testable import Imaging
+import XCTest
+
+/// What real uploads hold and the first version got wrong: translucent images with profiles,
+/// cut files at the lenient levels, damage only `fail_on warning` sees, HEIF items that are
+/// never decoded, AVIF properties nothing uses, a profile too large for JPEG.
+final class RealWorldTests: XCTestCase {
+    /// Straight pixels and notes of a decode at `failOn`.
+    private func decode(_ file: String, failOn: FailOn, cancel: CancellationFlag? = nil) throws -> (PixelBuffer, [String]) {
+        let bytes = try TestImages.bytes(file)
+        return try withBytes(bytes) { raw throws(ImagingError) in
+            let format = try InputFormat.detect(raw, limits: DecodeLimits())
+            let raster = try RasterDecoders.make(format, data: raw, limits: DecodeLimits(), cancel: cancel, failOn: failOn)
+                .decode(shrink: 1)
+            let pixels = raster.pixels.channels == 4
+                ? try Alpha.unpremultiplied(raster.pixels, allocator: BufferAllocator()) : raster.pixels
+            return (pixels, raster.notes)
+        }
+    }
+
+    private func code(_ body: () throws -> Any) -> ImagingError.Code? {
+        do {
+            _ = try body()
+            return nil
+        } catch {
+            return (error as? ImagingError)?.code
+        }
+    }
+
+    private func row(_ image: PixelBuffer, _ y: Int) -> ArraySlice<UInt8> {
+        let stride = image.width * image.channels
+        return image.pixels[(y * stride)..<((y + 1) * stride)]
+    }
+
+    // MARK: PNG
+
+    /// The last IDAT's checksum is wrong and its data whole: accepted up to `error` (nothing
+    /// is lost), refused at `warning`, which refuses damaged files.
+    func testADamagedChecksumAfterTheImageFailsOnlyAtWarning() throws {
+        let reference = try decode("png-rgb8.png", failOn: .error).0
+        for level in [FailOn.none, .truncated, .error] {
+            XCTAssertEqual(try decode("png-bad-idat-crc.png", failOn: level).0, reference, "\(level)")
+        }
+        XCTAssertEqual(code { try self.decode("png-bad-idat-crc.png", failOn: .warning) }, .corrupt)
+        var options = ResizeOptions(width: 40, format: .png)
+        options.failOn = .warning
+        XCTAssertEqual(code { try TestImages.run(try TestImages.bytes("png-bad-idat-crc.png"), options) }, .corrupt)
+        // A whole file still decodes at warning.
+        XCTAssertEqual(try decode("png-rgb8.png", failOn: .warning).0, reference)
+    }
+
+    /// A PNG cut in its first IDAT: the rows before the cut at `none`, exactly, and the rest
+    /// transparent black, with a note; `truncated` and above refuse it.
+    func testACutPNGGivesBackItsRowsAtFailOnNone() throws {
+        let reference = try decode("png-rgb8.png", failOn: .error).0
+        let (cut, notes) = try decode("png-bad-truncated.png", failOn: .none)
+        XCTAssertEqual(cut.width, 96)
+        XCTAssertEqual(cut.height, 64)
+        var whole = 0
+        while whole < 64, row(cut, whole) == row(reference, whole) { whole += 1 }
+        XCTAssertGreaterThan(whole, 4, "rows before the cut")
+        XCTAssertLessThan(whole, 64)
+        for y in (whole + 1)..<64 { XCTAssertTrue(row(cut, y).allSatisfy { $0 == 0 }, "row \(y)") }
+        XCTAssertEqual(notes.count, 1)
+        XCTAssertTrue(notes[0].contains("cut"), notes[0])
+        for level in [FailOn.truncated, .error, .warning] {
+            XCTAssertEqual(code { try self.decode("png-bad-truncated.png", failOn: level) }, .truncated, "\(level)")
+        }
+        // Through the pipeline, reduced while decoding (the shrink path), the note is in the result.
+        let large = try TestImages.bytes("png-large.png")
+        let final = try TestImages.run(Array(large.prefix(large.count / 2)), ResizeOptions(width: 100, format: .png, failOn: .none)).last!
+        XCTAssertEqual(final.image.width, 100)
+        XCTAssertTrue(final.notes.contains { $0.contains("rows decoded") }, "\(final.notes)")
+        let top = try TestImages.decode(final.image.bytes)
+        let expected = try TestImages.decode(try TestImages.run(large, ResizeOptions(width: 100, format: .png)).last!.image.bytes)
+        // The top rows (well above the cut) are the whole file's.
+        XCTAssertEqual(row(top, 5), row(expected, 5))
+        XCTAssertTrue(row(top, top.height - 1).allSatisfy { $0 == 0 })
+    }
+
+    /// libspng answers every call after a failure with "non-recoverable state": the failure
+    /// itself is what is reported (here a file cut inside its iCCP chunk, before any pixel).
+    func testTheFirstPNGFailureIsReportedNotTheStateItLeft() throws {
+        let bytes = try TestImages.bytes("png-iccp-p3.png")
+        let iccp = try XCTUnwrap(bytes.firstRange(of: Array("iCCP".utf8)))
+        let cut = Array(bytes.prefix(iccp.upperBound + 40))
+        for level in [FailOn.truncated, .error] {
+            XCTAssertThrowsError(try TestImages.run(cut, ResizeOptions(width: 40, format: .png, failOn: level))) { error in
+                let failure = error as? ImagingError
+                XCTAssertEqual(failure?.code, .truncated, "\(level): \(error)")
+                XCTAssertFalse(failure?.message.contains("non-recoverable") ?? true, "\(error)")
+            }
+        }
+    }
+
+    /// A 1-bit grey image with a tRNS key of 2: the key's low bit (0) is what libpng matches.
+    func testAnOutOfRangeGreyKeyIsMaskedToTheBitDepth() throws {
+        let (image, _) = try decode("png-gray1-trns.png", failOn: .error)
+        XCTAssertEqual(image.channels, 4)
+        for x in 0..<4 {
+            let alpha = image.pixels[x * 4 + 3]
+            XCTAssertEqual(alpha, x % 2 == 0 ? 255 : 0, "column \(x)")
+        }
+    }
+
+    /// 16-bit grey is read as grey: 1 channel in `info` and in the decode, within a level of
+    /// the 8-bit picture.
+    func testSixteenBitGreyIsOneChannel() throws {
+        let info = try withBytes(try TestImages.bytes("png-gray16.png")) { raw throws(ImagingError) in
+            try ImagePipeline().info(of: raw)
+        }
+        XCTAssertEqual(info.channels, 1)
+        let (grey, _) = try decode("png-gray16.png", failOn: .error)
+        let reference = try decode("png-gray8.png", failOn: .error).0
+        XCTAssertEqual(grey.channels, 1)
+        XCTAssertEqual(grey.pixels.count, reference.pixels.count)
+        let worst = zip(grey.pixels, reference.pixels).map { abs(Int($0) - Int($1)) }.max() ?? 99
+        XCTAssertLessThanOrEqual(worst, 1)
+    }
+
+    /// A reduction by thousands while decoding: each box sums 8192 × 8192 samples of 200,
+    /// beyond 32 bits (the sums wrapped and the pixel came out wrong).
+    func testAReductionByThousandsWhileDecodingAveragesRight() throws {
+        let bytes = try TestImages.bytes("png-grey-16k.png")
+        let pipeline = ImagePipeline(limits: DecodeLimits(maxPixels: 1 << 29))
+        var results: [StageResult] = []
+        try pipeline.run(bytes, options: ResizeOptions(width: 1, format: .pnm)) { results.append($0) }
+        let final = try XCTUnwrap(results.last)
+        let image = try Encoder.decodePNM(final.image.bytes)
+        XCTAssertEqual(image.width, 1)
+        XCTAssertEqual(Set(image.pixels), [200])
+    }
+
+    // MARK: WebP
+
+    /// A WebP cut in half: the macroblock rows decoded before the cut at `none` (as the whole
+    /// file decodes them), the rest transparent black; refused above `none`.
+    func testACutWebPGivesBackItsRowsAtFailOnNone() throws {
+        let reference = try decode("webp-lossy.webp", failOn: .error).0
+        let (cut, notes) = try decode("webp-bad-truncated.webp", failOn: .none)
+        XCTAssertEqual(notes.count, 1, "\(notes)")
+        var whole = 0
+        while whole < 64, row(cut, whole) == row(reference, whole) { whole += 1 }
+        XCTAssertGreaterThan(whole, 0, "rows before the cut")
+        XCTAssertTrue(notes[0].contains("\(whole) of 64 rows"), notes[0])
+        XCTAssertLessThan(whole, 64)
+        XCTAssertTrue(row(cut, 63).allSatisfy { $0 == 0 })
+        for level in [FailOn.truncated, .error, .warning] {
+            XCTAssertEqual(code { try self.decode("webp-bad-truncated.webp", failOn: level) }, .truncated, "\(level)")
+        }
+        // Whole image data behind a RIFF size that claims more: every row, and the note.
+        let (lying, lyingNotes) = try decode("webp-bad-riff-size.webp", failOn: .none)
+        XCTAssertEqual(lying, reference)
+        XCTAssertEqual(lyingNotes.count, 1)
+        XCTAssertEqual(code { try self.decode("webp-bad-riff-size.webp", failOn: .truncated) }, .truncated)
+    }
+
+    /// The first frame of an animation is decoded in slices like a still image: a cancel
+    /// stops it (it used to run to the end, into a canvas of libwebp's own).
+    func testAnAnimatedWebPDecodeIsCancellable() throws {
+        let flag = CancellationFlag()
+        flag.cancel()
+        XCTAssertEqual(code { try self.decode("webp-animated.webp", failOn: .error, cancel: flag) }, .cancelled)
+        // Uncancelled, frame 1 is the RGB picture.
+        let frame = try decode("webp-animated.webp", failOn: .error).0
+        XCTAssertGreaterThan(TestImages.psnr(frame, try decode("png-rgb8.png", failOn: .error).0), 28)
+    }
+
+    // MARK: Every format
+
+    /// Translucent images with an embedded profile, in every input format, to every output
+    /// format: converted as RGBA, transparency kept where the output has it.
+    func testTranslucentImagesWithAProfileInEveryFormatResize() throws {
+        for file in ["png-rgba-iccp.png", "webp-rgba-iccp.webp", "heic-alpha-iccp.heic", "avif-alpha-iccp.avif"] {
+            let bytes = try TestImages.bytes(file)
+            for format in OutputFormat.allCases {
+                let final = try TestImages.run(bytes, ResizeOptions(width: 48, format: format)).last!
+                XCTAssertEqual(final.image.width, 48, "\(file) → \(format)")
+                if format == .png || format == .webp {
+                    let back = try TestImages.decode(final.image.bytes)
+                    XCTAssertEqual(back.channels, 4, "\(file) → \(format)")
+                    // The transparent right half stays transparent.
+                    XCTAssertEqual(back.pixels[(10 * back.width + back.width - 2) * 4 + 3], 0, "\(file) → \(format)")
+                }
+            }
+        }
+    }
+
+    // MARK: JPEG output
+
+    /// A profile needs one APP2 marker per 65,519 bytes and their count is a byte: a larger
+    /// one is left out, with a note, rather than written with a wrapped count.
+    func testAProfileTooLargeForJPEGIsLeftOutWithANote() throws {
+        let image = PixelBuffer(width: 8, height: 8, channels: 3, pixels: [UInt8](repeating: 90, count: 192))
+        let large = [UInt8](repeating: 7, count: Encoder.maxJPEGProfileBytes + 1)
+        let encoded = try Encoder.encode(image, format: .jpeg, iccProfile: large)
+        XCTAssertEqual(iccMarkers(Array(encoded.bytes)), 0)
+        let decoded = try withBytes(Array(encoded.bytes)) { raw throws(ImagingError) in
+            try JPEGDecoder(data: raw, limits: DecodeLimits(), cancel: nil).header
+        }
+        XCTAssertNil(decoded.iccProfile)
+        XCTAssertNotNil(Encoder.embeddable(large, in: .jpeg).note)
+        XCTAssertNil(Encoder.embeddable(large, in: .png).note)
+        // One that fits is written whole.
+        let small = [UInt8](repeating: 7, count: 70_000)
+        let kept = try Encoder.encode(image, format: .jpeg, iccProfile: small)
+        XCTAssertEqual(iccMarkers(Array(kept.bytes)), 2)
+    }
+
+    /// The APP2 ICC_PROFILE markers of a JPEG.
+    private func iccMarkers(_ jpeg: [UInt8]) -> Int {
+        var count = 0, at = 2
+        let tag = Array("ICC_PROFILE".utf8)
+        while at + 4 <= jpeg.count, jpeg[at] == 0xFF, jpeg[at + 1] != 0xDA {
+            let length = Int(jpeg[at + 2]) << 8 | Int(jpeg[at + 3])
+            if jpeg[at + 1] == 0xE2, Array(jpeg[(at + 4)..<min(jpeg.count, at + 4 + tag.count)]) == tag { count += 1 }
+            at += 2 + length
+        }
+        return count
+    }
+
+    /// libheif's error text is copied before the encoder and context that may hold it are
+    /// freed (under AddressSanitizer, reading it after was a use-after-free).
+    func testAVIFEncodeFailuresKeepLibheifsMessage() throws {
+        let image = PixelBuffer(width: 8, height: 8, channels: 3, pixels: [UInt8](repeating: 90, count: 192))
+        XCTAssertThrowsError(try Encoder.encode(image, format: .avif, quality: 1000)) { error in
+            let failure = error as? ImagingError
+            XCTAssertEqual(failure?.code, .encodeFailed, "\(error)")
+            XCTAssertGreaterThan(failure?.message.count ?? 0, "AVIF encoding failed: ".count, "\(error)")
+        }
+    }
+
+    // MARK: HEIF and AVIF
+
+    /// A grid larger than the primary, beside it and never decoded, no longer makes the file
+    /// refused: the primary decodes as in the file without it.
+    func testANonPrimaryGridLargerThanThePrimaryIsNotDecodedNorRefused() throws {
+        let plain = try decode("heic-rgb.heic", failOn: .error).0
+        XCTAssertEqual(try decode("heic-grid-larger.heic", failOn: .error).0, plain)
+    }
+
+    /// AVIF without pixi (libavif's strict mode refused it): decoded as the file with it.
+    func testAnAVIFWithoutPixiDecodes() throws {
+        XCTAssertEqual(try decode("avif-no-pixi.avif", failOn: .error).0, try decode("avif-rgb.avif", failOn: .error).0)
+    }
+
+    /// Clean apertures are applied in both formats: AVIF's by Enlarger, HEIC's by libheif;
+    /// here 64×48 from (16, 8).
+    func testCleanAperturesAreAppliedInAVIFAndHEIC() throws {
+        let (image, notes) = try decode("avif-clap.avif", failOn: .error)
+        XCTAssertEqual(image.width, 64)
+        XCTAssertEqual(image.height, 48)
+        XCTAssertTrue(notes.isEmpty, "\(notes)")
+        let reference = try decode("png-rgb8.png", failOn: .error).0
+        var crop = [UInt8]()
+        for y in 8..<56 { crop += reference.pixels[((y * 96 + 16) * 3)..<((y * 96 + 80) * 3)] }
+        let expected = PixelBuffer(width: 64, height: 48, channels: 3, pixels: crop)
+        XCTAssertGreaterThan(TestImages.psnr(image, expected), 30)
+        // Against the uncropped placement it is far off: the crop is really applied.
+        var shifted = [UInt8]()
+        for y in 0..<48 { shifted += reference.pixels[((y * 96) * 3)..<((y * 96 + 64) * 3)] }
+        XCTAssertLessThan(TestImages.psnr(image, PixelBuffer(width: 64, height: 48, channels: 3, pixels: shifted)), 20)
+        // HEIC's, applied by libheif, is the same crop of the HEIC picture.
+        let heic = try decode("heic-rgb.heic", failOn: .error).0
+        let (heicCrop, heicNotes) = try decode("heic-clap.heic", failOn: .error)
+        XCTAssertEqual(heicCrop.width, 64)
+        XCTAssertEqual(heicCrop.height, 48)
+        XCTAssertTrue(heicNotes.isEmpty, "\(heicNotes)")
+        var heicExpected = [UInt8]()
+        for y in 8..<56 { heicExpected += heic.pixels[((y * 96 + 16) * 3)..<((y * 96 + 80) * 3)] }
+        XCTAssertGreaterThan(TestImages.psnr(heicCrop, PixelBuffer(width: 64, height: 48, channels: 3, pixels: heicExpected)), 35)
+    }
+}
+
+/// Codes named for what they are, whatever the format.
+final class ErrorCodeTests: XCTestCase {
+    /// A PNG with a damaged signature is in no format Enlarger reads (no reader takes it),
+    /// and the message says what it looks like; AVIF matrix coefficients libavif cannot
+    /// convert make a valid file this build does not read.
+    func testCodesSayWhatTheFileIs() throws {
+        XCTAssertThrowsError(try TestImages.run(try TestImages.bytes("png-bad-signature.png"), ResizeOptions(width: 40))) {
+            let failure = $0 as? ImagingError
+            XCTAssertEqual(failure?.code, .unknownFormat)
+            XCTAssertTrue(failure?.message.contains("a PNG whose signature is damaged") ?? false, "\($0)")
+        }
+        XCTAssertThrowsError(try TestImages.run(try TestImages.bytes("avif-matrix10.avif"), ResizeOptions(width: 40))) {
+            let failure = $0 as? ImagingError
+            XCTAssertEqual(failure?.code, .unsupported, "\($0)")
+            XCTAssertTrue(failure?.message.contains("matrix coefficients 10") ?? false, "\($0)")
+        }
+        XCTAssertEqual(ImagingError.Code.unknownFormat.rawValue, "unknownFormat")
+    }
+}
+
+/// HEIC and AVIF cut inside their coded data: refused above `fail_on none`; at `none`, the
+/// file is read as if zeros followed and the rows coded before the cut come out as the
+/// whole file's do.
+final class CutHEIFTests: XCTestCase {
+    private func decode(_ bytes: [UInt8], failOn: FailOn) throws -> (PixelBuffer, [String]) {
+        try withBytes(bytes) { raw throws(ImagingError) in
+            let format = try InputFormat.detect(raw, limits: DecodeLimits())
+            let decoder = try RasterDecoders.make(format, data: raw, limits: DecodeLimits(), cancel: nil, failOn: failOn)
+            let raster = try decoder.decode(shrink: 1)
+            return (raster.pixels, decoder.header.notes + raster.notes)
+        }
+    }
+
+    func testCutHEICAndAVIFGiveBackTheirTopRowsAtFailOnNone() throws {
+        for file in ["heic-thumbnail.heic", "avif-large.avif"] {
+            let whole = try TestImages.bytes(file)
+            let cut = Array(whole.prefix(whole.count * 3 / 4))
+            for level in [FailOn.truncated, .error] {
+                XCTAssertThrowsError(try decode(cut, failOn: level), "\(file) \(level)") {
+                    XCTAssertEqual(($0 as? ImagingError)?.code, .truncated, "\(file): \($0)")
+                }
+            }
+            let (image, notes) = try decode(cut, failOn: .none)
+            let (reference, _) = try decode(whole, failOn: .error)
+            XCTAssertEqual(image.width, reference.width, file)
+            XCTAssertEqual(image.height, reference.height, file)
+            XCTAssertTrue(notes.contains { $0.contains("the file is cut") }, "\(file): \(notes)")
+            // The top fifth, coded well before the cut, is the whole file's.
+            let top = image.width * image.channels * (image.height / 5)
+            XCTAssertEqual(Array(image.pixels.prefix(top)), Array(reference.pixels.prefix(top)), file)
+        }
+        // The padded copy is counted in the memory estimate, with the input.
+        let whole = try TestImages.bytes("avif-large.avif")
+        let cut = Array(whole.prefix(whole.count / 4))
+        func estimate(_ bytes: [UInt8]) throws -> Int {
+            try withBytes(bytes) { raw throws(ImagingError) in
+                try ImagePipeline().prepare(raw, options: ResizeOptions(width: 100, failOn: .none)).memoryEstimate.bytes
+            }
+        }
+        // The cut file holds its own bytes and a whole file's worth of padded copy: more than
+        // the whole file by at least the cut part.
+        XCTAssertGreaterThanOrEqual(try estimate(cut) - estimate(whole), cut.count)
+        // The small files cut in their only row of coding blocks still come out, noted.
+        for file in ["heic-bad-truncated.heic", "avif-bad-truncated.avif"] {
+            let (image, notes) = try decode(try TestImages.bytes(file), failOn: .none)
+            XCTAssertEqual(image.width, 96, file)
+            XCTAssertFalse(notes.isEmpty, file)
+        }
+    }
+}
+
+/// The ISOBMFF fields HEIFStructure reads hold any value: eight-byte offsets and sizes near
+/// Int.max (or with the top bit set) are refused, not summed into an overflow trap.
+final class HEIFStructureTests: XCTestCase {
+    private func be(_ value: UInt64, _ bytes: Int) -> [UInt8] { (0..<bytes).reversed().map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
+    private func box(_ type: String, _ payload: [UInt8]) -> [UInt8] { be(UInt64(8 + payload.count), 4) + Array(type.utf8) + payload }
+
+    func testHugeOffsetsAndSizesAreRefusedWithoutATrap() throws {
+        let ftyp = box("ftyp", Array("heic".utf8) + be(0, 4) + Array("mif1heic".utf8))
+        let pitm = box("pitm", [0, 0, 0, 0] + be(1, 2))
+        let infe = box("infe", [2, 0, 0, 0] + be(1, 2) + be(0, 2) + Array("grid".utf8) + [0])
+        let iinf = box("iinf", [0, 0, 0, 0] + be(1, 2) + infe)
+        for (base, offset) in [(UInt64(Int64.max), UInt64(Int64.max)), (UInt64.max, UInt64(1) << 63)] {
+            // iloc version 1: offset, length and base eight bytes each; one item, one extent.
+            let iloc = box("iloc", [1, 0, 0, 0, 0x88, 0x80] + be(1, 2) + be(1, 2) + be(0, 2) + be(0, 2)
+                           + be(base, 8) + be(1, 2) + be(offset, 8) + be(8, 8))
+            let file = ftyp + box("meta", [0, 0, 0, 0] + pitm + iinf + iloc)
+            try withBytes(file) { raw throws(ImagingError) in
+                let items = HEIFStructure.items(raw)
+                XCTAssertEqual(items.types[1], "grid")
+                try HEIFStructure.checkCanvas(raw, items: items, item: 1, maxPixels: 100)
+            }
+        }
+        // A second top-level box claiming Int.max bytes: the file is cut, by as much as that.
+        let huge = ftyp + be(1, 4) + Array("mdat".utf8) + be(UInt64(Int64.max), 8)
+        try withBytes(huge) { raw throws(ImagingError) in XCTAssertEqual(HEIFStructure.claimedLength(raw), Int.max) }
+    }
+
+    /// What libavif 0.11 reads wrong in a grid: tiles listed out of item order (the layout is
+    /// the list's), and alpha attached to each tile instead of the grid.
+    func testGridIssuesAreFound() throws {
+        let tiles: [Int: String] = [1: "grid", 2: "av01", 3: "av01", 4: "av01", 5: "av01"]
+        var items = HEIFStructure.Items(primary: 1, types: tiles, order: [1, 2, 3, 4, 5],
+                                        references: [("dimg", 1, [2, 3])])
+        XCTAssertEqual(HEIFStructure.gridIssues(items), HEIFStructure.GridIssues())
+        items.references = [("dimg", 1, [3, 2])]
+        XCTAssertTrue(HEIFStructure.gridIssues(items).tilesOutOfItemOrder)
+        items.references = [("dimg", 1, [2, 3]), ("auxl", 4, [2]), ("auxl", 5, [3])]
+        XCTAssertTrue(HEIFStructure.gridIssues(items).auxiliaryPerTile)
+        items.references = [("dimg", 1, [2, 3]), ("auxl", 4, [1])]
+        XCTAssertFalse(HEIFStructure.gridIssues(items).auxiliaryPerTile)
+        // The reversed file itself: refused, where the one in order decodes as the tiles show.
+        XCTAssertThrowsError(try TestImages.decode(try TestImages.bytes("avif-grid-reversed.avif"))) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .unsupported, "\($0)")
+        }
+        XCTAssertEqual(try TestImages.decode(try TestImages.bytes("avif-grid.avif")).width, 128)
+    }
+}
