@@ -45,15 +45,19 @@ final class FakeBroker {
         }
     }
 
-    /// Receives until `match` accepts a message (heartbeats are skipped); fails the test and
-    /// throws if none does within `timeout`.
+    /// Receives until `match` accepts a message (heartbeats and Occupancy, which a worker
+    /// sends on its own schedule while a cancelled attempt is still stopping, are skipped);
+    /// fails the test and throws if none does within `timeout`.
     func expect<T>(_ what: String, timeout: Duration = .seconds(20), file: StaticString = #filePath,
                    line: UInt = #line, _ match: (Received) -> T?) throws -> T {
         let deadline = ContinuousClock.now + timeout
         while case let remaining = deadline - .now, remaining > .zero,
               let received = try receive(timeout: remaining) {
-            if case .heartbeat = received.message { continue }
             if let value = match(received) { return value }
+            switch received.message {
+            case .heartbeat, .occupancy: continue
+            default: break
+            }
             XCTFail("while waiting for \(what), got \(received.message)", file: file, line: line)
         }
         XCTFail("no \(what) within \(timeout)", file: file, line: line)
