@@ -14,5 +14,6 @@ for height in 2000 4000 4898 6000; do
 import json, statistics, sys
 runs = [json.loads(line) for line in sys.stdin]
 w, h = runs[0]["width"], runs[0]["height"]
-print(f"{w}x{h} ({w * h / 1e6:.1f} MP): AV1 encode median {statistics.median(r[\"encode_ms\"] for r in runs) / 1000:.2f} s over {len(runs)} runs")'
+median = statistics.median(r["encode_ms"] for r in runs) / 1000
+print(f"{w}x{h} ({w * h / 1e6:.1f} MP): AV1 encode median {median:.2f} s over {len(runs)} runs")'
 done

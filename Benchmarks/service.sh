@@ -12,7 +12,8 @@ bench="$(dirname "$enlarger")/enlarger-bench"
 rounds="${1:-5}"
 copies="${2:-4}"
 mapfile -t photos < <(photos)
-start_serve
+# Without the result cache and shared jobs: every round resizes every file, as vips does.
+start_serve --cache-mib 0 --no-share-jobs
 
 mkdir -p "$work/in"
 files=()
@@ -66,6 +67,8 @@ events = [json.loads(l) for l in open(sys.argv[1])]
 sources = {os.path.basename(j["input"]): j["degraded"]["source"] for j in map(json.loads, open(sys.argv[2])) if "degraded" in j}
 per = {}
 for e in events:
+    if "input" not in e:
+        continue  # the closing summary line
     name = os.path.basename(e["input"]).split("-", 1)[1]  # copies are named N-<photo>
     per.setdefault(name, {}).setdefault(e["event"], []).append(e["t_ms"])
 print(f"{'photo':40} {'source':17} {'degraded_ms':>11} {'final_ms':>9} {'ratio':>6} target")
