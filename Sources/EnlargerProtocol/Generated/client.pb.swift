@@ -29,8 +29,10 @@
 //   `terminal` field is true; Failed and Cancelled are always terminal.
 // - A DEGRADED result, when sent, comes before the terminal one and never after it. At
 //   most one is sent per request, even if the request is retried on another worker.
-// - Started is informational, one per attempt that a worker began; after a worker is lost
-//   the request is retried and a later Started (attempt + 1) may follow a degraded result.
+// - Started is informational, one per attempt that reached a worker (the worker has the job;
+//   a thread may take it a little later, after the worker's memory admission); after a
+//   worker is lost the request is retried and a later Started (attempt + 1) may follow a
+//   degraded result.
 // - Failed{DUPLICATE_ID} answers only the duplicate Submit. It never ends the live request
 //   that holds the id, even when both were sent over the same connection.
 //
@@ -532,8 +534,9 @@ public nonisolated struct Enlarger_V1_Accepted: Sendable {
   public init() {}
 }
 
-/// A worker began the request. Not terminal. `attempt` is 1 for the first dispatch and grows
-/// by one each time the request is handed to another worker.
+/// A worker has the request's job (it reached the worker; a thread takes it after the worker
+/// admits it against its memory budget). Not terminal. `attempt` is 1 for the first dispatch
+/// and grows by one each time the request is handed to another worker.
 public nonisolated struct Enlarger_V1_Started: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -663,7 +666,8 @@ public nonisolated struct Enlarger_V1_Failed: Sendable {
   public init() {}
 }
 
-/// The request was cancelled (by any connection). Terminal; sent to the submitter only.
+/// The request was cancelled: by a Cancel from any connection of its principal, or from an
+/// admin principal. Terminal; sent to the submitter only.
 public nonisolated struct Enlarger_V1_Cancelled: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
