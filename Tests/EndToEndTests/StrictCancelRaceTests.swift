@@ -141,7 +141,10 @@ final class StrictCancelRaceTests: XCTestCase {
         let cancels = endings.filter { $0.key.hasPrefix("cancelled") }.values.reduce(0, +)
         print("strict-cancel race endings: \(endings.sorted { $0.key < $1.key }); "
               + "\(cancelledAfterStart) of \(cancels) cancels landed after the worker started, before any result")
-        XCTAssertGreaterThan(cancelledAfterStart * 20, cancels, "at least 5% of cancels land while a worker is busy")
+        // The race this test is for must be exercised, not only the easy cases: a cancel that
+        // lands after the worker started and before any result. Typically 4 to 6 % of them do
+        // (depending on the machine's speed); 2.5 % still means well over a hundred per run.
+        XCTAssertGreaterThan(cancelledAfterStart * 40, cancels, "at least 2.5% of cancels land while a worker is busy")
         XCTAssertTrue(failures.isEmpty, "seed \(seed): \(failures.count) violations, first: \(failures.prefix(5))")
 
         // Nothing is left anywhere: the broker holds no request, no worker holds a job.
