@@ -43,6 +43,6 @@ enum SubmitSalvage {
             default: return found
             }
         }
-        return position == message.endIndex ? found : found
+        return found
     }
 }

@@ -249,8 +249,8 @@ final class MirrorRecord {
         try append(Line(remove: source))
     }
 
-    /// Whether `output` may be replaced by `source`'s thumbnail: it is that source's (or no
-    /// one else's, with `adopting` files no record names).
+    /// Whether `output` may be replaced by `source`'s thumbnail: the record gives it to that
+    /// source alone (files no record names are the caller's to judge, with `--adopt`).
     func mayReplace(_ output: String, for source: String) -> Bool {
         if let owning = owners[output] { return owning == [source] }
         return entries[source]?.output == output
