@@ -119,8 +119,10 @@ public final class EnlargerClient: Sendable {
     /// Resizes one image and returns the final result (delivery `.final`). Cancelling the
     /// calling task cancels the request and throws `.cancelled`.
     public func resize(_ image: [UInt8], options: ResizeOptions, id: String = UUID().uuidString,
-                       timeout: Duration? = nil) async throws(EnlargerClientError) -> EncodedImage {
-        try await resize(ResizeRequest(id: id, image: image, options: options, delivery: .final, timeout: timeout))
+                       timeout: Duration? = nil, priority: Priority = .interactive) async throws(EnlargerClientError) -> EncodedImage {
+        var request = ResizeRequest(id: id, image: image, options: options, delivery: .final, timeout: timeout)
+        request.priority = priority
+        return try await resize(request)
     }
 
     /// Runs `request` and returns its terminal result: the final one, or the degraded one

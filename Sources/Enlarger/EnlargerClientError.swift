@@ -40,7 +40,7 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
         case duplicateID, workerLost, overloaded, malformed, invalidArgument, unknownFormat, empty, truncated,
              corrupt, unsupported, tooLarge, tooManyScans, encodeFailed, `internal`, brokerShutdown,
              deadlineExceeded, clientSilent, requestLost, unauthorized, digestMismatch, batchEnded, sourceRefused,
-             sourceUnavailable
+             sourceUnavailable, clientNotReading
         /// A code this version of the library does not know.
         case unknown
 
@@ -76,6 +76,7 @@ extension EnlargerClientError.Code {
         case .batchEnded: self = .batchEnded
         case .sourceRefused: self = .sourceRefused
         case .sourceUnavailable: self = .sourceUnavailable
+        case .clientNotReading: self = .clientNotReading
         case .unspecified, .UNRECOGNIZED: self = .unknown
         }
     }

@@ -15,6 +15,16 @@ public enum ImageSource: Sendable, Equatable {
     case url(String)
 }
 
+/// Which lane a request waits in at the broker.
+public enum Priority: String, Sendable, CaseIterable {
+    /// Someone is waiting for it (the default): dispatched before any bulk request, with a
+    /// share of the workers kept for this lane.
+    case interactive
+    /// Nobody watches it (a backfill, a `sync` of a whole tree): dispatched when no
+    /// interactive request waits, and never on the share kept for interactive ones.
+    case bulk
+}
+
 /// One image to resize, as submitted to the broker.
 public struct ResizeRequest: Sendable {
     /// Chosen by the producer: 1 to 64 bytes of UTF-8, unique among the broker's live
@@ -42,6 +52,8 @@ public struct ResizeRequest: Sendable {
     /// caller about a millisecond per 2 MB. For a file or URL source the worker names the
     /// version it reads instead (file identity, URL validator); `false` opts out the same.
     public var sharesResults = true
+    /// The lane it waits in at the broker (`.interactive` unless set).
+    public var priority: Priority = .interactive
     /// The batch it is an item of (`EnlargerClient.resize(batch:)`): its id, this item's
     /// place and the batch's size.
     var batch: (id: String, index: Int, size: Int)?
@@ -70,6 +82,7 @@ public struct ResizeRequest: Sendable {
         try check()
         var submit = Enlarger_V1_Submit()
         submit.requestID = id
+        submit.priority = priority == .bulk ? .bulk : .interactive
         // `validate()` has bounded every number to the wire's ranges.
         submit.spec.width = UInt32(options.width ?? 0)
         submit.spec.height = UInt32(options.height ?? 0)

@@ -30,6 +30,10 @@ struct BenchBroker: ParsableCommand {
     @Option(help: "The `enlarger` executable that runs the broker (default: the one beside this executable).")
     var enlarger: String?
 
+    @Option(name: .customLong("broker-option"), parsing: .unconditionalSingleValue,
+            help: "An extra argument for `enlarger broker` (repeat it: --broker-option --log-level --broker-option notice).")
+    var brokerOptions: [String] = []
+
     func run() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-bench-\(getpid())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
@@ -44,7 +48,7 @@ struct BenchBroker: ParsableCommand {
         }
         let broker = Process()
         broker.executableURL = executable
-        broker.arguments = ["broker", "--clients", clients, "--workers", workers, "--queue-limit", "\(inFlight * 2)"]
+        broker.arguments = ["broker", "--clients", clients, "--workers", workers, "--queue-limit", "\(inFlight * 2)"] + brokerOptions
         broker.standardError = FileHandle.nullDevice
         try broker.run()
         defer {

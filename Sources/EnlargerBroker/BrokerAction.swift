@@ -4,8 +4,9 @@ import EnlargerProtocol
 public enum BrokerAction<Payload> {
     /// Send on the client ROUTER socket, routing id first, to the connection of `Principal`
     /// under that routing id: the I/O loop sends nothing to a connection it has not heard
-    /// as that principal (nil: whoever just spoke there, for a reply).
-    case sendToClient(PeerID, OutgoingMessage<Payload>, for: Principal?)
+    /// as that principal (nil: whoever just spoke there, for a reply). `shed` says what
+    /// becomes of it if it must wait and the client stops reading (see `ClientOutbox`).
+    case sendToClient(PeerID, OutgoingMessage<Payload>, for: Principal?, shed: ClientShedding)
     /// Send on the worker ROUTER socket, routing id first.
     case sendToWorker(PeerID, OutgoingMessage<Payload>)
     /// Something an operator may want in the log. Nothing to send.
@@ -49,10 +50,12 @@ public enum RequestOutcome: Sendable, Equatable {
         }
     }
 
-    /// The error code's name in the contract (`DEADLINE_EXCEEDED`, …), or `OK`.
+    /// The error code's name in the contract (`DEADLINE_EXCEEDED`, …), `OK` for a finished
+    /// request, `CANCELLED` for a cancelled one.
     public var code: String {
         switch self {
-        case .finished, .cancelled: "OK"
+        case .finished: "OK"
+        case .cancelled: "CANCELLED"
         case .failed(let code), .rejected(let code): code.contractName
         }
     }

@@ -57,6 +57,14 @@ public struct BrokerConfiguration: Sendable {
     /// image was asked for before).
     public var shareAcrossPrincipals = false
 
+    /// The share of the workers' total capacity kept for interactive requests: bulk ones
+    /// never hold more than the rest (rounded so that the reserve is at least one slot, but
+    /// never all of them). 0 keeps nothing back.
+    public var interactiveReserve: Double = 0.25
+    /// Each principal's weight in the fair share and its limits (see `TenantPolicy`); the
+    /// service replaces it when the tenants file changes.
+    public var tenants = TenantPolicy()
+
     /// Batches that may be live at once; an item starting one more is `Rejected{OVERLOADED}`.
     /// (A batch lives at most until its first item's deadline.)
     public var maxLiveBatches: Int = 4096

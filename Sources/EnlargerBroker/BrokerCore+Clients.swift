@@ -128,11 +128,14 @@ extension BrokerCore {
         let joining = shareKey.flatMap { configuration.shareJobs ? sharedJobs[$0] : nil }.flatMap { jobID in
             jobs[jobID].map { Self.sameBytes($0.image, image) } == true ? jobID : nil
         }
-        let waiting = queue.count + quarantine.count
+        let terms = tenants.terms(for: principal)
+        let queuedByPrincipal = waiting.queuedBy[principal] ?? 0
         // A request that joins a job takes no queue slot and holds no image.
         let overload: String? =
-            if joining == nil && waiting >= configuration.queueLimit {
+            if joining == nil && waiting.count >= configuration.queueLimit {
                 "the queue is full (\(configuration.queueLimit) waiting)"
+            } else if joining == nil, let limit = terms.maxQueued, queuedByPrincipal >= limit {
+                "this principal has \(queuedByPrincipal) requests waiting (its limit is \(limit))"
             } else if joining == nil && liveImageBytes + image.count > configuration.maxLiveImageBytes {
                 "the broker holds \(liveImageBytes) bytes of images (limit \(configuration.maxLiveImageBytes))"
             } else if (clients[peer]?.requests.count ?? 0) >= configuration.maxLiveRequestsPerClient {
@@ -141,37 +144,43 @@ extension BrokerCore {
                 nil
             }
         if let overload {
-            reject(requestID, .overloaded, overload, to: peer, principal: principal, &actions)
+            reject(requestID, .overloaded, overload, to: peer, principal: principal,
+                   retryAfter: retryAfter(for: principal), &actions)
             refuseItem(.overloaded, overload)
             return
         }
 
+        let lane = Lane(submit.priority)
         let jobID: UInt64
         if let joining {
             jobID = joining
             jobs[jobID]!.requests.append(key)
             tally(principal, \.jobsShared)
+            // A shared job waits in the higher of its requests' lanes.
+            if lane < jobs[jobID]!.lane {
+                jobs[jobID]!.lane = lane
+                waiting.move(jobID, to: lane)
+            }
         } else {
             jobID = nextJobID
             nextJobID += 1
             jobs[jobID] = Job(
                 spec: submit.spec, delivery: submit.delivery, image: image, source: submit.source,
-                submittedKey: shareKey, shareKey: shareKey, requests: [key])
+                submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: lane)
             if let shareKey, configuration.shareJobs, sharedJobs[shareKey] == nil { sharedJobs[shareKey] = jobID }
             liveImageBytes += image.count
-            queue.append(jobID)
+            waiting.place(jobID, lane: lane, principal: principal)
         }
         requests[key] = Request(key: key, client: peer, jobID: jobID, acceptedAt: now, bytesIn: image.count,
-                                sharedWork: joining != nil)
+                                sharedWork: joining != nil, lane: lane)
         deadlines.insert(key, at: now + lifetime)
         if let place {
             batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: false,
                               deadline: now + lifetime)
         }
-        var client = clients[peer] ?? Client(principal: principal, lastSeen: now)
-        client.requests.insert(key)
-        client.waitingBytes = clientBytesWaiting[peer] ?? 0
-        clients[peer] = client
+        // In place: a copy of the client would copy its set of requests.
+        clients[peer, default: Client(principal: principal, lastSeen: now)].requests.insert(key)
+        clients[peer]!.waitingBytes = clientBytesWaiting[peer] ?? 0
         tally(principal, \.accepted)
         var accepted = Enlarger_V1_Accepted()
         accepted.requestID = requestID
@@ -183,7 +192,7 @@ extension BrokerCore {
             // A late joiner hears of the attempt under way; a held job may now have a
             // client that reads.
             tellStarted(key, attempt: jobs[jobID]!.startedAttempt, &actions)
-            if jobs[jobID]!.heldBack, client.waitingBytes == 0 { releaseHeldJobs([jobID]) }
+            if waiting.isHeldBack(jobID), clients[peer]!.waitingBytes == 0 { releaseHeldJobs([jobID]) }
         }
         dispatch(now: now, &actions)
     }
@@ -300,15 +309,25 @@ extension BrokerCore {
     }
 
     /// Answers a Submit that is not accepted: `Rejected`, counted and reported.
+    /// When a principal over its waiting limit may try again: about when as many of its
+    /// jobs have run as it has waiting beyond the limit, at the recent pace of the fleet.
+    func retryAfter(for principal: Principal) -> Duration {
+        let capacity = max(1, workers.reduce(0) { $0 + $1.capacity })
+        let ahead = (waiting.queuedBy[principal] ?? 0) + 1
+        let estimate = recentJobTime * (Double(ahead) / Double(capacity))
+        return min(max(estimate, .milliseconds(100)), .seconds(60))
+    }
+
     private mutating func reject(
         _ requestID: String, _ code: Enlarger_V1_ErrorCode, _ message: String, to peer: PeerID,
-        principal: Principal, _ actions: inout [Action]
+        principal: Principal, retryAfter: Duration? = nil, _ actions: inout [Action]
     ) {
         tally(principal, \.rejected)
         var rejected = Enlarger_V1_Rejected()
         rejected.requestID = requestID
         rejected.code = code
         rejected.message = message
+        if let retryAfter { rejected.retryAfterMs = UInt32(clamping: retryAfter.milliseconds) }
         actions.append(.report(.requestRejected(requestID: requestID, code: code)))
         send(.rejected(rejected), to: peer, &actions)
     }
@@ -383,18 +402,15 @@ extension BrokerCore {
 
     private mutating func moveRequest(_ key: RequestKey, to peer: PeerID, principal: Principal, now: MonotonicInstant) {
         guard let request = requests[key], request.client != peer else { return }
-        // A held job's place is its owner's list: it goes back to the queue before its owner
+        // A held job's place is its owner's list: it goes back to its lane before its owner
         // moves, and dispatch judges the new connection.
-        if let job = jobs[request.jobID], job.heldBack, job.owner == key { releaseHeldJobs([request.jobID]) }
-        let old = request.client
-        if var client = clients[old] {
-            client.requests.remove(key)
-            clients[old] = client.requests.isEmpty ? nil : client
+        if let job = jobs[request.jobID], waiting.isHeldBack(request.jobID), job.owner == key {
+            releaseHeldJobs([request.jobID])
         }
-        var client = clients[peer] ?? Client(principal: principal, lastSeen: now)
-        client.requests.insert(key)
-        client.waitingBytes = clientBytesWaiting[peer] ?? 0
-        clients[peer] = client
+        let old = request.client
+        if clients[old]?.requests.remove(key) != nil, clients[old]!.requests.isEmpty { clients[old] = nil }
+        clients[peer, default: Client(principal: principal, lastSeen: now)].requests.insert(key)
+        clients[peer]!.waitingBytes = clientBytesWaiting[peer] ?? 0
         requests[key]?.client = peer
         if let place = request.batch { batches[place.batch]?.client = peer }
     }
@@ -408,12 +424,13 @@ extension BrokerCore {
     // belongs to another principal's connection, nothing is sent: it is not theirs to read.
 
     mutating func clientVanished(
-        _ peer: PeerID, reason: String, notify: Bool = true, now: MonotonicInstant, _ actions: inout [Action]
+        _ peer: PeerID, reason: String, code: Enlarger_V1_ErrorCode = .clientSilent, notify: Bool = true,
+        now: MonotonicInstant, _ actions: inout [Action]
     ) {
         guard let client = clients[peer] else { return }
         for key in client.requests.sorted() {
-            let request = endOneRequest(key, .failed(.clientSilent), now: now, &actions)
-            if notify { sendFailed(request, .clientSilent, "the broker gave the request up: \(reason)", &actions) }
+            let request = endOneRequest(key, .failed(code), now: now, &actions)
+            if notify { sendFailed(request, code, "the broker gave the request up: \(reason)", &actions) }
         }
         clients[peer] = nil
         counters.clientsVanished += 1
@@ -443,11 +460,23 @@ extension BrokerCore {
     /// connection under the id).
     func send(_ message: BrokerToClientMessage<Payload>, to peer: PeerID, for principal: Principal? = nil,
               _ actions: inout [Action]) {
-        actions.append(.sendToClient(peer, message.encoded(), for: principal ?? clients[peer]?.principal))
+        actions.append(.sendToClient(peer, message.encoded(), for: principal ?? clients[peer]?.principal,
+                                     shed: Self.shedding(of: message)))
     }
 
     /// An event of `request`, for its principal's connection.
     func send(_ message: BrokerToClientMessage<Payload>, to request: Request, _ actions: inout [Action]) {
-        actions.append(.sendToClient(request.client, message.encoded(), for: request.key.principal))
+        actions.append(.sendToClient(request.client, message.encoded(), for: request.key.principal,
+                                     shed: Self.shedding(of: message)))
+    }
+
+    /// Results and Started may be dropped for a client that stopped reading; a terminal
+    /// result then leaves a notice in its place. Everything else is small and kept.
+    static func shedding(of message: BrokerToClientMessage<Payload>) -> ClientShedding {
+        switch message {
+        case .result(let result, _): result.terminal ? .notify(requestID: result.requestID) : .drop
+        case .started: .drop
+        default: .keep
+        }
     }
 }

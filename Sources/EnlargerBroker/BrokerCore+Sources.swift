@@ -95,6 +95,10 @@ extension BrokerCore {
     private mutating func merge(_ jobID: UInt64, into target: UInt64, _ actions: inout [Action]) {
         let job = removeJob(jobID)
         let startedAttempt = jobs[target]!.startedAttempt
+        if job.lane < jobs[target]!.lane {
+            jobs[target]!.lane = job.lane
+            waiting.move(target, to: job.lane)
+        }
         var someoneReads = false
         for key in job.requests {
             guard let request = requests[key] else { continue }
@@ -107,7 +111,7 @@ extension BrokerCore {
             tellStarted(key, attempt: startedAttempt, &actions)
             if (clients[request.client]?.waitingBytes ?? 0) == 0 { someoneReads = true }
         }
-        if jobs[target]!.heldBack, someoneReads { releaseHeldJobs([target]) }
+        if waiting.isHeldBack(target), someoneReads { releaseHeldJobs([target]) }
     }
 
     /// Download progress goes to every request on the job; it ends none of them.

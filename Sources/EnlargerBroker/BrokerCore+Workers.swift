@@ -219,6 +219,9 @@ extension BrokerCore {
             }
             if terminal {
                 workers[index].jobs[jobID] = nil
+                if let dispatched = job.lastDispatchedAt {
+                    recentJobTime = recentJobTime * 0.9 + now.duration(since: dispatched) * 0.1
+                }
                 // Only a result whose worker checked the bytes against the digest may be
                 // handed to requests that never sent those bytes.
                 if let shareKey = job.shareKey, shareKey.namesVersion, result.digestVerified {
@@ -364,6 +367,8 @@ extension BrokerCore {
         for jobID in worker.jobs.keys.sorted() {
             guard var job = jobs[jobID] else { continue }
             job.worker = nil
+            if let key = job.runningAs { running.remove(key) }
+            job.runningAs = nil
             if alone { job.losses += 1 }
             if job.losses > configuration.maxRetries {
                 jobs[jobID] = job
@@ -376,7 +381,7 @@ extension BrokerCore {
             job.quarantined = true
             job.quarantinedAt = now
             jobs[jobID] = job
-            quarantine.append(jobID)
+            waiting.quarantine(jobID)
             requeued += 1
         }
         counters.jobsRequeued += UInt64(requeued)
@@ -388,11 +393,14 @@ extension BrokerCore {
         let worker = removeWorker(at: index)
         counters.workersDisconnected += 1
         for jobID in worker.jobs.keys.sorted(by: >) {
-            jobs[jobID]?.worker = nil
-            if jobs[jobID]?.quarantined == true {
-                quarantine.append(jobID)
+            guard let job = jobs[jobID] else { continue }
+            jobs[jobID]!.worker = nil
+            if let key = job.runningAs { running.remove(key) }
+            jobs[jobID]!.runningAs = nil
+            if job.quarantined {
+                waiting.quarantine(jobID)
             } else {
-                queue.prepend(jobID)
+                waiting.place(jobID, lane: job.lane, principal: job.owner.principal, atFront: true)
             }
         }
         counters.jobsRequeued += UInt64(worker.jobs.count)
@@ -409,43 +417,79 @@ extension BrokerCore {
 
     // MARK: Dispatch
     //
-    // Credit-based and FIFO: while the queue is not empty and some worker takes ordinary
-    // jobs, the oldest waiting job goes to the worker with the most free credits (the first
-    // registered among equals). A job whose client is not reading its results is held back
-    // instead (it returns to the front of the queue once a client of it has caught up), so a
-    // slow consumer's results wait at its own pace rather than piling up in the broker. A
-    // shared job is held back only while none of its clients reads: one slow client does not
-    // stall the others.
-    // Quarantined jobs go, one each, to idle workers; one that waited longer than
+    // Credit-based, by lane, fair between principals: while some worker takes ordinary jobs,
+    // the interactive lane goes first, then the bulk lane as long as bulk jobs leave the
+    // interactive reserve free (`interactiveReserve` of the fleet's capacity, never the last
+    // slot). Within a lane `waiting` picks the principal whose turn it is (weighted deficit
+    // round robin), skipping principals at their running limit; the job goes to the worker
+    // with the most free credits (the first registered among equals). A job whose client is
+    // not reading its results is held back instead (it returns to the front of its lane once
+    // a client of it has caught up), so a slow consumer's results wait at its own pace rather
+    // than piling up in the broker. A shared job is held back only while none of its clients
+    // reads: one slow client does not stall the others.
+    // Quarantined jobs go, one each, to the idle workers fresh work leaves; one that waited longer than
     // `quarantineReservationDelay` reserves the least busy worker, which then takes no new
     // work until it is idle. Called after every event that can free credit or add work. A
     // retry of a request whose degraded result already reached the client asks for the
     // final result only.
 
     mutating func dispatch(now: MonotonicInstant, _ actions: inout [Action]) {
-        dispatchQuarantined(now: now, &actions)
-        while !queue.isEmpty, let index = workerWithMostCredit(), let jobID = queue.popFirst() {
-            guard let job = jobs[jobID] else { continue }
-            let noneReading = job.requests.allSatisfy { key in
-                requests[key].flatMap { clients[$0.client] }.map { $0.waitingBytes > 0 } ?? false
+        // A worker kept free for a quarantined job gets it first; otherwise fresh work goes
+        // first and quarantined jobs take the idle workers it leaves (a restarted worker is
+        // idle: it must not be handed a suspect job while ordinary ones wait).
+        dispatchQuarantined(reservedOnly: true, now: now, &actions)
+        for lane in Lane.allCases {
+            while waiting.count(in: lane) > 0, hasRoom(for: lane), let index = workerWithMostCredit() {
+                guard let jobID = nextWaiting(in: lane) else { break }
+                guard let job = jobs[jobID] else { continue }
+                let noneReading = job.requests.allSatisfy { key in
+                    requests[key].flatMap { clients[$0.client] }.map { $0.waitingBytes > 0 } ?? false
+                }
+                if noneReading, let owner = requests[job.owner]?.client {
+                    waiting.holdBack(jobID, for: owner)
+                    continue
+                }
+                send(jobID, toWorkerAt: index, now: now, &actions)
             }
-            if noneReading, let owner = requests[job.owner]?.client {
-                jobs[jobID]!.heldBack = true
-                clients[owner]?.heldBack.append(jobID)
-                continue
-            }
-            send(jobID, toWorkerAt: index, now: now, &actions)
         }
+        dispatchQuarantined(reservedOnly: false, now: now, &actions)
     }
 
-    private mutating func dispatchQuarantined(now: MonotonicInstant, _ actions: inout [Action]) {
-        while let jobID = quarantine.first {
+    /// The job whose turn it is in `lane`, among principals under their running limit.
+    private mutating func nextWaiting(in lane: Lane) -> UInt64? {
+        let tenants = tenants
+        let running = running
+        return waiting.next(in: lane, weight: { tenants.terms(for: $0).weight }, eligible: { principal in
+            guard let limit = tenants.terms(for: principal).maxRunning else { return true }
+            return running.count(of: principal) < limit
+        })
+    }
+
+    /// Whether a job of `lane` may take a slot now: a bulk one only outside the interactive
+    /// reserve.
+    func hasRoom(for lane: Lane) -> Bool {
+        guard lane == .bulk else { return true }
+        return running.count(in: .bulk) < bulkCapacity
+    }
+
+    /// The slots bulk jobs may hold: the fleet's capacity less the interactive reserve
+    /// (rounded up), which never takes the last slot.
+    var bulkCapacity: Int {
+        let total = workers.reduce(0) { $0 + $1.capacity }
+        let reserved = min(Int((Double(total) * configuration.interactiveReserve).rounded(.up)), total - 1)
+        return total - max(reserved, 0)
+    }
+
+    /// Gives quarantined jobs idle workers (with `reservedOnly`, only workers reserved for
+    /// them), and reserves one for the oldest once it waited long enough.
+    private mutating func dispatchQuarantined(reservedOnly: Bool, now: MonotonicInstant, _ actions: inout [Action]) {
+        while let jobID = waiting.quarantined.first {
             guard jobs[jobID] != nil else {
-                _ = quarantine.popFirst()
+                _ = waiting.popQuarantined()
                 continue
             }
-            if let idle = workers.indices.first(where: { workers[$0].inFlight == 0 }) {
-                _ = quarantine.popFirst()
+            if let idle = workers.indices.first(where: { workers[$0].inFlight == 0 && (workers[$0].reserved || !reservedOnly) }) {
+                _ = waiting.popQuarantined()
                 workers[idle].reserved = false
                 workers[idle].exclusiveJob = jobID
                 jobs[jobID]?.quarantinedAt = nil
@@ -466,6 +510,10 @@ extension BrokerCore {
     private mutating func send(_ jobID: UInt64, toWorkerAt index: Int, now: MonotonicInstant, _ actions: inout [Action]) {
         guard var job = jobs[jobID] else { return }
         if job.firstDispatchedAt == nil { job.firstDispatchedAt = now }
+        job.lastDispatchedAt = now
+        let runningAs = RunningCounts.Key(lane: job.lane, principal: job.owner.principal)
+        job.runningAs = runningAs
+        running.add(runningAs)
         if let key = job.shareKey {
             // From here the worker may open the source at any moment, before it can say so:
             // a request that comes later might have been sent after the file or page changed,

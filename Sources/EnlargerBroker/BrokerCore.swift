@@ -31,8 +31,9 @@ public struct BrokerCore<Payload: FrameBytes> {
     // id within its principal, live until its terminal event. A job is the work behind it,
     // keyed by the job id the broker gave it (stable across retries). Identical requests (same
     // source, spec, delivery and sharing scope) share one job; every other job has exactly
-    // one request. A job is either waiting (in `queue`, `quarantine` or its owner's held-back
-    // list) or held by one worker, whose `jobs` map names the attempt it holds. A job whose
+    // one request. A job is either waiting (`waiting` knows where: a lane, quarantine or its
+    // owner's held-back list) or held by one worker, whose `jobs` map names the attempt it
+    // holds. A job whose
     // last request ended before the worker finished is no longer a job at all: it is a
     // tombstone on the worker, keeping the credit until the ack (or a timeout), so late
     // frames about it are recognised and dropped. Clients are tracked only while they have
@@ -55,6 +56,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         var batch: BatchPlace?
         /// Counted in `jobsShared` (it joined or was merged into another request's job): once.
         var sharedWork = false
+        /// The lane its Submit asked for.
+        var lane: Lane = .interactive
 
         var requestID: String { key.id }
     }
@@ -78,6 +81,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         var requests: [RequestKey]
         /// When a worker was first given it; nil while it has never left the queue.
         var firstDispatchedAt: MonotonicInstant?
+        /// When a worker was last given it.
+        var lastDispatchedAt: MonotonicInstant?
         /// The latest dispatch; 0 until first dispatched.
         var attempt: UInt32 = 0
         /// The latest attempt a worker reported started.
@@ -90,11 +95,13 @@ public struct BrokerCore<Payload: FrameBytes> {
         var worker: PeerID?
         /// Its worker was lost while it ran beside other jobs: it runs alone from now on.
         var quarantined = false
-        /// Taken off the queue because none of its clients is reading; waits in its owner's
-        /// `heldBack` list.
-        var heldBack = false
-        /// When it last started waiting in `quarantine`.
+        /// When it last started waiting in quarantine.
         var quarantinedAt: MonotonicInstant?
+        /// The lane it waits in: the highest of its requests'.
+        var lane: Lane
+        /// While a worker holds it: the lane and principal its place in `running` is counted
+        /// under.
+        var runningAs: RunningCounts.Key?
 
         var owner: RequestKey { requests[0] }
     }
@@ -144,9 +151,6 @@ public struct BrokerCore<Payload: FrameBytes> {
         /// Bytes of messages waiting at the broker for this client (it is not reading, or
         /// not connected). While any wait, the jobs only it waits for are not dispatched.
         var waitingBytes = 0
-        /// Jobs it owns, taken off the queue while none of their clients was reading,
-        /// oldest first.
-        var heldBack: [UInt64] = []
     }
 
     public let configuration: BrokerConfiguration
@@ -165,9 +169,14 @@ public struct BrokerCore<Payload: FrameBytes> {
     var batchDeadlines = DeadlineHeap<RequestKey, MonotonicInstant>()
     /// Recently ended batches, so a late item is refused rather than starting the batch anew.
     var endedBatches: EndedRequests
-    var queue: JobQueue
-    /// Jobs that must run alone on a worker, oldest first (see Quarantine).
-    var quarantine: JobQueue
+    /// Every job waiting for a worker, and in what order they go (lanes, fair share,
+    /// quarantine, held back).
+    var waiting = WaitingJobs()
+    /// Jobs on workers, per lane and per principal (for the interactive reserve and the
+    /// principals' running limits).
+    var running = RunningCounts()
+    /// Each principal's weight and limits, as the operator last set them.
+    public private(set) var tenants: TenantPolicy
     /// In registration order, so dispatch and status are deterministic.
     var workers: [Worker] = []
     var workerIndex: [PeerID: Int] = [:]
@@ -181,6 +190,8 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// plus those of peers with no live requests).
     var clientBytesWaiting: [PeerID: Int] = [:]
     var counters = Enlarger_V1_Totals()
+    /// A moving average of how long a job takes on a worker, for `retryAfter`.
+    var recentJobTime: Duration = .milliseconds(500)
     var isShuttingDown = false
     /// When the core last heard of time passing (any event). A gap longer than a heartbeat
     /// interval means the broker itself was not running: peers are not blamed for it.
@@ -197,8 +208,7 @@ public struct BrokerCore<Payload: FrameBytes> {
     public init(configuration: BrokerConfiguration = BrokerConfiguration(), now: MonotonicInstant) {
         self.configuration = configuration
         startedAt = now
-        queue = JobQueue(capacity: min(configuration.queueLimit, 4096))
-        quarantine = JobQueue(capacity: 16)
+        tenants = configuration.tenants
         cache = ResultCache(limit: configuration.resultCacheBytes)
         endedBatches = EndedRequests(
             limit: configuration.endedRequestMemoryLimit, lifetime: configuration.endedRequestMemoryDuration)
@@ -262,16 +272,13 @@ public struct BrokerCore<Payload: FrameBytes> {
         clientBytesWaiting[peer] = waitingBytes > 0 ? waitingBytes : nil
         guard clients[peer] != nil else { return actions }
         clients[peer]!.waitingBytes = waitingBytes
-        if waitingBytes == 0 {
-            // Every held job this client waits for goes back to the front of the queue: they
+        if waitingBytes == 0 && waiting.heldBackCount > 0 {
+            // Every held job this client waits for goes back to the front of its lane: they
             // were at its head when held.
-            var reading: [UInt64] = []
-            for client in clients.values {
-                reading += client.heldBack.filter { jobID in
-                    jobs[jobID]?.requests.contains { requests[$0]?.client == peer } == true
-                }
+            let reading = waiting.allHeldBack.filter { jobID in
+                jobs[jobID]?.requests.contains { requests[$0]?.client == peer } == true
             }
-            releaseHeldJobs(reading.sorted())
+            releaseHeldJobs(reading)
         }
         dispatch(now: now, &actions)
         settleBatches(now: now, &actions)
@@ -279,12 +286,23 @@ public struct BrokerCore<Payload: FrameBytes> {
     }
 
     /// A client the broker can no longer reach at all (the I/O loop gave up on the messages
-    /// waiting for it): its requests end as if it had gone silent.
+    /// waiting for it, notices included): its requests end, and what is sent about them is
+    /// not delivered.
     public mutating func clientUnreachable(_ peer: PeerID, now: MonotonicInstant) -> [Action] {
         var actions: [Action] = []
         counters.unroutable += 1
         clientBytesWaiting[peer] = nil
         clientVanished(peer, reason: "the broker could not reach the client", now: now, &actions)
+        settleBatches(now: now, &actions)
+        return actions
+    }
+
+    /// A client that let its results wait too long or too much (the I/O loop shed them): its
+    /// live requests end with Failed{CLIENT_NOT_READING}, which waits for it to read again.
+    public mutating func clientNotReading(_ peer: PeerID, now: MonotonicInstant) -> [Action] {
+        var actions: [Action] = []
+        clientVanished(peer, reason: "the client did not read its results in time", code: .clientNotReading,
+                       now: now, &actions)
         settleBatches(now: now, &actions)
         return actions
     }
@@ -309,8 +327,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         for jobID in jobs.keys.sorted() {
             failJob(jobID, .brokerShutdown, "the broker is shutting down", now: now, &actions)
         }
-        while queue.popFirst() != nil {}
-        while quarantine.popFirst() != nil {}
+        waiting.removeAll()
+        running = RunningCounts()
         for worker in workers {
             actions.append(.sendToWorker(worker.id, BrokerToWorkerMessage<Payload>.disconnect.encoded()))
         }
@@ -352,13 +370,22 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// per-request state has been freed.
     public var isIdle: Bool {
         requests.isEmpty && jobs.isEmpty && sharedJobs.isEmpty && batches.isEmpty && unsettledBatches.isEmpty
-            && batchDeadlines.isEmpty && queue.isEmpty && quarantine.isEmpty && clients.isEmpty
+            && batchDeadlines.isEmpty && waiting.isEmpty && running.isEmpty && clients.isEmpty
             && deadlines.isEmpty && workers.allSatisfy { $0.inFlight == 0 && !$0.reserved }
     }
 
     /// Whether `principal` may cancel any request and see worker details.
     func isAdmin(_ principal: Principal) -> Bool {
         principal.isAdmin || principal == .local || configuration.admins.contains(principal)
+    }
+
+    /// The operator changed the principals' weights and limits: they apply to what waits
+    /// from now on (nothing running is stopped; a raised limit may dispatch more at once).
+    public mutating func setTenants(_ policy: TenantPolicy, now: MonotonicInstant) -> [Action] {
+        tenants = policy
+        var actions: [Action] = []
+        dispatch(now: now, &actions)
+        return actions
     }
 
     /// A principal's key was removed from the client allow-list: its live requests end
@@ -421,10 +448,9 @@ public struct BrokerCore<Payload: FrameBytes> {
             status.lastSeenMsAgo = now.duration(since: worker.lastSeen).milliseconds
             return status
         }
-        let waiting = queue.count + quarantine.count + clients.values.reduce(0) { $0 + $1.heldBack.count }
-        reply.queueDepth = UInt32(waiting)
+        reply.queueDepth = UInt32(waiting.count)
         reply.queueLimit = UInt32(configuration.queueLimit)
-        reply.inFlight = UInt32(jobs.count - waiting)
+        reply.inFlight = UInt32(jobs.count - waiting.count)
         reply.cache = cache.status
         reply.clientBytesWaiting = UInt64(clientBytesWaiting.values.reduce(0, +))
         reply.clients = UInt32(clients.count)
@@ -458,9 +484,9 @@ public struct BrokerCore<Payload: FrameBytes> {
             queueWait: queueWait, duration: now.duration(since: request.acceptedAt), attempts: job.attempt,
             bytesIn: request.bytesIn, bytesOut: request.bytesOut))))
         deadlines.remove(key)
-        if var client = clients[request.client] {
-            client.requests.remove(key)
-            clients[request.client] = client.requests.isEmpty ? nil : client
+        // In place: a copy of the client would copy its set of requests.
+        if clients[request.client]?.requests.remove(key) != nil, clients[request.client]!.requests.isEmpty {
+            clients[request.client] = nil
         }
         endedRequests.remember(key, at: now)
         if let place = request.batch { batchItemEnded(place, request: key, outcome) }
@@ -493,9 +519,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         }
         if let shareKey = job.shareKey, sharedJobs[shareKey] == jobID { sharedJobs[shareKey] = nil }
         liveImageBytes -= job.image.count
-        if job.heldBack, let owner = requests[job.owner]?.client {
-            clients[owner]?.heldBack.removeAll { $0 == jobID }
-        }
+        waiting.withdraw(jobID)
+        if let key = job.runningAs { running.remove(key) }
         return job
     }
 
@@ -539,20 +564,33 @@ public struct BrokerCore<Payload: FrameBytes> {
             let job = removeJob(jobID)
             return endRequest(key, outcome, job: job, now: now, &actions)
         }
-        // The job changes hands when its owner leaves: a held job goes back to the queue,
-        // where dispatch looks at its remaining clients afresh.
-        if jobs[jobID]!.heldBack, jobs[jobID]!.owner == key { releaseHeldJobs([jobID]) }
+        // The job changes hands when its owner leaves: a held job goes back to its lane,
+        // where dispatch looks at its remaining clients afresh, and a waiting job now waits
+        // for the new owner's principal.
+        let wasOwner = jobs[jobID]!.owner == key
         jobs[jobID]!.requests.removeAll { $0 == key }
+        if wasOwner { rehome(jobID) }
         return endRequest(key, outcome, job: jobs[jobID]!, now: now, &actions)
     }
 
-    /// Held jobs back to the front of the queue, the oldest (smallest id) first.
+    /// Held jobs back to the front of their lanes, the oldest (smallest id) first.
     mutating func releaseHeldJobs(_ jobIDs: [UInt64]) {
-        for jobID in jobIDs.reversed() {
-            guard let job = jobs[jobID], job.heldBack else { continue }
-            if let owner = requests[job.owner]?.client { clients[owner]?.heldBack.removeAll { $0 == jobID } }
-            jobs[jobID]!.heldBack = false
-            queue.prepend(jobID)
+        waiting.releaseHeldBack(jobIDs.filter { jobs[$0] != nil }, lane: { jobs[$0]!.lane },
+                                principal: { jobs[$0]!.owner.principal })
+    }
+
+    /// A waiting job whose owner changed: a held one goes back to its lane, one in a lane
+    /// moves to the new owner's principal (at the front: it had waited its turn).
+    mutating func rehome(_ jobID: UInt64) {
+        guard let job = jobs[jobID], let place = waiting.place(of: jobID) else { return }
+        switch place {
+        case .heldBack:
+            releaseHeldJobs([jobID])
+        case .lane(let lane, let principal) where principal != job.owner.principal:
+            waiting.withdraw(jobID)
+            waiting.place(jobID, lane: lane, principal: job.owner.principal, atFront: true)
+        case .lane, .quarantine:
+            break
         }
     }
 
@@ -562,12 +600,11 @@ public struct BrokerCore<Payload: FrameBytes> {
     mutating func withdraw(_ jobID: UInt64, now: MonotonicInstant, _ actions: inout [Action]) {
         guard let job = jobs[jobID] else { return }
         guard let workerID = job.worker, let index = workerIndex[workerID] else {
-            // A held job leaves its owner's list in `removeJob`.
-            if !job.heldBack {
-                if !queue.remove(jobID) { _ = quarantine.remove(jobID) }
-            }
+            waiting.withdraw(jobID)
             return
         }
+        if let key = job.runningAs { running.remove(key) }
+        jobs[jobID]!.runningAs = nil
         workers[index].jobs[jobID] = nil
         workers[index].tombstones[jobID] = Tombstone(attempt: job.attempt, cancelledAt: now, accountedAt: now)
         var cancel = Enlarger_V1_CancelJob()
@@ -595,6 +632,6 @@ public struct BrokerCore<Payload: FrameBytes> {
         failed.code = code
         failed.message = message
         actions.append(.sendToClient(request.client, BrokerToClientMessage<Payload>.failed(failed).encoded(),
-                                     for: request.key.principal))
+                                     for: request.key.principal, shed: .keep))
     }
 }

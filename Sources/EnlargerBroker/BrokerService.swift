@@ -41,12 +41,15 @@ public final class BrokerService: @unchecked Sendable {
         /// (`ZMQ_SNDHWM`). Small, so that what a slow client has not read is counted (and
         /// its work held back) by the broker rather than buffered unseen by libzmq.
         public var clientSendHighWaterMark: Int32 = 8
-        /// Bytes the broker keeps waiting for one client that is not reading. Past this the
-        /// client is treated as gone: what waited is dropped and its requests end.
+        /// Bytes the broker keeps waiting for one client that is not reading. Past this
+        /// what waited is dropped and its requests end with CLIENT_NOT_READING (see
+        /// `ClientOutbox`).
         public var maxClientBacklogBytes = 256 << 20
+        /// Bytes waiting for one client past which its queued work is held back.
+        public var clientHoldBackBytes = 1 << 20
         /// How long messages may wait for a client that is not connected (its connection
-        /// reset and it has not come back) or that reads nothing at all, before the broker
-        /// gives up on it and ends its requests.
+        /// reset and it has not come back) or that takes nothing at all, before the broker
+        /// drops them and ends its requests with CLIENT_NOT_READING.
         public var clientBacklogPatience: Duration = .seconds(30)
         /// Largest frame a client may send, at least the input limit plus room for the
         /// header. libzmq drops the connection of a client that sends a larger frame (the
@@ -61,6 +64,11 @@ public final class BrokerService: @unchecked Sendable {
         /// Accept unauthenticated tcp endpoints (every tcp peer is then the principal
         /// `anonymous`). For closed test networks only.
         public var allowInsecureTCP = false
+
+        /// A tenants file (see `TenantPolicy`): each principal's weight and limits. Read at
+        /// start (an unusable file stops the broker from starting) and re-read within a
+        /// second of a change (an unusable change is logged and the previous terms kept).
+        public var tenantsFile: String?
 
         /// Where to serve `/metrics`, `/healthz` and `/readyz` over HTTP (`HOST:PORT`, e.g.
         /// `0.0.0.0:9570`; port 0 picks one). `nil`: no HTTP port. Ready means at least one
@@ -125,15 +133,11 @@ public final class BrokerService: @unchecked Sendable {
     private let unreadiness = Lock<String?>("not started")
     /// The metrics address bound, port resolved; nil without `metricsAddress`.
     public var metricsAddress: String? { telemetry?.address }
-    /// Messages waiting for clients whose pipe is full (not reading) or who are not
-    /// connected, in order, per client. See `ClientBacklog`.
-    private var backlogs: [PeerID: ClientBacklog] = [:]
-    /// The principal last heard on each client routing id that has live requests or a
-    /// backlog: whom a reply sent there is for. Forgotten when that connection ends.
-    private var holders: [PeerID: Principal] = [:]
-    /// The connection (file descriptor) each client routing id was last heard on.
-    private var connectionOf: [PeerID: Int32] = [:]
-    private var peersOn: [Int32: Set<PeerID>] = [:]
+    /// What waits for clients, and whose each routing id is (see `ClientOutbox`).
+    private var outbox: ClientOutbox<Message>
+    /// The tenants file as last read, to notice a change.
+    private var tenantsVersion: TenantsFileVersion?
+    private var tenantsCheckedAt = MonotonicInstant.now()
 
     /// Creates the sockets and binds them, so connection errors surface here and peers may
     /// connect as soon as this returns (their messages wait until `run()`).
@@ -154,7 +158,20 @@ public final class BrokerService: @unchecked Sendable {
         clients = try Socket(context, .router)
         workers = try Socket(context, .router)
         wakeup = try Wakeup()
-        core = BrokerCore(configuration: configuration.broker, now: .now())
+        var brokerConfiguration = configuration.broker
+        if let path = configuration.tenantsFile {
+            do {
+                let (policy, version) = try Self.readTenants(path)
+                brokerConfiguration.tenants = policy
+                tenantsVersion = version
+            } catch {
+                throw BrokerSetupError("--tenants \(path): \(error)")
+            }
+        }
+        core = BrokerCore(configuration: brokerConfiguration, now: .now())
+        outbox = ClientOutbox(limits: .init(
+            maxBytes: configuration.maxClientBacklogBytes, patience: configuration.clientBacklogPatience,
+            holdBackBytes: configuration.clientHoldBackBytes))
         // tcp endpoints use CURVE when the broker has keys; ipc endpoints stay unencrypted
         // (their private directory keeps them owner-only) but every connection still passes
         // the gatekeeper, which names its principal (a NULL peer could otherwise claim any
@@ -241,6 +258,9 @@ public final class BrokerService: @unchecked Sendable {
         let workersIndex = poller.register(workers)
         let wakeupIndex = poller.register(fileDescriptor: wakeup.fileDescriptor)
         let gatekeeperIndex = poller.register(gatekeeper)
+        // Polled only while a backlog waits for a full pipe: libzmq signals this descriptor
+        // when a client has read enough for its pipe to take more (see Client backlogs).
+        let clientsSignalIndex = poller.register(fileDescriptor: try clients.signalDescriptor(), for: [])
         var frames: [Message] = []
         var closeAt: MonotonicInstant?
         logger.info(
@@ -260,7 +280,8 @@ public final class BrokerService: @unchecked Sendable {
 
             // At least once a second: allow-lists are re-read on that timer.
             var deadline = min(core.nextDeadline, closeAt ?? core.nextDeadline, now + .seconds(1))
-            if let retry = nextBacklogRetry { deadline = min(deadline, retry) }
+            if let due = outbox.nextDue { deadline = min(deadline, due) }
+            poller.setEvents(outbox.awaitsRoom ? .readable : [], at: clientsSignalIndex)
             _ = try poller.poll(timeout: pending ? .zero : deadline.duration(since: now))
             if poller.events(at: wakeupIndex).contains(.readable) { wakeup.drain() }
             if poller.events(at: gatekeeperIndex).contains(.readable) {
@@ -269,6 +290,7 @@ public final class BrokerService: @unchecked Sendable {
             let reloaded = gatekeeper.refreshIfDue()
             for event in reloaded { Self.log(event, logger) }
             if !reloaded.isEmpty { try revokeWithdrawnKeys(now: MonotonicInstant.now()) }
+            try reloadTenantsIfChanged(now: MonotonicInstant.now())
 
             // Bounded batches per socket, so a flood on one side cannot starve the other side
             // or the timers.
@@ -280,7 +302,13 @@ public final class BrokerService: @unchecked Sendable {
             if poller.events(at: workersIndex).contains(.readable) {
                 pending = try serve(workers, role: .worker, frames: &frames, now: now) || pending
             }
-            try flushBacklogs(now: now)
+            forgetEndedConnections()
+            // Every wakeup may have made room: libzmq takes in a client's reads (its pipe's
+            // room) while the loop receives or polls, and trying a pipe that is still full
+            // costs no system call. The signal descriptor wakes an idle loop for it.
+            try apply(outbox.due(now: now, roomMade: true) { (peer, message) throws(ZMQError) in
+                try send(message, to: peer, on: clients)
+            }, now: now)
             // Liveness is judged only once what already waited has been read: a peer whose
             // message sits unread behind a backlog is not silent. Under a flood that never
             // drains, timers still run once per interval (libzmq reads peers fairly).
@@ -312,7 +340,6 @@ public final class BrokerService: @unchecked Sendable {
             let peer = PeerID(frames[0].bytes)
             let body = frames[1...]
             let sender = principal(of: frames)
-            if role == .client { noteConnection(of: peer, frames[0].sourceFileDescriptor) }
             guard gatekeeper.admits(userID: sender.name, domain: role == .client ? Self.clientDomain : Self.workerDomain)
             else {
                 // Its key was revoked since the handshake: nothing of it is taken any more.
@@ -320,7 +347,15 @@ public final class BrokerService: @unchecked Sendable {
                                             : core.workerPrincipalRevoked(sender, now: now), now: now)
                 continue
             }
-            if role == .client { heard(from: peer, as: sender) }
+            if role == .client {
+                forgetEndedConnections()
+                let effects = outbox.heard(from: peer, as: sender, on: frames[0].sourceFileDescriptor)
+                if !effects.isEmpty {
+                    logger.notice("routing id taken over by another principal; dropping what waited",
+                                  metadata: ["peer": "\(peer)"])
+                }
+                try apply(effects, now: now)
+            }
             let actions = switch role {
             case .client: core.clientFrames(from: peer, principal: sender, body, now: now)
             case .worker: core.workerFrames(from: peer, principal: principal(of: frames), body, now: now)
@@ -329,8 +364,10 @@ public final class BrokerService: @unchecked Sendable {
             // A client that sends is reading again, perhaps on a new connection: try what
             // waited for it now rather than at the next retry.
             if role == .client {
-                if backlogs[peer] != nil { try flush(peer, now: now) }
-                if backlogs[peer] == nil, core.clientPrincipal(peer) == nil { forget(peer) }
+                try apply(outbox.flush(peer, now: now) { (message) throws(ZMQError) in
+                    try send(message, to: peer, on: clients)
+                }, now: now)
+                if core.clientPrincipal(peer) == nil { outbox.forgetIfIdle(peer) }
             }
         }
         return true
@@ -352,51 +389,54 @@ public final class BrokerService: @unchecked Sendable {
         }
     }
 
-    /// Nothing is kept for a routing id with no requests and nothing waiting.
-    private func forget(_ peer: PeerID) {
-        holders[peer] = nil
-        if let descriptor = connectionOf.removeValue(forKey: peer) {
-            peersOn[descriptor]?.remove(peer)
-            if peersOn[descriptor]?.isEmpty == true { peersOn[descriptor] = nil }
-        }
-    }
-
-    private func noteConnection(of peer: PeerID, _ descriptor: Int32?) {
-        guard let descriptor, connectionOf[peer] != descriptor else { return }
-        if let old = connectionOf[peer] { peersOn[old]?.remove(peer) }
-        connectionOf[peer] = descriptor
-        peersOn[descriptor, default: []].insert(peer)
-    }
-
     /// Reads the client connections that ended: their routing ids are no one's until heard
     /// again, so nothing more is sent to them before the next connection under the id has
     /// spoken as its principal. Read before every send that is not held back: libzmq reports
     /// a connection's end before it can give its routing id to another connection.
     private func forgetEndedConnections() {
         while let event = try? clientConnections.receiveMonitorEvent() {
-            guard event.isDisconnect, let peers = peersOn.removeValue(forKey: Int32(bitPattern: event.value)) else { continue }
-            for peer in peers {
-                connectionOf[peer] = nil
-                holders[peer] = nil
-                backlogs[peer]?.verified = false
-            }
+            guard event.isDisconnect else { continue }
+            outbox.connectionEnded(Int32(bitPattern: event.value))
         }
     }
 
-    /// A message came from `peer`'s connection as `principal`: the connection is that
-    /// principal's now. What waited for another principal under the same routing id is
-    /// dropped unsent (the core ends those requests), and what waited for this one may go.
-    private func heard(from peer: PeerID, as principal: Principal) {
-        holders[peer] = principal
-        guard var backlog = backlogs[peer] else { return }
-        if backlog.principal != principal {
-            logger.notice("routing id taken over by another principal; dropping what waited",
-                          metadata: ["peer": "\(peer)", "waiting_bytes": "\(backlog.bytes)"])
-            backlogs[peer] = nil
-            return
+    // MARK: - Tenants
+
+    /// What identifies a version of the tenants file.
+    struct TenantsFileVersion: Equatable {
+        let device: UInt64, inode: UInt64, size: Int64, modified: Int64, modifiedNanoseconds: Int64
+    }
+
+    static func readTenants(_ path: String) throws -> (TenantPolicy, TenantsFileVersion) {
+        let version = try tenantsVersion(of: path)
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        return (try TenantPolicy(parsing: text), version)
+    }
+
+    static func tenantsVersion(of path: String) throws -> TenantsFileVersion {
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw BrokerSetupError(String(cString: strerror(errno))) }
+        return TenantsFileVersion(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
+                                  modified: Int64(info.st_mtim.tv_sec), modifiedNanoseconds: Int64(info.st_mtim.tv_nsec))
+    }
+
+    /// Once a second: a changed tenants file replaces the core's terms; one that cannot be
+    /// read or parsed is logged and the terms in force stay.
+    private func reloadTenantsIfChanged(now: MonotonicInstant) throws(ZMQError) {
+        guard let path = configuration.tenantsFile, now.duration(since: tenantsCheckedAt) >= .seconds(1) else { return }
+        tenantsCheckedAt = now
+        guard let version = try? Self.tenantsVersion(of: path), version != tenantsVersion else { return }
+        do {
+            let (policy, read) = try Self.readTenants(path)
+            tenantsVersion = read
+            logger.info("tenants file loaded", metadata: ["file": "\(path)", "principals": .stringConvertible(policy.principals.count)])
+            try perform(core.setTenants(policy, now: now), now: now)
+        } catch let error as ZMQError {
+            throw error
+        } catch {
+            tenantsVersion = version  // not again until it changes
+            logger.warning("tenants file not used; the previous terms stay", metadata: ["file": "\(path)", "error": "\(error)"])
         }
-        backlog.verified = true
-        backlogs[peer] = backlog
     }
 
     /// Who sent a client message: the user id the gatekeeper gave its connection.
@@ -453,8 +493,12 @@ public final class BrokerService: @unchecked Sendable {
             let action = pending[next]
             next += 1
             switch action {
-            case .sendToClient(let peer, let message, let principal):
-                pending += try sendToClient(message, to: peer, for: principal, now: now)
+            case .sendToClient(let peer, let message, let principal, let shed):
+                forgetEndedConnections()
+                let effects = try outbox.send(message, to: peer, for: principal, shed: shed, now: now) {
+                    (message) throws(ZMQError) in try send(message, to: peer, on: clients)
+                }
+                pending += try self.actions(for: effects, now: now)
             case .sendToWorker(let peer, let message):
                 if try send(message, to: peer, on: workers) != .sent {
                     logger.debug("worker unreachable", metadata: ["peer": "\(peer)"])
@@ -469,146 +513,41 @@ public final class BrokerService: @unchecked Sendable {
 
     // MARK: - Client backlogs
     //
-    // A message for a client goes straight to libzmq unless something already waits for
-    // that client (order is kept). When libzmq refuses it (the client's pipe is full: it is
-    // not reading; or it is not connected: its connection reset), the message starts the
-    // client's backlog and the core is told how many bytes wait, so it holds the client's
-    // queued work back. Backlogs are retried after every message from the client and on a
-    // short, growing timer. A backlog that stops making progress for
-    // `clientBacklogPatience`, or outgrows `maxClientBacklogBytes`, is dropped and the
-    // client's requests end (the core is told it is unreachable).
-    //
-    // A backlog belongs to a principal as well as a routing id, and nothing in it goes to a
-    // connection not known to be that principal's. Once a send finds the routing id not
-    // connected, the backlog is not retried until a message arrives from that id: from the
-    // same principal, it is delivered; from another (a connection that took the free id),
-    // it is dropped unsent and the core ends its requests. A connection's end is learnt from
-    // the socket monitor, which libzmq tells before the id can pass to another connection,
-    // and read before every send: from then on the id is no one's until heard again.
+    // What waits for clients, and whose each routing id is, is `ClientOutbox`'s: a pure
+    // value, tested on its own. The loop feeds it what the sockets say (a message heard on a
+    // connection, a connection ended, a pipe with room again) and does what its effects ask
+    // of the core.
 
-    private struct ClientBacklog {
-        let principal: Principal
-        /// Sends may be tried: the routing id was last heard as `principal`, and no send
-        /// since found it unconnected.
-        var verified: Bool
-        var messages: [OutgoingMessage<Message>] = []
-        var head = 0
-        var bytes = 0
-        var lastProgress: MonotonicInstant
-        var retryAt: MonotonicInstant
-        var retryDelay: Duration = .milliseconds(1)
-
-        var isEmpty: Bool { head == messages.count }
-    }
-
-    /// When a backlog is next due: a retry, or (not to be retried) the end of its patience.
-    private var nextBacklogRetry: MonotonicInstant? {
-        backlogs.values.map { $0.verified ? $0.retryAt : $0.lastProgress + configuration.clientBacklogPatience }.min()
-    }
-
-    private func sendToClient(
-        _ message: OutgoingMessage<Message>, to peer: PeerID, for intended: Principal?, now: MonotonicInstant
-    ) throws(ZMQError) -> [BrokerAction<Message>] {
-        guard let principal = intended ?? holders[peer] else {
-            // No principal is known for the id: there is no one this could be for.
-            logger.debug("message for a client no principal is known for; dropped", metadata: ["peer": "\(peer)"])
-            return []
-        }
-        if var backlog = backlogs[peer], backlog.principal == principal {
-            backlog.messages.append(message)
-            backlog.bytes += message.byteCount
-            backlogs[peer] = backlog
-            return try backlogChanged(peer, now: now)
-        }
-        backlogs[peer] = nil  // another principal's: never to be delivered here
-        forgetEndedConnections()
-        if holders[peer] != principal {
-            // The id was last heard as someone else (or not at all): wait to hear it again.
-            backlogs[peer] = ClientBacklog(principal: principal, verified: false, messages: [message],
-                                           bytes: message.byteCount, lastProgress: now, retryAt: now)
-            return try backlogChanged(peer, now: now)
-        }
-        let outcome = try send(message, to: peer, on: clients)
-        guard outcome != .sent else { return [] }
-        backlogs[peer] = ClientBacklog(
-            principal: principal, verified: outcome == .full, messages: [message], bytes: message.byteCount,
-            lastProgress: now, retryAt: now + .milliseconds(1))
-        logger.debug("client not taking messages; keeping them", metadata: ["peer": "\(peer)"])
-        return try backlogChanged(peer, now: now)
-    }
-
-    private func flushBacklogs(now: MonotonicInstant) throws(ZMQError) {
-        for peer in backlogs.filter({ $0.value.verified && $0.value.retryAt <= now }).keys.sorted() {
-            try flush(peer, now: now)
-        }
-        // Backlogs waiting to hear from their client are not retried, but their patience runs.
-        for (peer, backlog) in backlogs where !backlog.verified
-            && now.duration(since: backlog.lastProgress) > configuration.clientBacklogPatience {
-            try perform(backlogChanged(peer, now: now), now: now)
-        }
-    }
-
-    private func flush(_ peer: PeerID, now: MonotonicInstant) throws(ZMQError) {
-        forgetEndedConnections()
-        guard var backlog = backlogs[peer], backlog.verified else { return }
-        var progressed = false
-        while !backlog.isEmpty {
-            let outcome = try send(backlog.messages[backlog.head], to: peer, on: clients)
-            guard outcome == .sent else {
-                // Not connected: whoever connects under the id next must speak first.
-                if outcome == .unreachable { backlog.verified = false }
-                break
+    /// The core's follow-up to the outbox's effects, to perform in turn.
+    private func actions(for effects: [ClientOutbox<Message>.Effect], now: MonotonicInstant) throws(ZMQError) -> [BrokerAction<Message>] {
+        var actions: [BrokerAction<Message>] = []
+        for effect in effects {
+            switch effect {
+            case .waiting(let peer, let bytes):
+                actions += core.clientBacklog(peer, waitingBytes: bytes, now: now)
+            case .notReading(let peer):
+                logger.notice("client not reading its results; dropping them",
+                              metadata: ["peer": "\(peer)", "waiting_bytes": .stringConvertible(outbox.bytesWaiting(for: peer))])
+                actions += core.clientNotReading(peer, now: now)
+            case .lost(let peer):
+                logger.notice("client not reading even its notices; dropping them", metadata: ["peer": "\(peer)"])
+                // What the core sends about its requests now goes nowhere: the outbox
+                // discards it until the core is done.
+                try perform(core.clientUnreachable(peer, now: now), now: now)
+                outbox.finishDiscarding(peer)
+                actions += core.clientBacklog(peer, waitingBytes: 0, now: now)
+                if core.clientPrincipal(peer) == nil { outbox.forgetIfIdle(peer) }
             }
-            backlog.bytes -= backlog.messages[backlog.head].byteCount
-            backlog.head += 1
-            progressed = true
         }
-        if backlog.isEmpty {
-            backlogs[peer] = nil
-            try perform(core.clientBacklog(peer, waitingBytes: 0, now: now), now: now)
-            return
-        }
-        if progressed {
-            backlog.messages.removeFirst(backlog.head)
-            backlog.head = 0
-            backlog.lastProgress = now
-            backlog.retryDelay = .milliseconds(1)
-        } else {
-            backlog.retryDelay = min(backlog.retryDelay * 2, .milliseconds(100))
-        }
-        backlog.retryAt = now + backlog.retryDelay
-        backlogs[peer] = backlog
-        try perform(backlogChanged(peer, now: now), now: now)
+        return actions
     }
 
-    /// Tells the core how much waits for `peer`, or gives up on the client when its backlog
-    /// is too large or too old.
-    private func backlogChanged(_ peer: PeerID, now: MonotonicInstant) throws(ZMQError) -> [BrokerAction<Message>] {
-        guard let backlog = backlogs[peer] else { return [] }
-        let tooOld = now.duration(since: backlog.lastProgress) > configuration.clientBacklogPatience
-        guard backlog.bytes > configuration.maxClientBacklogBytes || tooOld else {
-            return core.clientBacklog(peer, waitingBytes: backlog.bytes, now: now)
-        }
-        logger.notice(
-            "giving up on a client that takes no messages",
-            metadata: ["peer": "\(peer)", "waiting_bytes": "\(backlog.bytes)", "too_old": "\(tooOld)"])
-        // What the core sends in reply (the requests' Failed) joins the backlog and goes
-        // with it: the client is not taking anything.
-        let followUp = core.clientUnreachable(peer, now: now)
-        backlogs[peer] = ClientBacklog(principal: backlog.principal, verified: false, lastProgress: now, retryAt: now)
-        try perform(followUp, now: now)
-        backlogs[peer] = nil
-        if core.clientPrincipal(peer) == nil { forget(peer) }
-        return core.clientBacklog(peer, waitingBytes: 0, now: now)
+    private func apply(_ effects: [ClientOutbox<Message>.Effect], now: MonotonicInstant) throws(ZMQError) {
+        guard !effects.isEmpty else { return }
+        try perform(actions(for: effects, now: now), now: now)
     }
 
-    private enum SendOutcome {
-        case sent
-        /// The peer is not connected.
-        case unreachable
-        /// The peer's pipe is full (only toward clients, which have a high-water mark).
-        case full
-    }
+    private typealias SendOutcome = ClientOutbox<Message>.SendOutcome
 
     private func send(_ message: OutgoingMessage<Message>, to peer: PeerID, on socket: Socket) throws(ZMQError) -> SendOutcome {
         do {

@@ -38,11 +38,27 @@ struct BrokerOptions: ParsableArguments {
     @Flag(help: "Share cached results and jobs between principals (off: each principal sees only its own).")
     var shareAcrossPrincipals = false
 
+    @Option(help: ArgumentHelp(
+        "Percent of the workers' capacity kept for interactive requests (0-90).",
+        discussion: "Bulk requests (sync's default, --priority bulk) never hold more than the rest, so an interactive request waits at most for a reserved slot to free up."))
+    var interactiveReserve = Int(BrokerConfiguration().interactiveReserve * 100)
+
+    @Option(help: ArgumentHelp(
+        "A file of per-principal weights and limits, re-read within a second of a change.",
+        discussion: """
+            One line per principal (as logs and status name it: local, anonymous, curve:KEY),             or * for every other one, then its terms: weight=N (its jobs per turn in the fair             share, default 1), queued=N (requests it may have waiting; beyond, OVERLOADED with             a retry time), running=N (its jobs on workers at once). Example line:             "* weight=1 queued=256 running=16".
+            """,
+        valueName: "file"))
+    var tenants: String?
+
     func validate() throws {
         guard queueLimit > 0, heartbeatMs > 0, maxRetries >= 0, defaultDeadline > 0, maxDeadline > 0,
               cancelAckTimeout > 0, clientPatience > 0, cacheMib >= 0
         else {
             throw ValidationError("broker limits must be positive")
+        }
+        guard (0...90).contains(interactiveReserve) else {
+            throw ValidationError("--interactive-reserve must be 0 to 90 (percent), not \(interactiveReserve)")
         }
         guard cacheMib <= 1 << 20 else { throw ValidationError("--cache-mib must be at most 1048576 (1 TiB)") }
         guard defaultDeadline <= maxDeadline else {
@@ -64,6 +80,8 @@ struct BrokerOptions: ParsableArguments {
         configuration.broker.resultCacheBytes = cacheMib << 20
         configuration.broker.shareJobs = !noShareJobs
         configuration.broker.shareAcrossPrincipals = shareAcrossPrincipals
+        configuration.broker.interactiveReserve = Double(interactiveReserve) / 100
+        configuration.tenantsFile = tenants
         return configuration
     }
 }

@@ -24,11 +24,7 @@ struct LogOptions: ParsableArguments {
         let level = logLevel
         switch logFormat {
         case .text:
-            LoggingSystem.bootstrap { label in
-                var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = level
-                return handler
-            }
+            LoggingSystem.bootstrap { label in TextLogHandler(label: label, logLevel: level) }
         case .json:
             LoggingSystem.bootstrap { label in JSONLogHandler(label: label, logLevel: level) }
         }
@@ -60,7 +56,7 @@ struct JSONLogHandler: LogHandler {
         if let provided = metadataProvider?.get() { fields.merge(provided) { $1 } }
         if let extra = event.metadata { fields.merge(extra) { $1 } }
         var line = JSONLine()
-        line.add("ts", Self.timestamp())
+        line.add("ts", LogTimestamp.now())
         line.add("level", event.level.rawValue)
         line.add("label", label)
         line.add("message", "\(event.message)")
@@ -73,21 +69,6 @@ struct JSONLogHandler: LogHandler {
             default: line.add(name, "\(value)")
             }
         }
-        JSONLogHandler.output.withLock { _ in
-            FileHandle.standardError.write(Data((line.text + "\n").utf8))
-        }
-    }
-
-    // Whole lines from concurrent threads.
-    private static let output = Lock(())
-
-    private static func timestamp() -> String {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        var seconds = now.tv_sec
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday,
-                      parts.tm_hour, parts.tm_min, parts.tm_sec, now.tv_nsec / 1_000_000)
+        LogTimestamp.write(line.text + "\n")
     }
 }

@@ -168,9 +168,14 @@ final class WorkerSupervisor: Sendable {
     private func exited(_ index: Int, _ process: Process) {
         let delay: Duration? = state.withLock { state in
             guard !state.stopping, state.slots[index].process === process else { return nil }
-            let quick = ContinuousClock.now - state.slots[index].startedAt < .seconds(10)
+            // The back-off is for a worker that cannot start (a bad option, a missing
+            // library): it dies within moments, again and again. One that ran a while died
+            // of its work (a poison image, the memory limit): the broker quarantines that
+            // work, and the slot comes back at once, so one bad request never keeps a slot
+            // of capacity away for long.
+            let quick = ContinuousClock.now - state.slots[index].startedAt < .seconds(2)
             state.slots[index].restarts = quick ? state.slots[index].restarts + 1 : 0
-            return .milliseconds(min(30_000, 250 << min(state.slots[index].restarts, 7)))
+            return .milliseconds(min(5_000, 100 << min(state.slots[index].restarts, 6)))
         }
         guard let delay else { return }
         logger.warning("worker exited; restarting", metadata: [

@@ -83,6 +83,11 @@ struct SubmitCommand: AsyncParsableCommand {
             + "done is not worked out twice."))
     var noShare = false
 
+    @Option(help: ArgumentHelp(
+        "The broker lane of the requests: interactive (the default) or bulk.",
+        discussion: "Bulk requests wait behind interactive ones and never take the capacity kept for them."))
+    var priority: Priority = .interactive
+
     @OptionGroup var service: ServiceOptions
 
     func validate() throws {
@@ -187,10 +192,12 @@ struct SubmitCommand: AsyncParsableCommand {
             } catch {
                 throw CLIError("\(input): \(error.message) (nothing was sent)")
             }
-            requests.append(ResizeRequest(
+            var request = ResizeRequest(
                 id: idPrefix.map { "\($0)-\(index)" } ?? UUID().uuidString, source: imageSource, options: image.resizeOptions,
                 delivery: .final, timeout: timeout.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) },
-                sharesResults: !noShare))
+                sharesResults: !noShare)
+            request.priority = priority
+            requests.append(request)
         }
         let start = ContinuousClock.now
         // Ctrl-C cancels the batch (every item at the broker) and exits 130.
@@ -366,6 +373,7 @@ struct SubmitCommand: AsyncParsableCommand {
         var request = ResizeRequest(id: id, source: imageSource, options: options, delivery: delivery,
                                     timeout: timeout.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) })
         request.sharesResults = !noShare
+        request.priority = priority
         guard let events = live.begin(id, { client.submit(request) }) else { return .notSent }
         defer { live.end(id) }
         do {
@@ -505,3 +513,5 @@ extension DownloadProgress.Phase {
         }
     }
 }
+
+extension Priority: ExpressibleByArgument {}

@@ -70,6 +70,12 @@ struct SyncCommand: AsyncParsableCommand {
         discussion: "Without it, such files are never overwritten: their sources fail with outputExists."))
     var adopt = false
 
+    @Option(help: ArgumentHelp(
+        "The broker lane of its requests: bulk (the default) or interactive.",
+        discussion: "Bulk requests wait behind interactive ones and never take the capacity kept for them, so a "
+            + "backfill does not hold up someone waiting for one image."))
+    var priority: Priority = .bulk
+
     @OptionGroup var service: ServiceOptions
 
     func validate() throws {
@@ -84,7 +90,7 @@ struct SyncCommand: AsyncParsableCommand {
         let syncer: Syncer
         do {
             syncer = try Syncer(source: source, out: out, options: image.resizeOptions, json: json, inFlight: inFlight,
-                                maxBytes: maxBytes, adopt: adopt)
+                                maxBytes: maxBytes, adopt: adopt, priority: priority)
         } catch let error as MirrorError {
             throw CLIError(error.message)
         }

@@ -11,15 +11,17 @@ final class Syncer {
     let source: String
     let options: ResizeOptions
     let json: Bool
+    let priority: Priority
     private let mirror: Mirror
 
     /// SRC's and OUT's real paths, and whether OUT lies inside SRC.
     var layout: MirrorLayout { mirror.layout }
 
     init(source: String, out: String, options: ResizeOptions, json: Bool, inFlight: Int, maxBytes: Int,
-         adopt: Bool) throws {
+         adopt: Bool, priority: Priority = .bulk) throws {
         self.source = source
         self.options = options
+        self.priority = priority
         self.json = json
         mirror = try Mirror(source: source, out: out, spec: Self.specKey(options), maxBytes: maxBytes, inFlight: inFlight,
                             adopt: adopt)
@@ -40,8 +42,10 @@ final class Syncer {
     private func run(_ pass: String, client: EnlargerClient,
                      _ body: (@escaping Thumbnailer, (MirrorEvent) -> Void) async throws -> MirrorSummary) async -> Int {
         let start = ContinuousClock.now
-        let options = options, json = json
-        let thumbnailer: Thumbnailer = { path, bytes in await Self.thumbnail(path, bytes, client: client, options: options) }
+        let options = options, json = json, priority = priority
+        let thumbnailer: Thumbnailer = { path, bytes in
+            await Self.thumbnail(path, bytes, client: client, options: options, priority: priority)
+        }
         do {
             let summary = try await body(thumbnailer) { event in SyncReport.event(event, json: json) }
             SyncReport.finish(summary, source: source, out: layout.out, pass: pass, json: json,
@@ -54,10 +58,10 @@ final class Syncer {
     }
 
     private static func thumbnail(_ path: String, _ bytes: [UInt8], client: EnlargerClient,
-                                  options: ResizeOptions) async -> ThumbnailOutcome {
+                                  options: ResizeOptions, priority: Priority) async -> ThumbnailOutcome {
         guard (try? InputFormat.of(Array(bytes.prefix(16)))) != nil else { return .skipped("not an image") }
         do {
-            let image = try await client.resize(bytes, options: options)
+            let image = try await client.resize(bytes, options: options, priority: priority)
             return .made(bytes: image.bytes, fileExtension: image.format.fileExtension)
         } catch {
             let (code, message) = error.codeAndMessage

@@ -27,6 +27,7 @@ extension Enlarger_V1_ErrorCode {
         case .batchEnded: "BATCH_ENDED"
         case .sourceRefused: "SOURCE_REFUSED"
         case .sourceUnavailable: "SOURCE_UNAVAILABLE"
+        case .clientNotReading: "CLIENT_NOT_READING"
         case .UNRECOGNIZED(let number): "UNKNOWN_\(number)"
         }
     }

@@ -3,24 +3,26 @@
 /// earliest is known without scanning them all. Used by the broker core (jobs by id) and
 /// the client core (requests by token), each with its own clock type.
 public struct DeadlineHeap<Key: Hashable, Deadline: Comparable> {
-    private var entries: [(deadline: Deadline, key: Key)] = []
-    private var positions: [Key: Int] = [:]
+    // Inlinable, so that each user's heap is specialised for its key and clock (generic
+    // code across modules otherwise looks types up at run time on every call).
+    @usableFromInline var entries: [(deadline: Deadline, key: Key)] = []
+    @usableFromInline var positions: [Key: Int] = [:]
 
-    public init() {}
+    @inlinable public init() {}
 
-    public var isEmpty: Bool { entries.isEmpty }
-    public var count: Int { entries.count }
+    @inlinable public var isEmpty: Bool { entries.isEmpty }
+    @inlinable public var count: Int { entries.count }
 
     /// The earliest deadline, if any.
-    public var earliest: Deadline? { entries.first?.deadline }
+    @inlinable public var earliest: Deadline? { entries.first?.deadline }
 
     /// The deadline of `key`, if it has one.
-    public func deadline(of key: Key) -> Deadline? {
+    @inlinable public func deadline(of key: Key) -> Deadline? {
         positions[key].map { entries[$0].deadline }
     }
 
     /// Adds `key`, which must not have a deadline yet.
-    public mutating func insert(_ key: Key, at deadline: Deadline) {
+    @inlinable public mutating func insert(_ key: Key, at deadline: Deadline) {
         precondition(positions[key] == nil, "\(key) already has a deadline")
         entries.append((deadline, key))
         positions[key] = entries.count - 1
@@ -28,7 +30,7 @@ public struct DeadlineHeap<Key: Hashable, Deadline: Comparable> {
     }
 
     /// Removes `key`'s deadline; nothing happens when it has none.
-    public mutating func remove(_ key: Key) {
+    @inlinable public mutating func remove(_ key: Key) {
         guard let position = positions.removeValue(forKey: key) else { return }
         let last = entries.count - 1
         if position != last {
@@ -43,18 +45,18 @@ public struct DeadlineHeap<Key: Hashable, Deadline: Comparable> {
     }
 
     /// Removes and returns a key whose deadline is at or before `now`, earliest first.
-    public mutating func popExpired(at now: Deadline) -> Key? {
+    @inlinable public mutating func popExpired(at now: Deadline) -> Key? {
         guard let first = entries.first, first.deadline <= now else { return nil }
         remove(first.key)
         return first.key
     }
 
-    public mutating func removeAll() {
+    @inlinable public mutating func removeAll() {
         entries.removeAll()
         positions.removeAll()
     }
 
-    private mutating func siftUp(_ start: Int) {
+    @inlinable mutating func siftUp(_ start: Int) {
         var child = start
         while child > 0 {
             let parent = (child - 1) / 2
@@ -64,7 +66,7 @@ public struct DeadlineHeap<Key: Hashable, Deadline: Comparable> {
         }
     }
 
-    private mutating func siftDown(_ start: Int) {
+    @inlinable mutating func siftDown(_ start: Int) {
         var parent = start
         while true {
             let left = 2 * parent + 1
@@ -78,7 +80,7 @@ public struct DeadlineHeap<Key: Hashable, Deadline: Comparable> {
         }
     }
 
-    private mutating func swap(_ a: Int, _ b: Int) {
+    @inlinable mutating func swap(_ a: Int, _ b: Int) {
         entries.swapAt(a, b)
         positions[entries[a].key] = a
         positions[entries[b].key] = b

@@ -37,6 +37,11 @@ public struct Poller {
         return items.count - 1
     }
 
+    /// Changes what the item at `index` is polled for; `[]` leaves it registered but ignored.
+    public mutating func setEvents(_ events: Events, at index: Int) {
+        items[index].events = events.rawValue
+    }
+
     /// Blocks until at least one registered item is ready or `timeout` passes.
     ///
     /// - Parameter timeout: `nil` waits indefinitely. Rounded up to whole milliseconds, so

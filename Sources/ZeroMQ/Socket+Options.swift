@@ -81,6 +81,21 @@ extension Socket {
         return String(decoding: buffer.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
+    /// The descriptor libzmq signals when commands reach the socket (`ZMQ_FD`): readable
+    /// whenever something about the socket may have changed, a pipe that was full becoming
+    /// writable among them. Edge-like: once the socket has processed its commands (any
+    /// `zmq_poll` of it does) the descriptor is quiet again. Only for polling alongside the
+    /// socket; never read it.
+    public func signalDescriptor() throws(ZMQError) -> Int32 {
+        let handle = liveHandle
+        var descriptor: Int32 = -1
+        var size = MemoryLayout<Int32>.size
+        _ = try zmqCall("zmq_getsockopt(ZMQ_FD)") {
+            zmq_getsockopt(handle, ZMQ_FD, &descriptor, &size)
+        }
+        return descriptor
+    }
+
     func setInt32(_ option: Int32, _ value: Int32, _ name: String) throws(ZMQError) {
         let handle = liveHandle
         var value = value

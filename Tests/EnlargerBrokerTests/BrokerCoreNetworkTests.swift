@@ -236,15 +236,21 @@ final class BrokerCoreNetworkTests: XCTestCase {
         XCTAssertEqual(onW2.map(\.requestID), ["poison"])
         submit(&broker, alice, "fresh")
         XCTAssertTrue(broker.jobs(for: w2).isEmpty, "an exclusive worker takes no other job")
+        // Fresh work goes first: a new worker takes it, and the quarantined jobs wait for
+        // an idle worker.
         let onW3 = broker.ready(w3, capacity: 3)
-        XCTAssertEqual(onW3.map(\.requestID), ["innocent1"])
+        XCTAssertEqual(onW3.map(\.requestID), ["fresh"])
         XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
-        // The innocent jobs complete, one at a time; then ordinary work flows again.
         broker.finish(w3, onW3[0])
+        // The innocent jobs complete, one at a time, on the idle worker.
+        let first = broker.jobs(for: w3)
+        XCTAssertEqual(first.map(\.requestID), ["innocent1"])
+        broker.finish(w3, first[0])
         let second = broker.jobs(for: w3)
         XCTAssertEqual(second.map(\.requestID), ["innocent2"])
         broker.finish(w3, second[0])
-        XCTAssertEqual(broker.jobs(for: w3).map(\.requestID), ["fresh"])
+        XCTAssertEqual(broker.jobs(for: w3).map(\.requestID), [])
+        broker.worker(w3, .disconnect)
 
         // The poison kills every worker it runs on alone: three such deaths fail it.
         var holder = w2
@@ -265,6 +271,31 @@ final class BrokerCoreNetworkTests: XCTestCase {
         XCTAssertFalse(events.contains { $0.hasPrefix("failed innocent") }, "\(events)")
         XCTAssertTrue(events.contains("result innocent1 final terminal"), "\(events)")
         XCTAssertTrue(events.contains("result innocent2 final terminal"), "\(events)")
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+    }
+
+    func testARestartedWorkerTakesFreshWorkBeforeQuarantinedJobs() {
+        var broker = harness { $0.quarantineReservationDelay = .seconds(60) }
+        broker.ready(w1, capacity: 2)
+        for id in ["poison1", "poison2"] { submit(&broker, alice, id) }
+        XCTAssertEqual(broker.jobs(for: w1).count, 2)
+        broker.workerUnreachable(w1)  // both quarantined
+        for id in ["fresh1", "fresh2", "fresh3"] { submit(&broker, bob, id) }
+        // The worker that comes back is idle, yet the ordinary work waiting is its first.
+        let onW2 = broker.ready(w2, capacity: 2)
+        XCTAssertEqual(onW2.map(\.requestID), ["fresh1", "fresh2"])
+        broker.finish(w2, onW2[0])
+        let third = broker.jobs(for: w2)
+        XCTAssertEqual(third.map(\.requestID), ["fresh3"])
+        broker.finish(w2, onW2[1])
+        XCTAssertEqual(broker.jobs(for: w2).map(\.requestID), [], "not idle yet")
+        broker.finish(w2, third[0])
+        // Only once nothing ordinary waits does a quarantined job get the idle worker, alone.
+        XCTAssertEqual(broker.jobs(for: w2).map(\.requestID), ["poison1"])
+        submit(&broker, bob, "fresh4")
+        XCTAssertEqual(broker.jobs(for: w2).map(\.requestID), [], "it runs alone")
+        let onW3 = broker.ready(w3, capacity: 2)
+        XCTAssertEqual(onW3.map(\.requestID), ["fresh4"])
         XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
     }
 

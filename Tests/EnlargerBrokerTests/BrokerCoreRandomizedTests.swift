@@ -146,6 +146,13 @@ private final class Simulation {
         configuration.endedRequestMemoryDuration = .seconds(1)
         // Batches with missing items end at their first item's deadline: soon, in the drain.
         configuration.defaultDeadline = .seconds(5)
+        // Lanes, the interactive reserve and a principal's limits, differently each run.
+        configuration.interactiveReserve = [0, 0.25, 0.5].randomElement(using: &rng)!
+        if rng.chance(0.5) {
+            configuration.tenants = TenantPolicy(defaults: .init(
+                weight: Int.random(in: 1...3, using: &rng), maxQueued: rng.chance(0.5) ? Int.random(in: 1...4, using: &rng) : nil,
+                maxRunning: rng.chance(0.5) ? Int.random(in: 1...2, using: &rng) : nil))
+        }
         broker = BrokerCore(configuration: configuration, now: now)
         clients = (0..<3).map { SimClient(peer: PeerID(Array("client-\($0)".utf8))) }
     }
@@ -204,6 +211,7 @@ private final class Simulation {
         submit.requestID = requestID
         submit.spec.width = rng.chance(0.03) ? 0 : 100
         submit.delivery = delivery
+        if rng.chance(0.4) { submit.priority = .bulk }
         if rng.chance(0.1) { submit.deadlineMs = UInt32.random(in: 100...3000, using: &rng) }
         // Two images, often named by their digest (so requests share jobs and cached
         // results), now and then with a digest that belongs to the other image.
@@ -254,7 +262,7 @@ private final class Simulation {
             from: client.peer, ClientToBrokerMessage<Bytes>.cancel(.with { $0.requestID = requestID }).encoded().frames,
             now: now)
         let summaries = actions.compactMap { action -> String? in
-            guard case .sendToClient(let peer, let message, _) = action,
+            guard case .sendToClient(let peer, let message, _, _) = action,
                   let event = try? BrokerToClientMessage(frames: message.frames),
                   event.requestID == requestID
             else { return nil }
@@ -507,7 +515,7 @@ private final class Simulation {
     private func perform(_ actions: [BrokerAction<Bytes>]) {
         for action in actions {
             switch action {
-            case .sendToClient(let peer, let message, _):
+            case .sendToClient(let peer, let message, _, _):
                 guard let event = try? BrokerToClientMessage(frames: message.frames) else {
                     problem("undecodable message to client \(peer)")
                     continue
@@ -584,7 +592,7 @@ private final class Simulation {
             batchOf[id] = nil
             switch event {
             case .failed(let failed): toldEnds.append("\(id) failed \(failed.code.contractName)")
-            case .cancelled: toldEnds.append("\(id) cancelled OK")
+            case .cancelled: toldEnds.append("\(id) cancelled CANCELLED")
             default: toldEnds.append("\(id) finished OK")
             }
         case .error:

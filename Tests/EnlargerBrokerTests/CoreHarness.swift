@@ -74,7 +74,7 @@ struct CoreHarness {
     mutating func record(_ actions: [BrokerAction<Bytes>]) {
         for action in actions {
             switch action {
-            case .sendToClient(let peer, let message, _):
+            case .sendToClient(let peer, let message, _, _):
                 do {
                     toClients.append((peer, try ClientEvent(frames: message.frames)))
                 } catch {
@@ -170,27 +170,54 @@ struct CoreHarness {
     /// Internal consistency of the core's state; empty when all is well.
     var inconsistencies: [String] {
         var problems: [String] = []
-        var queued: [UInt64] = []
-        var probe = core.queue
-        while let jobID = probe.popFirst() { queued.append(jobID) }
-        var quarantined = core.quarantine
-        while let jobID = quarantined.popFirst() {
-            queued.append(jobID)
-            if core.jobs[jobID]?.quarantined != true { problems.append("job \(jobID) in quarantine unmarked") }
-        }
-        for (peer, client) in core.clients {
-            queued += client.heldBack
-            for jobID in client.heldBack {
-                guard let job = core.jobs[jobID], job.heldBack else {
-                    problems.append("held-back job \(jobID) unmarked")
-                    continue
-                }
+        problems += core.waiting.inconsistencies
+        let queued = Set(core.waiting.allPlaces.keys)
+        var running = RunningCounts()
+        for (jobID, place) in core.waiting.allPlaces {
+            guard let job = core.jobs[jobID], job.worker == nil else {
+                problems.append("waiting job \(jobID) is not a live, unassigned job")
+                continue
+            }
+            switch place {
+            case .quarantine:
+                if !job.quarantined { problems.append("job \(jobID) in quarantine unmarked") }
+            case .heldBack(let peer):
                 if core.requests[job.owner]?.client != peer { problems.append("held-back job \(jobID) not on its owner's list") }
+            case .lane(let lane, let principal):
+                if lane != job.lane { problems.append("job \(jobID) waits in \(lane), not its lane \(job.lane)") }
+                if principal != job.owner.principal { problems.append("job \(jobID) waits for another principal than its owner's") }
             }
         }
-        if Set(queued).count != queued.count { problems.append("a job is queued twice") }
-        for jobID in queued where core.jobs[jobID]?.worker != nil || core.jobs[jobID] == nil {
-            problems.append("queued job \(jobID) is not a live, unassigned job")
+        for job in core.jobs.values {
+            if let key = job.runningAs {
+                if job.worker == nil { problems.append("a waiting job is counted running") }
+                running.add(key)
+            } else if job.worker != nil {
+                problems.append("a job on a worker is not counted running")
+            }
+            if let lowest = job.requests.compactMap({ core.requests[$0]?.lane }).min(), lowest < job.lane {
+                problems.append("job waits in \(job.lane) while a request of it is \(lowest)")
+            }
+        }
+        if running.byLane != core.running.byLane || running.byPrincipal != core.running.byPrincipal {
+            problems.append("running counts \(core.running) disagree with the jobs (\(running))")
+        }
+        // Work-conserving: nothing dispatchable waits while a worker could take it.
+        if core.workers.contains(where: \.takesOrdinaryJobs) {
+            for (jobID, place) in core.waiting.allPlaces {
+                guard case .lane(let lane, let principal) = place, core.hasRoom(for: lane) else { continue }
+                if let limit = core.tenants.terms(for: principal).maxRunning, core.running.count(of: principal) >= limit {
+                    continue
+                }
+                problems.append("job \(jobID) waits in \(lane) while a worker has credit")
+                break
+            }
+        }
+        for (principal, count) in core.running.byPrincipal {
+            let quarantinedRunning = core.jobs.values.count { $0.quarantined && $0.runningAs?.principal == principal }
+            if let limit = core.tenants.terms(for: principal).maxRunning, count - quarantinedRunning > limit {
+                problems.append("\(principal) runs \(count) jobs, over its limit \(limit)")
+            }
         }
         var requestsOnJobs = 0
         for (jobID, job) in core.jobs {

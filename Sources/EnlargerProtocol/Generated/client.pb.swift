@@ -67,9 +67,17 @@
 // once the old one is gone (it never hands a live connection's id to another), and whatever
 // was waiting for the client is delivered there as soon as the client has sent a message
 // (Ping will do) as the same principal. A connection of another principal under the id
-// gets none of it, and the client's requests end. While a client cannot be reached, or does not read, messages
-// for it wait at the broker (bounded per client) and the client's queued work is not
-// dispatched; a client that stays silent past the silence limit is judged gone (above).
+// gets none of it, and the client's requests end.
+//
+// FLOW TO THE CLIENT
+//
+// Results go to a client as fast as it reads them. What it has not taken waits at the
+// broker, and once more than 1 MiB waits (or at once, while the client is not connected)
+// its queued work is held back, so a slow reader slows its own work only. A client that
+// lets more than the broker's backlog cap wait (256 MiB by default), or takes nothing for
+// its patience (--client-patience, 30 s), has what waits dropped: each of its requests
+// ends with Failed{CLIENT_NOT_READING}, kept (small) until it reads again. A client that
+// stays silent past the silence limit is judged gone (above).
 // To learn which of its requests the broker still holds, a client sends Sync with the ids
 // it waits for; SyncReply lists those the broker does not hold, which the client can fail
 // (REQUEST_LOST) at once. A Sync also moves the named requests to the connection it came
@@ -89,6 +97,22 @@
 // Cancel and Sync only see the sender's own requests, so DUPLICATE_ID and CancelAck say
 // nothing about other principals' ids. Admin principals may cancel any request and see
 // worker details in StatusReply.
+//
+// PRIORITIES AND FAIR SHARE
+//
+// Waiting requests are dispatched by lane (Submit.priority): every interactive one an
+// eligible principal has waiting goes before any bulk one. A share of the workers' total
+// capacity (the broker's --interactive-reserve, 25% by default, rounded up, but never the
+// last slot) is never given to bulk requests: jobs are not preempted, so that reserve is
+// what bounds an interactive request's wait while bulk work fills the rest. Within a lane,
+// principals take turns in weighted round robin by job (deficit round robin): with weights 2
+// and 1, one is dispatched two jobs for each of the other's while both have work waiting.
+// Identical requests that share a job (CACHE AND SHARED JOBS) wait in the higher of their
+// lanes. The operator sets, per principal, a weight and limits on requests waiting and jobs
+// running (the broker's --tenants file, re-read within a second of a change). A Submit over
+// the principal's waiting limit is Rejected{OVERLOADED} with retry_after_ms; a principal at
+// its running limit waits while other principals are dispatched. Requests of other principals
+// are not affected by either limit.
 //
 // SOURCES
 //
@@ -175,6 +199,56 @@ import SwiftProtobuf
 fileprivate nonisolated struct _GeneratedWithProtocGenSwiftVersion: SwiftProtobuf.ProtobufAPIVersionCheck {
   struct _2: SwiftProtobuf.ProtobufAPIVersion_2 {}
   typealias Version = _2
+}
+
+/// Two lanes, because thumbnail pipelines have two kinds of work: someone waiting for the
+/// image they just uploaded, and backfills (a library imported, a `sync` over a whole tree)
+/// that nobody watches. More levels would only order backfills among themselves, which the
+/// fair share between principals already does; fewer would let a backfill starve a person.
+public nonisolated enum Enlarger_V1_Priority: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+
+  /// INTERACTIVE.
+  case unspecified // = 0
+
+  /// Dispatched before any bulk request, and a share of the workers' capacity is kept for
+  /// this lane alone.
+  case interactive // = 1
+
+  /// Dispatched only when no interactive request of an eligible principal waits, and never on
+  /// the capacity kept for interactive requests.
+  case bulk // = 2
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .interactive
+    case 2: self = .bulk
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .interactive: return 1
+    case .bulk: return 2
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Enlarger_V1_Priority] = [
+    .unspecified,
+    .interactive,
+    .bulk,
+  ]
+
 }
 
 /// The header frame of every client → broker message. Exactly one field of `kind` is set.
@@ -295,6 +369,12 @@ public nonisolated struct Enlarger_V1_Submit: @unchecked Sendable {
   public var hasBatch: Bool {_storage._batch != nil}
   /// Clears the value of `batch`. Subsequent reads from it will return its default value.
   public mutating func clearBatch() {_uniqueStorage()._batch = nil}
+
+  /// Which lane the request waits in (see PRIORITIES AND FAIR SHARE); unset is INTERACTIVE.
+  public var priority: Enlarger_V1_Priority {
+    get {_storage._priority}
+    set {_uniqueStorage()._priority = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -691,6 +771,10 @@ public nonisolated struct Enlarger_V1_Rejected: Sendable {
   public var code: Enlarger_V1_ErrorCode = .unspecified
 
   public var message: String = String()
+
+  /// With OVERLOADED: when trying again may succeed, in milliseconds (the broker's estimate:
+  /// a request of the principal's is likely to have ended by then). 0: no estimate.
+  public var retryAfterMs: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1165,6 +1249,10 @@ public nonisolated struct Enlarger_V1_SyncReply: Sendable {
 
 fileprivate nonisolated let _protobuf_package = "enlarger.v1"
 
+nonisolated extension Enlarger_V1_Priority: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PRIORITY_UNSPECIFIED\0\u{1}PRIORITY_INTERACTIVE\0\u{1}PRIORITY_BULK\0")
+}
+
 nonisolated extension Enlarger_V1_ClientToBroker: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClientToBroker"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}submit\0\u{1}cancel\0\u{3}status_request\0\u{1}ping\0\u{1}sync\0")
@@ -1285,7 +1373,7 @@ nonisolated extension Enlarger_V1_ClientToBroker: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Submit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{3}deadline_ms\0\u{1}source\0\u{1}batch\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{3}deadline_ms\0\u{1}source\0\u{1}batch\0\u{1}priority\0")
 
   fileprivate class _StorageClass {
     var _requestID: String = String()
@@ -1294,6 +1382,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
     var _deadlineMs: UInt32 = 0
     var _source: Enlarger_V1_ImageSource? = nil
     var _batch: Enlarger_V1_BatchItem? = nil
+    var _priority: Enlarger_V1_Priority = .unspecified
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1310,6 +1399,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
       _deadlineMs = source._deadlineMs
       _source = source._source
       _batch = source._batch
+      _priority = source._priority
     }
   }
 
@@ -1334,6 +1424,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
         case 4: try { try decoder.decodeSingularUInt32Field(value: &_storage._deadlineMs) }()
         case 5: try { try decoder.decodeSingularMessageField(value: &_storage._source) }()
         case 6: try { try decoder.decodeSingularMessageField(value: &_storage._batch) }()
+        case 7: try { try decoder.decodeSingularEnumField(value: &_storage._priority) }()
         default: break
         }
       }
@@ -1364,6 +1455,9 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
       try { if let v = _storage._batch {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
       } }()
+      if _storage._priority != .unspecified {
+        try visitor.visitSingularEnumField(value: _storage._priority, fieldNumber: 7)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1379,6 +1473,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._deadlineMs != rhs_storage._deadlineMs {return false}
         if _storage._source != rhs_storage._source {return false}
         if _storage._batch != rhs_storage._batch {return false}
+        if _storage._priority != rhs_storage._priority {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -2115,7 +2210,7 @@ nonisolated extension Enlarger_V1_Cancelled: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Enlarger_V1_Rejected: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Rejected"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}code\0\u{1}message\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}code\0\u{1}message\0\u{3}retry_after_ms\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2126,6 +2221,7 @@ nonisolated extension Enlarger_V1_Rejected: SwiftProtobuf.Message, SwiftProtobuf
       case 1: try { try decoder.decodeSingularStringField(value: &self.requestID) }()
       case 2: try { try decoder.decodeSingularEnumField(value: &self.code) }()
       case 3: try { try decoder.decodeSingularStringField(value: &self.message) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.retryAfterMs) }()
       default: break
       }
     }
@@ -2141,6 +2237,9 @@ nonisolated extension Enlarger_V1_Rejected: SwiftProtobuf.Message, SwiftProtobuf
     if !self.message.isEmpty {
       try visitor.visitSingularStringField(value: self.message, fieldNumber: 3)
     }
+    if self.retryAfterMs != 0 {
+      try visitor.visitSingularUInt32Field(value: self.retryAfterMs, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2148,6 +2247,7 @@ nonisolated extension Enlarger_V1_Rejected: SwiftProtobuf.Message, SwiftProtobuf
     if lhs.requestID != rhs.requestID {return false}
     if lhs.code != rhs.code {return false}
     if lhs.message != rhs.message {return false}
+    if lhs.retryAfterMs != rhs.retryAfterMs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

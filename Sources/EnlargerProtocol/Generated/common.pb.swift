@@ -521,6 +521,15 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
   /// Failed: the source could not be read: no such file, a DNS or connection failure, an
   /// HTTP status other than success, a download that stalled or took too long.
   case sourceUnavailable // = 23
+
+  /// Failed: the client stopped reading while results waited for it at the broker: more than
+  /// the broker's backlog cap waited, or nothing was taken for its patience (--client-patience).
+  /// Waiting results were dropped and each request of that connection, live or with a result
+  /// dropped, ends with this code. These notices are small and kept for the client until it
+  /// reads again; past a further patience (or 1 MiB of notices) they are dropped too and the
+  /// requests are simply gone: a client that reads again then learns of them with Sync
+  /// (REQUEST_LOST).
+  case clientNotReading // = 24
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -553,6 +562,7 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     case 21: self = .batchEnded
     case 22: self = .sourceRefused
     case 23: self = .sourceUnavailable
+    case 24: self = .clientNotReading
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -583,6 +593,7 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     case .batchEnded: return 21
     case .sourceRefused: return 22
     case .sourceUnavailable: return 23
+    case .clientNotReading: return 24
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -613,6 +624,7 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
     .batchEnded,
     .sourceRefused,
     .sourceUnavailable,
+    .clientNotReading,
   ]
 
 }
@@ -894,7 +906,7 @@ nonisolated extension Enlarger_V1_DownloadPhase: SwiftProtobuf._ProtoNameProvidi
 }
 
 nonisolated extension Enlarger_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{9}ERROR_CODE_UNKNOWN_FORMAT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0\u{1}ERROR_CODE_DIGEST_MISMATCH\0\u{1}ERROR_CODE_BATCH_ENDED\0\u{1}ERROR_CODE_SOURCE_REFUSED\0\u{1}ERROR_CODE_SOURCE_UNAVAILABLE\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_DUPLICATE_ID\0\u{1}ERROR_CODE_WORKER_LOST\0\u{1}ERROR_CODE_OVERLOADED\0\u{1}ERROR_CODE_MALFORMED\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{9}ERROR_CODE_UNKNOWN_FORMAT\0\u{1}ERROR_CODE_NOT_JPEG\0\u{1}ERROR_CODE_EMPTY\0\u{1}ERROR_CODE_TRUNCATED\0\u{1}ERROR_CODE_CORRUPT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_TOO_LARGE\0\u{1}ERROR_CODE_TOO_MANY_SCANS\0\u{1}ERROR_CODE_ENCODE_FAILED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_BROKER_SHUTDOWN\0\u{1}ERROR_CODE_DEADLINE_EXCEEDED\0\u{1}ERROR_CODE_CLIENT_SILENT\0\u{1}ERROR_CODE_REQUEST_LOST\0\u{1}ERROR_CODE_UNAUTHORIZED\0\u{1}ERROR_CODE_DIGEST_MISMATCH\0\u{1}ERROR_CODE_BATCH_ENDED\0\u{1}ERROR_CODE_SOURCE_REFUSED\0\u{1}ERROR_CODE_SOURCE_UNAVAILABLE\0\u{1}ERROR_CODE_CLIENT_NOT_READING\0")
 }
 
 nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {

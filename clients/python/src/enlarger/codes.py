@@ -47,6 +47,9 @@ class ErrorCode(enum.IntEnum):
     BATCH_ENDED = 21
     SOURCE_REFUSED = 22
     SOURCE_UNAVAILABLE = 23
+    #: From the broker: the client stopped reading while its results waited there; they
+    #: were dropped (see FLOW TO THE CLIENT in client.proto).
+    CLIENT_NOT_READING = 24
 
     #: No broker answered at the endpoint within the silence limit (none listening, or the
     #: CURVE handshake failed).

@@ -6,6 +6,9 @@ from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+PRIORITY_BULK: Priority
+PRIORITY_INTERACTIVE: Priority
+PRIORITY_UNSPECIFIED: Priority
 
 class Accepted(_message.Message):
     __slots__ = ["broker_instance", "deadline_ms", "heartbeat_interval_ms", "request_id"]
@@ -170,14 +173,16 @@ class Pong(_message.Message):
     def __init__(self, heartbeat_interval_ms: _Optional[int] = ..., broker_instance: _Optional[int] = ..., max_input_bytes: _Optional[int] = ...) -> None: ...
 
 class Rejected(_message.Message):
-    __slots__ = ["code", "message", "request_id"]
+    __slots__ = ["code", "message", "request_id", "retry_after_ms"]
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     code: _common_pb2.ErrorCode
     message: str
     request_id: str
-    def __init__(self, request_id: _Optional[str] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
+    retry_after_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
 
 class Result(_message.Message):
     __slots__ = ["cached", "content_type", "format", "height", "info", "notes", "request_id", "stage", "terminal", "width"]
@@ -238,20 +243,22 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Submit(_message.Message):
-    __slots__ = ["batch", "deadline_ms", "delivery", "request_id", "source", "spec"]
+    __slots__ = ["batch", "deadline_ms", "delivery", "priority", "request_id", "source", "spec"]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     batch: BatchItem
     deadline_ms: int
     delivery: _common_pb2.Delivery
+    priority: Priority
     request_id: str
     source: _common_pb2.ImageSource
     spec: _common_pb2.ResizeSpec
-    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., deadline_ms: _Optional[int] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ..., batch: _Optional[_Union[BatchItem, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., deadline_ms: _Optional[int] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ..., batch: _Optional[_Union[BatchItem, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
 
 class Sync(_message.Message):
     __slots__ = ["nonce", "request_ids"]
@@ -340,3 +347,6 @@ class WorkerStatus(_message.Message):
     name: str
     pid: int
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., pid: _Optional[int] = ..., capacity: _Optional[int] = ..., in_flight: _Optional[int] = ..., last_seen_ms_ago: _Optional[int] = ...) -> None: ...
+
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []

@@ -1,0 +1,86 @@
+/// What each principal may have of the fleet: its weight in the fair share, and how many
+/// requests it may have waiting and jobs running. Set by the operator in a tenants file
+/// (`broker --tenants FILE`), re-read when it changes.
+///
+/// The file has one principal per line, then its terms; `*` gives the terms of every
+/// principal not named; a word starting with `#` begins a comment:
+///
+///     # principal                                          terms
+///     *                                                    weight=1 queued=256
+///     curve:rq:A8mc0V*ZEbx[GNzoTsc]WO^c}&-L1bZmh(=L4Vz     weight=4 queued=2000 running=32
+///     local                                                weight=2
+///
+/// `weight` (1 to 1000, default 1): jobs dispatched per turn within a lane. `queued`:
+/// requests it may have waiting (beyond: Rejected{OVERLOADED}). `running`: its jobs on
+/// workers at once. A limit left out is no limit (the broker's own still apply).
+public struct TenantPolicy: Sendable, Equatable {
+    public struct Terms: Sendable, Equatable {
+        public var weight = 1
+        public var maxQueued: Int?
+        public var maxRunning: Int?
+
+        public init(weight: Int = 1, maxQueued: Int? = nil, maxRunning: Int? = nil) {
+            self.weight = weight
+            self.maxQueued = maxQueued
+            self.maxRunning = maxRunning
+        }
+    }
+
+    /// The terms of principals not named.
+    public var defaults = Terms()
+    /// By principal name (`local`, `anonymous`, `curve:…` as logs and Status show it).
+    public var principals: [String: Terms] = [:]
+
+    public init(defaults: Terms = Terms(), principals: [String: Terms] = [:]) {
+        self.defaults = defaults
+        self.principals = principals
+    }
+
+    public func terms(for principal: Principal) -> Terms {
+        principals[principal.name] ?? defaults
+    }
+
+    /// A line of a tenants file that cannot be used.
+    public struct ParseError: Error, CustomStringConvertible, Equatable {
+        public let line: Int
+        public let reason: String
+        public var description: String { "line \(line): \(reason)" }
+    }
+
+    /// Reads a tenants file's text; the first bad line is an error (the file is then not used
+    /// at all: half a policy would be worse than the previous whole one).
+    public init(parsing text: String) throws(ParseError) {
+        var policy = TenantPolicy()
+        var named: Set<String> = []
+        for (offset, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let number = offset + 1
+            // A comment is a word that starts with `#` (Z85 keys may contain `#` themselves).
+            let words = raw.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" })
+                .prefix { !$0.hasPrefix("#") }
+            guard let name = words.first.map(String.init) else { continue }
+            guard named.insert(name).inserted else { throw ParseError(line: number, reason: "\(name) is named twice") }
+            var terms = Terms()
+            for word in words.dropFirst() {
+                let parts = word.split(separator: "=", maxSplits: 1)
+                guard parts.count == 2, let value = Int(parts[1]) else {
+                    throw ParseError(line: number, reason: "\"\(word)\" is not NAME=NUMBER (weight, queued or running)")
+                }
+                switch parts[0] {
+                case "weight":
+                    guard (1...1000).contains(value) else { throw ParseError(line: number, reason: "weight must be 1 to 1000") }
+                    terms.weight = value
+                case "queued":
+                    guard value >= 0 else { throw ParseError(line: number, reason: "queued must be 0 or more") }
+                    terms.maxQueued = value
+                case "running":
+                    guard value >= 1 else { throw ParseError(line: number, reason: "running must be 1 or more") }
+                    terms.maxRunning = value
+                default:
+                    throw ParseError(line: number, reason: "unknown term \"\(parts[0])\" (weight, queued or running)")
+                }
+            }
+            if name == "*" { policy.defaults = terms } else { policy.principals[name] = terms }
+        }
+        self = policy
+    }
+}

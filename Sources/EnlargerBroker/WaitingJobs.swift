@@ -1,0 +1,264 @@
+import EnlargerProtocol
+
+/// The lane a job waits in: interactive ones go first and have capacity kept for them.
+enum Lane: Int, CaseIterable, Comparable, Sendable {
+    case interactive = 0
+    case bulk = 1
+
+    init(_ priority: Enlarger_V1_Priority) {
+        self = priority == .bulk ? .bulk : .interactive
+    }
+
+    static func < (lhs: Lane, rhs: Lane) -> Bool { lhs.rawValue < rhs.rawValue }
+}
+
+/// Every job that waits for a worker, and the order in which they go: the one owner of
+/// "where a waiting job is".
+///
+/// A waiting job is in exactly one place:
+/// - **a lane**, in its principal's FIFO there. Within a lane, principals with work take
+///   turns in weighted deficit round robin by job: each turn a principal is dispatched up
+///   to its weight in jobs, then the next one's turn comes.
+/// - **quarantine** (oldest first): its worker died while it ran beside other jobs, so it
+///   must run alone (see the core's Quarantine).
+/// - **held back** on its owning client's list (oldest first): none of its clients reads
+///   its results; it goes back to the front of its lane when one does.
+///
+/// A pure value: `place`, `quarantine`, `holdBack` put a job somewhere, `withdraw` takes
+/// it from wherever it is, `next` picks the job to dispatch in a lane, and
+/// `releaseHeldBack` returns held jobs to their lanes.
+struct WaitingJobs {
+    enum Place: Equatable {
+        case lane(Lane, Principal)
+        case quarantine
+        case heldBack(PeerID)
+    }
+
+    /// One lane: a FIFO per principal and the ring of principals whose turn comes.
+    private struct LaneQueues {
+        var queues: [Principal: JobQueue] = [:]
+        /// Principals with jobs here, in turn order; the first one's turn is now.
+        var ring: [Principal] = []
+        var ringHead = 0
+        /// Jobs the principal at the head may still take this turn.
+        var deficit: [Principal: Int] = [:]
+        var count = 0
+    }
+
+    private var lanes = Array(repeating: LaneQueues(), count: Lane.allCases.count)
+    private(set) var quarantined = JobQueue(capacity: 16)
+    private var heldBack: [PeerID: [UInt64]] = [:]
+    private var places: [UInt64: Place] = [:]
+    /// Jobs each principal has waiting in the lanes (not quarantined, not held back).
+    private(set) var queuedBy: [Principal: Int] = [:]
+
+    /// All waiting jobs, wherever they are.
+    var count: Int { places.count }
+    var isEmpty: Bool { places.isEmpty }
+
+    func place(of jobID: UInt64) -> Place? { places[jobID] }
+    /// Where every waiting job is.
+    var allPlaces: [UInt64: Place] { places }
+    func isHeldBack(_ jobID: UInt64) -> Bool {
+        if case .heldBack = places[jobID] { true } else { false }
+    }
+
+    func count(in lane: Lane) -> Int { lanes[lane.rawValue].count }
+
+    /// Jobs held back for `client`, oldest first.
+    func heldBack(for client: PeerID) -> [UInt64] { heldBack[client] ?? [] }
+
+    var heldBackCount: Int { heldBack.values.reduce(0) { $0 + $1.count } }
+
+    // MARK: Placing
+
+    /// Puts a job in `lane` behind `principal`'s other jobs there (`atFront`: before them,
+    /// for a job that was already at their head, such as one given back by a worker).
+    mutating func place(_ jobID: UInt64, lane: Lane, principal: Principal, atFront: Bool = false) {
+        precondition(places[jobID] == nil, "job \(jobID) already waits")
+        places[jobID] = .lane(lane, principal)
+        queuedBy[principal, default: 0] += 1
+        var queues = lanes[lane.rawValue]
+        lanes[lane.rawValue] = LaneQueues()  // in place: no copy of the queues below
+        if queues.queues[principal] == nil {
+            queues.queues[principal] = JobQueue(capacity: 16)
+            queues.ring.append(principal)
+        }
+        if atFront { queues.queues[principal]!.prepend(jobID) } else { queues.queues[principal]!.append(jobID) }
+        queues.count += 1
+        lanes[lane.rawValue] = queues
+    }
+
+    mutating func quarantine(_ jobID: UInt64) {
+        precondition(places[jobID] == nil, "job \(jobID) already waits")
+        places[jobID] = .quarantine
+        quarantined.append(jobID)
+    }
+
+    mutating func holdBack(_ jobID: UInt64, for client: PeerID) {
+        precondition(places[jobID] == nil, "job \(jobID) already waits")
+        places[jobID] = .heldBack(client)
+        heldBack[client, default: []].append(jobID)
+    }
+
+    /// Takes a job from wherever it waits; returns where that was (nil: it did not wait).
+    @discardableResult
+    mutating func withdraw(_ jobID: UInt64) -> Place? {
+        guard let place = places.removeValue(forKey: jobID) else { return nil }
+        switch place {
+        case .lane(let lane, let principal):
+            var queues = lanes[lane.rawValue]
+            lanes[lane.rawValue] = LaneQueues()
+            _ = queues.queues[principal]!.remove(jobID)
+            queues.count -= 1
+            if queues.queues[principal]!.isEmpty { Self.retire(principal, from: &queues) }
+            lanes[lane.rawValue] = queues
+            decrementQueued(principal)
+        case .quarantine:
+            _ = quarantined.remove(jobID)
+        case .heldBack(let client):
+            heldBack[client]?.removeAll { $0 == jobID }
+            if heldBack[client]?.isEmpty == true { heldBack[client] = nil }
+        }
+        return place
+    }
+
+    private mutating func decrementQueued(_ principal: Principal) {
+        queuedBy[principal]! -= 1
+        if queuedBy[principal] == 0 { queuedBy[principal] = nil }
+    }
+
+    /// A principal with nothing left in a lane leaves its ring (and its turn's remainder).
+    private static func retire(_ principal: Principal, from queues: inout LaneQueues) {
+        queues.queues[principal] = nil
+        queues.deficit[principal] = nil
+        guard let index = queues.ring.firstIndex(of: principal) else { return }
+        queues.ring.remove(at: index)
+        if index < queues.ringHead { queues.ringHead -= 1 }
+        if queues.ringHead >= queues.ring.count { queues.ringHead = 0 }
+    }
+
+    // MARK: Choosing
+
+    /// The next job to dispatch in `lane`, taken off it: the head of the queue of the
+    /// principal whose turn it is, skipping principals `eligible` refuses (at their running
+    /// limit; their turn waits for them). `weight` gives each principal's jobs per turn.
+    mutating func next(in lane: Lane, weight: (Principal) -> Int, eligible: (Principal) -> Bool) -> UInt64? {
+        guard lanes[lane.rawValue].count > 0 else { return nil }
+        var queues = lanes[lane.rawValue]
+        lanes[lane.rawValue] = LaneQueues()
+        defer { lanes[lane.rawValue] = queues }
+        for _ in 0..<queues.ring.count {
+            let principal = queues.ring[queues.ringHead]
+            guard eligible(principal) else {
+                queues.ringHead = (queues.ringHead + 1) % queues.ring.count
+                continue
+            }
+            if queues.deficit[principal, default: 0] <= 0 { queues.deficit[principal] = max(1, weight(principal)) }
+            let jobID = queues.queues[principal]!.popFirst()!
+            queues.count -= 1
+            queues.deficit[principal]! -= 1
+            places[jobID] = nil
+            decrementQueued(principal)
+            if queues.queues[principal]!.isEmpty {
+                Self.retire(principal, from: &queues)
+            } else if queues.deficit[principal]! <= 0 {
+                queues.ringHead = (queues.ringHead + 1) % queues.ring.count
+            }
+            return jobID
+        }
+        return nil
+    }
+
+    /// Takes the oldest quarantined job off quarantine.
+    mutating func popQuarantined() -> UInt64? {
+        guard let jobID = quarantined.popFirst() else { return nil }
+        places[jobID] = nil
+        return jobID
+    }
+
+    /// Held jobs back to the front of their lanes, the oldest (smallest id) first at the
+    /// head. `lane` and `principal` say where each belongs.
+    mutating func releaseHeldBack(_ jobIDs: [UInt64], lane: (UInt64) -> Lane, principal: (UInt64) -> Principal) {
+        for jobID in jobIDs.sorted().reversed() {
+            guard isHeldBack(jobID) else { continue }
+            withdraw(jobID)
+            place(jobID, lane: lane(jobID), principal: principal(jobID), atFront: true)
+        }
+    }
+
+    /// Moves a job waiting in a lane to another lane (a request in a higher lane joined it).
+    mutating func move(_ jobID: UInt64, to lane: Lane) {
+        guard case .lane(let current, let principal) = places[jobID], current != lane else { return }
+        withdraw(jobID)
+        place(jobID, lane: lane, principal: principal)
+    }
+
+    mutating func removeAll() {
+        self = WaitingJobs()
+    }
+
+    /// Internal consistency, for tests: every job in exactly one place, counts right.
+    var inconsistencies: [String] {
+        var problems: [String] = []
+        var seen: [UInt64: Place] = [:]
+        for lane in Lane.allCases {
+            let queues = lanes[lane.rawValue]
+            var total = 0
+            for (principal, queue) in queues.queues {
+                var copy = queue
+                if copy.isEmpty { problems.append("empty queue of \(principal) in \(lane)") }
+                while let jobID = copy.popFirst() {
+                    total += 1
+                    if seen.updateValue(.lane(lane, principal), forKey: jobID) != nil { problems.append("job \(jobID) twice") }
+                }
+                if !queues.ring.contains(principal) { problems.append("\(principal) has jobs in \(lane) but no turn") }
+            }
+            if total != queues.count { problems.append("\(lane) counts \(queues.count), holds \(total)") }
+            if Set(queues.ring).count != queues.ring.count { problems.append("\(lane): a principal twice in the ring") }
+        }
+        var copy = quarantined
+        while let jobID = copy.popFirst() {
+            if seen.updateValue(.quarantine, forKey: jobID) != nil { problems.append("job \(jobID) twice") }
+        }
+        for (client, list) in heldBack {
+            for jobID in list where seen.updateValue(.heldBack(client), forKey: jobID) != nil {
+                problems.append("job \(jobID) twice")
+            }
+        }
+        if seen != places { problems.append("places disagree with the queues") }
+        return problems
+    }
+}
+
+extension WaitingJobs {
+    /// Every held-back job, oldest first.
+    var allHeldBack: [UInt64] { heldBack.values.flatMap { $0 }.sorted() }
+}
+
+/// Jobs on workers, per lane and per principal.
+struct RunningCounts {
+    struct Key: Hashable {
+        let lane: Lane
+        let principal: Principal
+    }
+
+    private(set) var byLane = Array(repeating: 0, count: Lane.allCases.count)
+    private(set) var byPrincipal: [Principal: Int] = [:]
+
+    var isEmpty: Bool { byPrincipal.isEmpty }
+
+    func count(in lane: Lane) -> Int { byLane[lane.rawValue] }
+    func count(of principal: Principal) -> Int { byPrincipal[principal] ?? 0 }
+
+    mutating func add(_ key: Key) {
+        byLane[key.lane.rawValue] += 1
+        byPrincipal[key.principal, default: 0] += 1
+    }
+
+    mutating func remove(_ key: Key) {
+        byLane[key.lane.rawValue] -= 1
+        byPrincipal[key.principal]! -= 1
+        if byPrincipal[key.principal] == 0 { byPrincipal[key.principal] = nil }
+    }
+}

@@ -1,0 +1,234 @@
+import EnlargerProtocol
+import Foundation
+import XCTest
+
+@testable import EnlargerBroker
+
+/// Priority lanes, the interactive reserve, weighted fair share between principals and
+/// their limits: `WaitingJobs` and `TenantPolicy` on their own, then through the core.
+final class FairShareTests: XCTestCase {
+    let carol = Principal("curve:carol"), dave = Principal("curve:dave"), erin = Principal("curve:erin")
+    let carolsPeer: PeerID = "client-carol", davesPeer: PeerID = "client-dave", erinsPeer: PeerID = "client-erin"
+    let w1: PeerID = "worker-1", w2: PeerID = "worker-2"
+
+    // MARK: WaitingJobs
+
+    func testWeightedTurnsWithinALane() {
+        var waiting = WaitingJobs()
+        for jobID in UInt64(1)...6 { waiting.place(jobID, lane: .interactive, principal: carol) }
+        for jobID in UInt64(11)...16 { waiting.place(jobID, lane: .interactive, principal: dave) }
+        var order: [UInt64] = []
+        while let jobID = waiting.next(in: .interactive, weight: { $0 == self.carol ? 2 : 1 }, eligible: { _ in true }) {
+            order.append(jobID)
+            XCTAssertEqual(waiting.inconsistencies, [])
+        }
+        // Two of Carol's for each of Dave's while both wait, then the rest of Dave's.
+        XCTAssertEqual(order, [1, 2, 11, 3, 4, 12, 5, 6, 13, 14, 15, 16])
+        XCTAssertTrue(waiting.isEmpty)
+        XCTAssertEqual(waiting.queuedBy, [:])
+    }
+
+    func testAnIneligiblePrincipalIsSkippedAndKeepsItsPlace() {
+        var waiting = WaitingJobs()
+        waiting.place(1, lane: .interactive, principal: carol)
+        waiting.place(2, lane: .interactive, principal: carol)
+        waiting.place(11, lane: .interactive, principal: dave)
+        let notCarol: (Principal) -> Bool = { $0 != self.carol }
+        XCTAssertEqual(waiting.next(in: .interactive, weight: { _ in 1 }, eligible: notCarol), 11)
+        XCTAssertNil(waiting.next(in: .interactive, weight: { _ in 1 }, eligible: notCarol))
+        XCTAssertEqual(waiting.next(in: .interactive, weight: { _ in 1 }, eligible: { _ in true }), 1)
+        XCTAssertEqual(waiting.count, 1)
+        XCTAssertEqual(waiting.inconsistencies, [])
+    }
+
+    func testEveryJobIsInExactlyOnePlace() {
+        var waiting = WaitingJobs()
+        waiting.place(1, lane: .bulk, principal: carol)
+        waiting.place(2, lane: .bulk, principal: carol)
+        waiting.quarantine(3)
+        waiting.holdBack(4, for: carolsPeer)
+        waiting.holdBack(5, for: carolsPeer)
+        XCTAssertEqual(waiting.count, 5)
+        XCTAssertEqual(waiting.count(in: .bulk), 2)
+        XCTAssertEqual(waiting.withdraw(2), .lane(.bulk, carol))
+        XCTAssertEqual(waiting.withdraw(3), .quarantine)
+        XCTAssertNil(waiting.withdraw(3))
+        // Released held jobs go to the front of their lane, oldest first.
+        waiting.releaseHeldBack([5, 4], lane: { _ in .bulk }, principal: { _ in self.carol })
+        XCTAssertEqual(waiting.heldBack(for: carolsPeer), [])
+        waiting.move(1, to: .interactive)
+        XCTAssertEqual(waiting.place(of: 1), .lane(.interactive, carol))
+        XCTAssertEqual(waiting.next(in: .bulk, weight: { _ in 1 }, eligible: { _ in true }), 4)
+        XCTAssertEqual(waiting.next(in: .bulk, weight: { _ in 1 }, eligible: { _ in true }), 5)
+        XCTAssertEqual(waiting.inconsistencies, [])
+    }
+
+    func testRandomOperationsKeepWaitingJobsConsistent() {
+        let principals = [carol, dave, erin]
+        for seed in UInt64(1)...200 {
+            var random = SplitMix64(seed: seed)
+            var waiting = WaitingJobs()
+            var expected: Set<UInt64> = []
+            for jobID in UInt64(1)...120 {
+                switch random.next() % 6 {
+                case 0, 1:
+                    waiting.place(jobID, lane: random.next() % 2 == 0 ? .interactive : .bulk,
+                                  principal: principals[Int(random.next() % 3)], atFront: random.next() % 4 == 0)
+                    expected.insert(jobID)
+                case 2:
+                    waiting.holdBack(jobID, for: PeerID([UInt8(random.next() % 2)]))
+                    expected.insert(jobID)
+                case 3:
+                    if let victim = expected.randomElement(using: &random) {
+                        XCTAssertNotNil(waiting.withdraw(victim))
+                        expected.remove(victim)
+                    }
+                case 4:
+                    let lane: Lane = random.next() % 2 == 0 ? .interactive : .bulk
+                    if let taken = waiting.next(in: lane, weight: { $0.name.count % 3 + 1 },
+                                                eligible: { _ in random.next() % 5 != 0 }) {
+                        XCTAssertTrue(expected.remove(taken) != nil, "seed \(seed): \(taken) was not waiting")
+                    }
+                default:
+                    waiting.releaseHeldBack(waiting.allHeldBack, lane: { _ in .bulk }, principal: { _ in self.erin })
+                }
+                XCTAssertEqual(waiting.inconsistencies, [], "seed \(seed)")
+                XCTAssertEqual(Set(waiting.allPlaces.keys), expected, "seed \(seed)")
+            }
+        }
+    }
+
+    // MARK: TenantPolicy
+
+    func testATenantsFileIsReadWithDefaultsAndComments() throws {
+        let policy = try TenantPolicy(parsing: """
+            # principal   terms
+            *  weight=1 queued=256   # everyone else
+            curve:ab#cd=  weight=4 queued=2000 running=32
+            local weight=2
+
+            """)
+        XCTAssertEqual(policy.defaults, .init(weight: 1, maxQueued: 256))
+        XCTAssertEqual(policy.terms(for: Principal("curve:ab#cd=")), .init(weight: 4, maxQueued: 2000, maxRunning: 32))
+        XCTAssertEqual(policy.terms(for: .local), .init(weight: 2))
+        XCTAssertEqual(policy.terms(for: Principal("curve:zz")), policy.defaults)
+    }
+
+    func testABadTenantsLineIsRefusedWithItsNumber() {
+        let cases: [(String, String)] = [
+            ("local weight=2\nlocal weight=3", "line 2: local is named twice"),
+            ("local weight=0", "line 1: weight must be 1 to 1000"),
+            ("local speed=3", "line 1: unknown term \"speed\" (weight, queued or running)"),
+            ("\n\nlocal weight", "line 3: \"weight\" is not NAME=NUMBER (weight, queued or running)"),
+            ("local running=0", "line 1: running must be 1 or more"),
+        ]
+        for (text, message) in cases {
+            XCTAssertThrowsError(try TenantPolicy(parsing: text), text) { error in
+                XCTAssertEqual("\(error)", message)
+            }
+        }
+    }
+
+    // MARK: Through the core
+
+    private func submit(_ broker: inout CoreHarness, _ peer: PeerID, _ id: String, as principal: Principal,
+                        priority: Enlarger_V1_Priority = .interactive) {
+        var submit = CoreHarness.submitMessage(id, delivery: .final)
+        submit.priority = priority
+        // Each request its own bytes: nothing is shared or cached.
+        broker.client(peer, as: principal, .submit(submit, image: CoreHarness.jpeg + Array(id.utf8)))
+    }
+
+    func testInteractiveRequestsGoFirstAndKeepTheirReserve() {
+        var broker = CoreHarness { $0.interactiveReserve = 0.25 }
+        broker.ready(w1, capacity: 4)
+        // A flood of bulk work takes 3 of the 4 slots; the fourth is kept.
+        for index in 0..<10 { submit(&broker, davesPeer, "bulk\(index)", as: dave, priority: .bulk) }
+        let bulk = broker.jobs(for: w1)
+        XCTAssertEqual(bulk.map(\.requestID), ["bulk0", "bulk1", "bulk2"])
+        // An interactive request takes the kept slot at once.
+        submit(&broker, carolsPeer, "now", as: carol)
+        XCTAssertEqual(broker.jobs(for: w1).map(\.requestID), ["now"])
+        // Waiting interactive work goes before waiting bulk work when a slot frees.
+        submit(&broker, carolsPeer, "next", as: carol)
+        broker.finish(w1, bulk[0])
+        XCTAssertEqual(broker.jobs(for: w1).map(\.requestID), ["next"])
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+    }
+
+    func testTheReserveNeverTakesTheLastSlot() {
+        var broker = CoreHarness { $0.interactiveReserve = 0.9 }
+        broker.ready(w1, capacity: 1)
+        submit(&broker, davesPeer, "bulk", as: dave, priority: .bulk)
+        XCTAssertEqual(broker.jobs(for: w1).map(\.requestID), ["bulk"], "a fleet of one slot still runs bulk work")
+    }
+
+    func testEqualPrincipalsShareTheFleetEvenly() {
+        var broker = CoreHarness()
+        broker.ready(w1, capacity: 2)
+        for index in 0..<50 {
+            submit(&broker, carolsPeer, "c\(index)", as: carol)
+            submit(&broker, davesPeer, "d\(index)", as: dave)
+        }
+        // Dave floods more; turns still alternate.
+        for index in 50..<100 { submit(&broker, davesPeer, "d\(index)", as: dave) }
+        var done: [String: Int] = [:]
+        var running = broker.jobs(for: w1)
+        for _ in 0..<60 {
+            let job = running.removeFirst()
+            done[String(job.requestID.prefix(1)), default: 0] += 1
+            broker.finish(w1, job)
+            running += broker.jobs(for: w1)
+        }
+        XCTAssertEqual(done["c"], 30)
+        XCTAssertEqual(done["d"], 30)
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+    }
+
+    func testAPrincipalOverItsLimitsIsToldWhenToRetryAndOthersAreNotAffected() {
+        var broker = CoreHarness {
+            $0.tenants = TenantPolicy(principals: [self.dave.name: .init(maxQueued: 2, maxRunning: 1)])
+        }
+        broker.ready(w1, capacity: 3)
+        for index in 0..<4 { submit(&broker, davesPeer, "d\(index)", as: dave) }
+        // One runs (its running limit), two wait (its queued limit), the fourth is refused.
+        XCTAssertEqual(broker.jobs(for: w1).map(\.requestID), ["d0"])
+        let refused = broker.events(for: davesPeer).compactMap { event -> Enlarger_V1_Rejected? in
+            if case .rejected(let rejected) = event { rejected } else { nil }
+        }
+        XCTAssertEqual(refused.map(\.requestID), ["d3"])
+        XCTAssertEqual(refused.first?.code, .overloaded)
+        XCTAssertGreaterThanOrEqual(refused.first?.retryAfterMs ?? 0, 100)
+        // Carol is untouched by Dave's limits: she gets the free slots at once.
+        for index in 0..<3 { submit(&broker, carolsPeer, "c\(index)", as: carol) }
+        let carols = broker.jobs(for: w1)
+        XCTAssertEqual(carols.map(\.requestID), ["c0", "c1"])
+        XCTAssertFalse(broker.events(for: carolsPeer).contains { if case .rejected = $0 { true } else { false } })
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+        // Once the operator lifts Dave's limits, his waiting work runs beside his first job.
+        let actions = broker.core.setTenants(TenantPolicy(), now: broker.now)
+        broker.record(actions)
+        for job in carols { broker.finish(w1, job) }
+        XCTAssertTrue(broker.jobs(for: w1).map(\.requestID).contains("d1"))
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+    }
+
+    func testASharedJobWaitsInTheHigherLane() {
+        var broker = CoreHarness()
+        broker.ready(w1, capacity: 1)
+        submit(&broker, davesPeer, "blocker", as: dave)
+        _ = broker.jobs(for: w1)
+        var bulk = CoreHarness.submitMessage("b", delivery: .final)
+        bulk.priority = .bulk
+        bulk.source.inline.sha256 = Data(repeating: 7, count: 32)
+        broker.client(davesPeer, as: dave, .submit(bulk, image: CoreHarness.jpeg))
+        var urgent = bulk
+        urgent.requestID = "u"
+        urgent.priority = .interactive
+        broker.client(davesPeer, as: dave, .submit(urgent, image: CoreHarness.jpeg))
+        let jobID = broker.core.requests[RequestKey(principal: dave, id: "b")]!.jobID
+        XCTAssertEqual(broker.core.requests[RequestKey(principal: dave, id: "u")]?.jobID, jobID, "they share a job")
+        XCTAssertEqual(broker.core.waiting.place(of: jobID), .lane(.interactive, dave))
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+    }
+}
