@@ -327,7 +327,10 @@ extension BrokerCore {
         rejected.requestID = requestID
         rejected.code = code
         rejected.message = message
-        if let retryAfter { rejected.retryAfterMs = UInt32(clamping: retryAfter.milliseconds) }
+        if let retryAfter {
+            rejected.retryAfterMs = UInt32(clamping: retryAfter.milliseconds)
+            rejected.message += "; try again in about \(rejected.retryAfterMs) ms"
+        }
         actions.append(.report(.requestRejected(requestID: requestID, code: code)))
         send(.rejected(rejected), to: peer, &actions)
     }

@@ -438,6 +438,26 @@ extension BrokerCore {
         // first and quarantined jobs take the idle workers it leaves (a restarted worker is
         // idle: it must not be handed a suspect job while ordinary ones wait).
         dispatchQuarantined(reservedOnly: true, now: now, &actions)
+        releaseNeedlessReservations()
+        dispatchLanes(now: now, &actions)
+        dispatchQuarantined(reservedOnly: false, now: now, &actions)
+        if releaseNeedlessReservations() { dispatchLanes(now: now, &actions) }
+    }
+
+    /// A worker kept for a quarantined job that has gone (run elsewhere, ended) is free for
+    /// ordinary work again. Returns whether one was.
+    @discardableResult
+    private mutating func releaseNeedlessReservations() -> Bool {
+        guard waiting.quarantined.isEmpty else { return false }
+        var released = false
+        for index in workers.indices where workers[index].reserved {
+            workers[index].reserved = false
+            released = true
+        }
+        return released
+    }
+
+    private mutating func dispatchLanes(now: MonotonicInstant, _ actions: inout [Action]) {
         for lane in Lane.allCases {
             while waiting.count(in: lane) > 0, hasRoom(for: lane), let index = workerWithMostCredit() {
                 guard let jobID = nextWaiting(in: lane) else { break }
@@ -452,7 +472,6 @@ extension BrokerCore {
                 send(jobID, toWorkerAt: index, now: now, &actions)
             }
         }
-        dispatchQuarantined(reservedOnly: false, now: now, &actions)
     }
 
     /// The job whose turn it is in `lane`, among principals under their running limit.

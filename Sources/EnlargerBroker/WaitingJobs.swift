@@ -198,6 +198,29 @@ struct WaitingJobs {
         self = WaitingJobs()
     }
 
+    /// Everything that decides what goes next, in order (lanes' queues and turns, quarantine,
+    /// held lists), for tests that compare states.
+    var fingerprint: String {
+        var text = ""
+        for lane in Lane.allCases {
+            let queues = lanes[lane.rawValue]
+            text += "\(lane):"
+            for index in queues.ring.indices {
+                let principal = queues.ring[(queues.ringHead + index) % queues.ring.count]
+                var copy = queues.queues[principal]!
+                var ids: [UInt64] = []
+                while let jobID = copy.popFirst() { ids.append(jobID) }
+                text += "\(principal)/\(queues.deficit[principal] ?? 0)=\(ids);"
+            }
+        }
+        var copy = quarantined
+        var ids: [UInt64] = []
+        while let jobID = copy.popFirst() { ids.append(jobID) }
+        text += "q=\(ids);h="
+        for client in heldBack.keys.sorted() { text += "\(client)=\(heldBack[client]!);" }
+        return text
+    }
+
     /// Internal consistency, for tests: every job in exactly one place, counts right.
     var inconsistencies: [String] {
         var problems: [String] = []

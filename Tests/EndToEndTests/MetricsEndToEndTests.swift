@@ -68,7 +68,7 @@ final class MetricsEndToEndTests: XCTestCase {
 
         let broker = try await scrape(brokerMetrics, until: { $0["enlarger_requests_in_flight"] == 0 })
         XCTAssertEqual(broker[#"enlarger_requests_total{outcome="finished",code="OK"}"#], Double(small.count))
-        XCTAssertEqual(broker[#"enlarger_requests_total{outcome="cancelled",code="OK"}"#], 1)
+        XCTAssertEqual(broker[#"enlarger_requests_total{outcome="cancelled",code="CANCELLED"}"#], 1)
         XCTAssertEqual(broker[#"enlarger_requests_total{outcome="failed",code="DEADLINE_EXCEEDED"}"#], 1)
         XCTAssertEqual(told["failed truncated"], 1, "\(told)")
         XCTAssertEqual(broker[#"enlarger_requests_total{outcome="failed",code="TRUNCATED"}"#], 1)

@@ -299,6 +299,31 @@ final class BrokerCoreNetworkTests: XCTestCase {
         XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
     }
 
+    func testAWorkerKeptForAQuarantinedJobThatRanElsewhereTakesOrdinaryWorkAgain() {
+        // Found by the model checker: the reservation outlived the job it was for, and the
+        // worker never took another job.
+        var broker = harness { $0.quarantineReservationDelay = .milliseconds(500) }
+        broker.ready(w1, capacity: 1)
+        submit(&broker, alice, "a")
+        submit(&broker, alice, "b")
+        XCTAssertEqual(broker.jobs(for: w1).map(\.requestID), ["a"])
+        broker.workerUnreachable(w1)  // a is quarantined
+        let onW1 = broker.ready(w1, capacity: 1)
+        XCTAssertEqual(onW1.map(\.requestID), ["b"], "fresh work first")
+        for _ in 0..<2 {
+            broker.client(alice, .ping)
+            broker.worker(w1, .heartbeat)
+            broker.advance(by: .milliseconds(400))
+        }
+        XCTAssertTrue(broker.core.workers[0].reserved, "w1 is kept for the quarantined job")
+        XCTAssertEqual(broker.ready(w2, capacity: 1).map(\.requestID), ["a"], "an idle worker takes it first")
+        XCTAssertFalse(broker.core.workers[0].reserved, "the reservation went with the job")
+        broker.finish(w1, onW1[0])
+        submit(&broker, alice, "c")
+        XCTAssertEqual(broker.jobs(for: w1).map(\.requestID), ["c"])
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+    }
+
     func testAQuarantinedJobReservesABusyWorkerAfterAWhile() {
         var broker = harness { $0.quarantineReservationDelay = .milliseconds(200) }
         broker.ready(w1, capacity: 2)

@@ -1,4 +1,5 @@
 import EnlargerProtocol
+import TestSupport
 import XCTest
 
 @testable import EnlargerBroker
@@ -231,7 +232,7 @@ final class ClientOutboxTests: XCTestCase {
         let peers = [PeerID([1]), PeerID([2])]
         var totalSent = 0, totalDelivered = 0
         for seed in UInt64(1)...300 {
-            var random = SplitMix64(seed: seed)
+            var random = SeededGenerator(seed: seed)
             var outbox = Outbox(limits: limits(maxBytes: 6_000, holdBack: 500, notices: 3_000))
             var socket = FakeSocket()
             var descriptor: Int32 = 100
@@ -288,18 +289,5 @@ final class ClientOutboxTests: XCTestCase {
         }
         // The check above is not vacuous: most messages do get through.
         XCTAssertGreaterThan(totalDelivered, totalSent / 20, "\(totalDelivered) of \(totalSent) delivered")
-    }
-}
-
-/// A small, fast, seedable generator (SplitMix64), so a failing seed can be replayed.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE5_E9B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -1,5 +1,6 @@
 import EnlargerProtocol
 import Foundation
+import TestSupport
 import XCTest
 
 @testable import EnlargerBroker
@@ -66,7 +67,7 @@ final class FairShareTests: XCTestCase {
     func testRandomOperationsKeepWaitingJobsConsistent() {
         let principals = [carol, dave, erin]
         for seed in UInt64(1)...200 {
-            var random = SplitMix64(seed: seed)
+            var random = SeededGenerator(seed: seed)
             var waiting = WaitingJobs()
             var expected: Set<UInt64> = []
             for jobID in UInt64(1)...120 {

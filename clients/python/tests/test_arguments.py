@@ -43,6 +43,7 @@ class ArgumentsTest(unittest.TestCase):
         self.assertIn("format", self.refused(width=10, format="gif"))
         self.assertIn("chroma", self.refused(width=10, chroma=422))
         self.assertIn("delivery", self.refused(width=10, delivery="eventually"))
+        self.assertIn("priority", self.refused(width=10, priority="urgent"))
         self.assertIn("degraded", self.refused(width=10, degraded="yes"))
         self.assertIn("enlarge", self.refused(width=10, enlarge=1))
         for bad in (0, -1, float("nan"), float("inf"), 2**32, "5"):
@@ -125,6 +126,9 @@ class ProtocolCoverageTest(unittest.TestCase):
             if enum_type is enlarger.FailOn:
                 wire_values -= {common_pb2.FAIL_ON_ERROR}
             self.assertEqual(sorted(member.wire for member in enum_type), sorted(wire_values), enum_type)
+        # PRIORITY_UNSPECIFIED means interactive, which is always sent by name.
+        priorities = {v.number for v in client_pb2.Priority.DESCRIPTOR.values} - {client_pb2.PRIORITY_UNSPECIFIED}
+        self.assertEqual(sorted(member.wire for member in enlarger.Priority), sorted(priorities))
         outcomes = client_pb2.CancelAck.Outcome.DESCRIPTOR.values
         self.assertEqual({enlarger.CancelOutcome.from_wire(v.number) for v in outcomes}, set(enlarger.CancelOutcome))
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from ._loop import new_future
 from .client import DEFAULT_MAX_IN_FLIGHT, Client, _check_wait, _one_source, _worker_file, read_local_file
-from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, ImageFormat
+from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, ImageFormat, Priority
 from .errors import EnlargerError, RequestError
 from .events import BrokerStatus, Degraded, Event, Final, ImageInfo, Info, Result
 from .request import _Channel, _Empty
@@ -70,7 +70,8 @@ class AsyncClient:
                keep_profile: bool = False, accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
                background: str | int | None = None, lossless: bool = False,
                degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
-               timeout: float | None = None, share: bool = True, wait: bool | float = True) -> PendingRequest:
+               timeout: float | None = None, share: bool = True, wait: bool | float = True,
+               priority: Priority | str = Priority.INTERACTIVE) -> PendingRequest:
         """Submits one image, as `Client.submit` (same arguments): ``await`` the result for the
         `AsyncRequest`, or use it directly as ``async with client.submit(...) as request``,
         which cancels the request when the block is left before it ended.
@@ -87,7 +88,7 @@ class AsyncClient:
             width=width, height=height, fit=fit, enlarge=enlarge, quality=quality, progressive=progressive,
             chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
             flatten=flatten, background=background, lossless=lossless, degraded=degraded, delivery=delivery,
-            request_id=request_id, timeout=timeout)
+            request_id=request_id, timeout=timeout, priority=priority)
         client = self._client
         path = local_file
         # Argument errors at once, before a local file is read.

@@ -21,7 +21,7 @@ import zmq
 from . import wire
 from ._loop import _Loop, _Shared, new_future
 from ._proto import client_pb2, common_pb2
-from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, ImageFormat
+from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, ImageFormat, Priority
 from .core import ClientCore, Configuration
 from .errors import InFlightLimitError, InputTooLargeError, InsecureEndpointError, InvalidArgumentError, RequestError
 from .events import BrokerStatus, ImageInfo, Info
@@ -232,7 +232,8 @@ class Client:
                keep_profile: bool = False, accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
                background: str | int | None = None, lossless: bool = False,
                degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
-               timeout: float | None = None, share: bool = True, wait: bool | float = True) -> Request:
+               timeout: float | None = None, share: bool = True, wait: bool | float = True,
+               priority: Priority | str = Priority.INTERACTIVE) -> Request:
         """Submits one image (JPEG, PNG, WebP, HEIC or AVIF, recognised by the worker from its
         content) and returns its `Request`, an iterator of events.
 
@@ -276,6 +277,9 @@ class Client:
           one job with identical ones in flight; the worker checks the digest. For a file or
           URL the worker names the version it reads instead (file identity, URL validator);
           False opts out the same.
+        - `priority`: the broker lane it waits in, `Priority.INTERACTIVE` (default) or
+          `Priority.BULK` (behind every interactive request, never on the capacity kept for
+          them: for backfills).
         - `wait`: what to do when `max_in_flight` requests are in flight already: True
           (default) waits until one ends, False raises `InFlightLimitError` at once, a number
           waits that many seconds first.
@@ -299,7 +303,7 @@ class Client:
             width=width, height=height, fit=fit, enlarge=enlarge, quality=quality, progressive=progressive,
             chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
             flatten=flatten, background=background, lossless=lossless, degraded=degraded, delivery=delivery,
-            request_id=request_id, timeout=timeout), share)
+            request_id=request_id, timeout=timeout, priority=priority), share)
         return Request(self, self._submit_waiting(submit, data, wait))
 
     def _prepare(self, image: bytes | bytearray | memoryview | None, worker_file: str | None, url: str | None,
@@ -446,7 +450,7 @@ class Client:
                       accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
                       background: str | int | None = None, lossless: bool = False, degraded: bool,
                       delivery: Delivery | str | None, request_id: str | None,
-                      timeout: float | None) -> client_pb2.Submit:
+                      timeout: float | None, priority: Priority | str = Priority.INTERACTIVE) -> client_pb2.Submit:
         submit = client_pb2.Submit()
         submit.request_id = wire.check_request_id(str(uuid.uuid4()) if request_id is None else request_id)
         spec = submit.spec
@@ -499,6 +503,7 @@ class Client:
         if delivery is None:
             delivery = Delivery.PROGRESSIVE if _flag(degraded, "degraded") else Delivery.FINAL
         submit.delivery = _member(Delivery, delivery, "delivery").wire
+        submit.priority = _member(Priority, priority, "priority").wire
         if timeout is not None:
             submit.deadline_ms = _deadline_ms(timeout)
         return submit

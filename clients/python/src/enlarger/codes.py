@@ -192,6 +192,21 @@ class Delivery(str, enum.Enum):
                 Delivery.DEGRADED: common_pb2.DELIVERY_DEGRADED}[self]
 
 
+class Priority(str, enum.Enum):
+    """Which lane a request waits in at the broker (client.proto's PRIORITIES AND FAIR SHARE)."""
+
+    #: Someone waits for it (default): dispatched before any bulk request, with a share of
+    #: the workers kept for this lane.
+    INTERACTIVE = "interactive"
+    #: Nobody watches it (a backfill): dispatched when no interactive request waits, never
+    #: on the share kept for interactive ones.
+    BULK = "bulk"
+
+    @property
+    def wire(self) -> client_pb2.Priority:
+        return client_pb2.PRIORITY_BULK if self is Priority.BULK else client_pb2.PRIORITY_INTERACTIVE
+
+
 class CancelOutcome(str, enum.Enum):
     """The broker's answer to a cancel (client.proto's `CancelAck.Outcome`)."""
 

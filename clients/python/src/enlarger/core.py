@@ -607,8 +607,9 @@ class ClientCore:
             rejected = message.rejected
             route = self._first_route(rejected.request_id)
             if route is not None and route.sent_serial is not None and not route.accepted:
+                retry_after = rejected.retry_after_ms / 1000 if rejected.retry_after_ms else None
                 self._end_route(rejected.request_id, Rejected(rejected.request_id, ErrorCode.from_wire(rejected.code),
-                                                              rejected.message), actions)
+                                                              rejected.message, retry_after), actions)
         elif kind == "failed":
             failed = message.failed
             if self._accepted_route(failed.request_id) is not None:

@@ -145,10 +145,13 @@ class Failed(Event):
 @dataclass(frozen=True)
 class Rejected(Event):
     """The Submit was refused before it was accepted (overloaded, invalid argument, too large,
-    shutting down). Terminal: the request never existed at the broker."""
+    shutting down). Terminal: the request never existed at the broker. With OVERLOADED,
+    `retry_after` is the broker's estimate, in seconds, of when trying again may succeed
+    (None: no estimate)."""
 
     code: ErrorCode = ErrorCode.UNSPECIFIED
     message: str = ""
+    retry_after: float | None = None
     terminal = True
 
 
