@@ -24,8 +24,12 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
     case brokerLost
     /// The client was closed before the request ended.
     case closed
-    /// The client's socket failed; the client is closed.
+    /// The client's socket failed; the client is closed. From `init`: libzmq cannot use the
+    /// endpoint at all.
     case transport(ZMQError)
+    /// From `init`: a `tcp://` endpoint without CURVE keys, refused (fail closed) unless the
+    /// configuration allows insecure tcp. The message says what to give.
+    case insecureEndpoint(String)
     /// A batch (`EnlargerClient.resize(batch:)`) failed: `reason` is how its item at `index`
     /// (request id `id`) failed, the first to fail; the other items were cancelled.
     indirect case batchFailed(index: Int, id: String, reason: EnlargerClientError)
@@ -51,6 +55,37 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
 }
 
 extension EnlargerClientError.Code {
+    /// The code's name in the contract (common.proto's `ErrorCode` without its prefix:
+    /// `DEADLINE_EXCEEDED`, `UNKNOWN_FORMAT`), as logs, metrics and the Python client show it.
+    public var contractName: String {
+        switch self {
+        case .duplicateID: "DUPLICATE_ID"
+        case .workerLost: "WORKER_LOST"
+        case .overloaded: "OVERLOADED"
+        case .malformed: "MALFORMED"
+        case .invalidArgument: "INVALID_ARGUMENT"
+        case .unknownFormat: "UNKNOWN_FORMAT"
+        case .empty: "EMPTY"
+        case .truncated: "TRUNCATED"
+        case .corrupt: "CORRUPT"
+        case .unsupported: "UNSUPPORTED"
+        case .tooLarge: "TOO_LARGE"
+        case .tooManyScans: "TOO_MANY_SCANS"
+        case .encodeFailed: "ENCODE_FAILED"
+        case .internal: "INTERNAL"
+        case .brokerShutdown: "BROKER_SHUTDOWN"
+        case .deadlineExceeded: "DEADLINE_EXCEEDED"
+        case .clientSilent: "CLIENT_SILENT"
+        case .requestLost: "REQUEST_LOST"
+        case .unauthorized: "UNAUTHORIZED"
+        case .digestMismatch: "DIGEST_MISMATCH"
+        case .batchEnded: "BATCH_ENDED"
+        case .sourceRefused: "SOURCE_REFUSED"
+        case .sourceUnavailable: "SOURCE_UNAVAILABLE"
+        case .unknown: "UNSPECIFIED"
+        }
+    }
+
     init(_ code: Enlarger_V1_ErrorCode) {
         switch code {
         case .duplicateID: self = .duplicateID
