@@ -108,6 +108,23 @@ final class ReadmeTests: XCTestCase {
         print("README walkthrough: \(ContinuousClock.now - started)")
     }
 
+    /// The codemap and the README's module table name every target of Package.swift, so that
+    /// a new target cannot be added without a word about what it owns.
+    func testEveryTargetIsInTheCodemapAndTheModuleTable() throws {
+        let manifest = try String(contentsOf: Self.repository.appendingPathComponent("Package.swift"), encoding: .utf8)
+        let codemap = try String(contentsOf: Self.repository.appendingPathComponent("ARCHITECTURE.md"), encoding: .utf8)
+        let readme = try readme()
+        let declaration = try NSRegularExpression(pattern: #"\.(target|executableTarget|systemLibrary)\(\s*name: "([A-Za-z]+)""#)
+        let targets = declaration.matches(in: manifest, range: NSRange(manifest.startIndex..., in: manifest)).compactMap {
+            Range($0.range(at: 2), in: manifest).map { String(manifest[$0]) }
+        }.filter { $0 != "TestSupport" }
+        XCTAssertGreaterThanOrEqual(targets.count, 25, "\(targets)")
+        for target in targets {
+            XCTAssert(codemap.contains("`\(target)`"), "ARCHITECTURE.md does not name \(target)")
+            XCTAssert(readme.contains("`\(target)`"), "the README's module table does not name \(target)")
+        }
+    }
+
     struct Output {
         var status: Int32
         var stdout: String
