@@ -57,33 +57,18 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
 extension EnlargerClientError.Code {
     /// The code's name in the contract (common.proto's `ErrorCode` without its prefix:
     /// `DEADLINE_EXCEEDED`, `UNKNOWN_FORMAT`), as logs, metrics and the Python client show it.
+    /// Each case is its contract name in lower camel case (`duplicateID`, `DUPLICATE_ID`), so
+    /// the name is spelt back from the case (a test holds every wire code to it).
     public var contractName: String {
-        switch self {
-        case .duplicateID: "DUPLICATE_ID"
-        case .workerLost: "WORKER_LOST"
-        case .overloaded: "OVERLOADED"
-        case .malformed: "MALFORMED"
-        case .invalidArgument: "INVALID_ARGUMENT"
-        case .unknownFormat: "UNKNOWN_FORMAT"
-        case .empty: "EMPTY"
-        case .truncated: "TRUNCATED"
-        case .corrupt: "CORRUPT"
-        case .unsupported: "UNSUPPORTED"
-        case .tooLarge: "TOO_LARGE"
-        case .tooManyScans: "TOO_MANY_SCANS"
-        case .encodeFailed: "ENCODE_FAILED"
-        case .internal: "INTERNAL"
-        case .brokerShutdown: "BROKER_SHUTDOWN"
-        case .deadlineExceeded: "DEADLINE_EXCEEDED"
-        case .clientSilent: "CLIENT_SILENT"
-        case .requestLost: "REQUEST_LOST"
-        case .unauthorized: "UNAUTHORIZED"
-        case .digestMismatch: "DIGEST_MISMATCH"
-        case .batchEnded: "BATCH_ENDED"
-        case .sourceRefused: "SOURCE_REFUSED"
-        case .sourceUnavailable: "SOURCE_UNAVAILABLE"
-        case .unknown: "UNSPECIFIED"
+        guard self != .unknown else { return "UNSPECIFIED" }
+        var name = ""
+        var afterLowercase = false
+        for character in rawValue {
+            if character.isUppercase && afterLowercase { name += "_" }
+            name += character.uppercased()
+            afterLowercase = character.isLowercase
         }
+        return name
     }
 
     init(_ code: Enlarger_V1_ErrorCode) {
