@@ -3,8 +3,8 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 corpus="${ENLARGER_CORPUS:-$repo/../shared/corpus}"
 ENLARGER_BENCH_DEPS=1 "$repo/scripts/setup"
-(cd "$repo" && swift build -c release --product enlarger >&2)
-enlarger="$(cd "$repo" && swift build -c release --show-bin-path)/enlarger"
+"$repo/scripts/build" --product enlarger >&2
+enlarger="$("$repo/scripts/build" --show-bin-path)/enlarger"
 
 # The real photos of at least 6 MP in the good corpus (the 99.6 MP synthetic file is a flat
 # colour, not a photo, and is left out).

@@ -7,7 +7,7 @@
 #  3. cancel: `enlarger-bench cancel-rtt` (cancel() -> Cancelled over ipc) against the same serve.
 #   Benchmarks/service.sh [ROUNDS] [COPIES]   (default 5 rounds, 4 copies)
 source "$(dirname "$0")/common.sh"
-(cd "$repo" && swift build -c release --product enlarger-bench >&2)
+"$repo/scripts/build" --product enlarger-bench >&2
 bench="$(dirname "$enlarger")/enlarger-bench"
 rounds="${1:-5}"
 copies="${2:-4}"

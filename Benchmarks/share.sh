@@ -7,7 +7,7 @@
 #     uncached resize of the same photo and the client's own SHA-256 of it.
 #   Benchmarks/share.sh [CLIENTS] [ROUNDS] [HITS]   (default 100 clients, 3 rounds, 1000 hits)
 source "$(dirname "$0")/common.sh"
-(cd "$repo" && swift build -c release --product enlarger-bench >&2)
+"$repo/scripts/build" --product enlarger-bench >&2
 bench="$(dirname "$enlarger")/enlarger-bench"
 "$bench" share "$corpus/good/bimg_test_exif_full.jpg" --clients "${1:-100}" --rounds "${2:-3}" --hits "${3:-1000}" \
     --enlarger "$enlarger"

@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 
 /// Every option and flag of a command can also come from the environment: `--queue-limit`
-/// from `ENLARGER_QUEUE_LIMIT`, `--insecure-tcp` from `ENLARGER_INSECURE_TCP=1`. A flag on
+/// from `ENLARGER_QUEUE_LIMIT`, `--insecure-tcp` from `ENLARGER_INSECURE_TCP=1` (or `true`). A flag on
 /// the command line wins. The variables are turned into arguments before parsing, so an
 /// environment value is checked exactly like the flag it stands for.
 public struct EnvironmentOptions {
@@ -16,7 +16,7 @@ public struct EnvironmentOptions {
     /// The rule in a sentence, for `--help` discussions and errors.
     public static let rule =
         "Every option can also be set in the environment: --queue-limit as ENLARGER_QUEUE_LIMIT=N, a flag such as "
-        + "--insecure-tcp as ENLARGER_INSECURE_TCP=1; a flag on the command line wins."
+        + "--insecure-tcp as ENLARGER_INSECURE_TCP=1 (or true); a flag on the command line wins."
 
     /// `ENLARGER_` and the long name in upper snake case.
     public static func variable(for longName: String) -> String {
@@ -45,12 +45,8 @@ public struct EnvironmentOptions {
             guard let value = environment[name], !value.isEmpty else { continue }
             let flag = "--" + option.longName
             if option.isFlag {
-                switch value.lowercased() {
-                case "1", "true", "yes", "on": added.append(flag)
-                case "0", "false", "no", "off": continue
-                default:
-                    throw CLIError("\(name)=\(value): expected 1 or 0 (for \(flag))")
-                }
+                guard try Self.flag(name, value, for: flag) else { continue }
+                added.append(flag)
             } else {
                 // `=` keeps a value that starts with '-' a value.
                 added.append("\(flag)=\(value)")
@@ -61,6 +57,17 @@ public struct EnvironmentOptions {
         var result = arguments
         result.insert(contentsOf: added, at: arguments.firstIndex(of: "--") ?? arguments.endIndex)
         return (result, sources)
+    }
+
+    /// A flag's value from the environment: `1`, `true`, `yes` or `on` (any case) set it;
+    /// `0`, `false`, `no`, `off` or nothing leave it off; anything else is an error naming
+    /// the variable.
+    public static func flag(_ variable: String, _ value: String?, for flag: String) throws -> Bool {
+        switch value?.trimmingCharacters(in: .whitespaces).lowercased() ?? "" {
+        case "1", "true", "yes", "on": return true
+        case "", "0", "false", "no", "off": return false
+        default: throw CLIError("\(variable)=\(value ?? ""): expected 1 or true (0 or false for off), as for \(flag)")
+        }
     }
 
     /// An error message naming the environment variable behind the flag it is about, if any.

@@ -16,8 +16,16 @@ public struct PeerAuthOptions: ParsableArguments, Sendable {
         "This peer's key file (NAME.key from `enlarger keygen`, mode 0600). Env: ENLARGER_KEY.", valueName: "file"))
     var key: String?
 
-    @Flag(help: "Connect to a tcp:// broker without authentication (closed test networks only). Env: ENLARGER_INSECURE_TCP=1.")
+    @Flag(help: "Connect to a tcp:// broker without authentication (closed test networks only). Env: ENLARGER_INSECURE_TCP=1 (or true).")
     var insecureTcp = false
+
+    /// `--insecure-tcp`, else `ENLARGER_INSECURE_TCP` (`1` or `true`; `0` or `false`), read as
+    /// the services read it.
+    public func allowsInsecureTCP() throws -> Bool {
+        if insecureTcp { return true }
+        return try EnvironmentOptions.flag(
+            "ENLARGER_INSECURE_TCP", ProcessInfo.processInfo.environment["ENLARGER_INSECURE_TCP"], for: "--insecure-tcp")
+    }
 
     /// The credentials to use toward `endpoint`, `nil` for none. Fails closed: a tcp
     /// endpoint without keys is refused unless insecure tcp is asked for.
@@ -33,11 +41,11 @@ public struct PeerAuthOptions: ParsableArguments, Sendable {
                 throw CLIError("\(error)")
             }
         case (nil, nil):
-            let insecure = insecureTcp || environment["ENLARGER_INSECURE_TCP"] == "1"
-            if endpoint.hasPrefix("tcp://") && !insecure {
+            if endpoint.hasPrefix("tcp://"), try !allowsInsecureTCP() {
                 throw CLIError(
                     "refusing to connect to \(endpoint) without authentication: give --server-public-key and --key "
-                        + "(see `enlarger keygen --help`), or --insecure-tcp on a closed network")
+                        + "(or ENLARGER_SERVER_PUBLIC_KEY and ENLARGER_KEY; make keys with `enlarger keygen`), "
+                        + "or --insecure-tcp (ENLARGER_INSECURE_TCP=1) on a closed network")
             }
             return nil
         default:

@@ -46,7 +46,8 @@ public struct ServiceOptions: ParsableArguments, Sendable {
         }
         if let missing = Endpoint.missingSocket(endpoint) { throw CLIError(missing) }
         var configuration = EnlargerClient.Configuration()
-        configuration.curve = try auth.credentials(for: clientEndpoint)
+        configuration.curve = try auth.credentials(for: endpoint)
+        configuration.allowInsecureTCP = try auth.allowsInsecureTCP()
         return configuration
     }
 }

@@ -1,5 +1,7 @@
-// A producer needs only `import Enlarger`: the request and result types come with it.
+// A producer needs only `import Enlarger`: the request and result types come with it, and
+// the keys a tcp connection needs.
 @_exported import ImageModel
+@_exported import struct ZeroMQ.CurveClientCredentials
 import EnlargerProtocol
 import Foundation
 import ZeroMQ
@@ -54,6 +56,10 @@ public final class EnlargerClient: Sendable {
         public var maxInputBytes: Int
         /// Keys for a broker that requires CURVE (every tcp broker unless run insecurely).
         public var curve: CurveClientCredentials?
+        /// Connect to a `tcp://` endpoint without `curve` keys. Off by default: such a client
+        /// is refused at `init` (fail closed), since anyone on the network could read its
+        /// images or pose as the broker. For closed test networks only; `ipc://` needs no keys.
+        public var allowInsecureTCP = false
 
         public init(heartbeatInterval: Duration = .seconds(1), missedHeartbeats: Int = 3,
                     syncInterval: Duration = .seconds(2), resubmitAfterBrokerRestart: Bool = true,
@@ -74,13 +80,24 @@ public final class EnlargerClient: Sendable {
     /// the I/O thread. The connection is made in the background: an endpoint where no broker
     /// listens is reported by the calls, as `.brokerUnreachable`.
     ///
-    /// - Throws: `ZMQError` for an endpoint libzmq cannot use at all.
-    public init(brokerEndpoint: String, configuration: Configuration = Configuration()) throws(ZMQError) {
-        registry = RequestRegistry(mailbox: try Mailbox())
-        let loop = try ClientLoop(endpoint: brokerEndpoint, configuration: configuration, registry: registry)
-        let thread = Thread { loop.run() }
-        thread.name = "enlarger-client-io"
-        thread.start()
+    /// - Throws: `.insecureEndpoint` for a `tcp://` endpoint without `configuration.curve`
+    ///   (unless `allowInsecureTCP`); `.transport` for an endpoint libzmq cannot use at all.
+    public init(brokerEndpoint: String, configuration: Configuration = Configuration()) throws(EnlargerClientError) {
+        if brokerEndpoint.hasPrefix("tcp://"), configuration.curve == nil, !configuration.allowInsecureTCP {
+            throw .insecureEndpoint(
+                "refusing to connect to \(brokerEndpoint) without authentication: set Configuration.curve "
+                    + "(CurveClientCredentials(keyFile:serverPublicKeyFile:), keys made by `enlarger keygen`), "
+                    + "or allowInsecureTCP on a closed network")
+        }
+        do throws(ZMQError) {
+            registry = RequestRegistry(mailbox: try Mailbox())
+            let loop = try ClientLoop(endpoint: brokerEndpoint, configuration: configuration, registry: registry)
+            let thread = Thread { loop.run() }
+            thread.name = "enlarger-client-io"
+            thread.start()
+        } catch {
+            throw .transport(error)
+        }
     }
 
     /// Submits `request` and returns its events. Never blocks and never throws: a request

@@ -24,8 +24,12 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
     case brokerLost
     /// The client was closed before the request ended.
     case closed
-    /// The client's socket failed; the client is closed.
+    /// The client's socket failed; the client is closed. From `init`: libzmq cannot use the
+    /// endpoint at all.
     case transport(ZMQError)
+    /// From `init`: a `tcp://` endpoint without CURVE keys, refused (fail closed) unless the
+    /// configuration allows insecure tcp. The message says what to give.
+    case insecureEndpoint(String)
     /// A batch (`EnlargerClient.resize(batch:)`) failed: `reason` is how its item at `index`
     /// (request id `id`) failed, the first to fail; the other items were cancelled.
     indirect case batchFailed(index: Int, id: String, reason: EnlargerClientError)
@@ -51,6 +55,22 @@ public enum EnlargerClientError: Error, Equatable, Sendable {
 }
 
 extension EnlargerClientError.Code {
+    /// The code's name in the contract (common.proto's `ErrorCode` without its prefix:
+    /// `DEADLINE_EXCEEDED`, `UNKNOWN_FORMAT`), as logs, metrics and the Python client show it.
+    /// Each case is its contract name in lower camel case (`duplicateID`, `DUPLICATE_ID`), so
+    /// the name is spelt back from the case (a test holds every wire code to it).
+    public var contractName: String {
+        guard self != .unknown else { return "UNSPECIFIED" }
+        var name = ""
+        var afterLowercase = false
+        for character in rawValue {
+            if character.isUppercase && afterLowercase { name += "_" }
+            name += character.uppercased()
+            afterLowercase = character.isLowercase
+        }
+        return name
+    }
+
     init(_ code: Enlarger_V1_ErrorCode) {
         switch code {
         case .duplicateID: self = .duplicateID

@@ -27,9 +27,8 @@ struct BrokerOptions: ParsableArguments {
     @Option(help: "Seconds results may wait for a client that is not reading or not connected before it is given up.")
     var clientPatience = 30
 
-    @Option(help: ArgumentHelp(
-        "MiB of results kept for identical requests (0 turns the cache off).",
-        discussion: "A request whose image digest, spec and delivery match a cached result is answered at once."))
+    @Option(help: ArgumentHelp("MiB of results kept for identical requests (0 turns the cache off): a request whose image digest, "
+                + "spec and delivery match a cached result is answered at once."))
     var cacheMib = BrokerConfiguration().resultCacheBytes >> 20
 
     @Flag(name: .customLong("no-share-jobs"), help: "Give every request a job of its own, even when an identical one is in flight.")
@@ -52,10 +51,15 @@ struct BrokerOptions: ParsableArguments {
     var tenants: String?
 
     func validate() throws {
-        guard queueLimit > 0, heartbeatMs > 0, maxRetries >= 0, defaultDeadline > 0, maxDeadline > 0,
-              cancelAckTimeout > 0, clientPatience > 0, cacheMib >= 0
-        else {
-            throw ValidationError("broker limits must be positive")
+        // Each named, so that a bad value from the environment is reported under its variable.
+        for (flag, value) in [("--queue-limit", queueLimit), ("--heartbeat-ms", heartbeatMs),
+                              ("--default-deadline", defaultDeadline), ("--max-deadline", maxDeadline),
+                              ("--cancel-ack-timeout", cancelAckTimeout), ("--client-patience", clientPatience)]
+        where value <= 0 {
+            throw ValidationError("\(flag) must be positive, got \(value)")
+        }
+        for (flag, value) in [("--max-retries", maxRetries), ("--cache-mib", cacheMib)] where value < 0 {
+            throw ValidationError("\(flag) must be 0 or more, got \(value)")
         }
         guard (0...90).contains(interactiveReserve) else {
             throw ValidationError("--interactive-reserve must be 0 to 90 (percent), not \(interactiveReserve)")

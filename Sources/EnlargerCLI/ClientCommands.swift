@@ -5,17 +5,20 @@ import Foundation
 import Imaging
 
 extension EnlargerClientError {
-    /// The stable code and message printed for a failed request.
+    /// The stable code and message printed for a failed request: the contract's name for a
+    /// code from the broker (`UNKNOWN_FORMAT`, `WORKER_LOST`), the Python client's for one
+    /// decided here (`BROKER_UNREACHABLE`, `CLIENT_CLOSED`).
     var codeAndMessage: (code: String, message: String) {
         switch self {
-        case .failed(let code, let message), .rejected(let code, let message): (code.rawValue, message)
-        case .duplicateID(let message): ("duplicateID", message)
-        case .cancelled: ("cancelled", "cancelled by another connection")
-        case .invalidRequestID(let message): ("invalidRequestID", message)
-        case .brokerUnreachable: ("brokerUnreachable", "no broker answered; is `enlarger serve` running?")
-        case .brokerLost: ("brokerLost", "the broker stopped answering while the request was live")
-        case .closed: ("closed", "the client was closed")
-        case .transport(let error): ("transport", "\(error)")
+        case .failed(let code, let message), .rejected(let code, let message): (code.contractName, message)
+        case .duplicateID(let message): ("DUPLICATE_ID", message)
+        case .cancelled: ("CANCELLED", "cancelled by another connection")
+        case .invalidRequestID(let message): ("INVALID_ARGUMENT", message)
+        case .brokerUnreachable: ("BROKER_UNREACHABLE", "no broker answered; is `enlarger serve` running?")
+        case .brokerLost: ("BROKER_LOST", "the broker stopped answering while the request was live")
+        case .closed: ("CLIENT_CLOSED", "the client was closed")
+        case .transport(let error): ("TRANSPORT", "\(error)")
+        case .insecureEndpoint(let message): ("INSECURE_ENDPOINT", message)
         case .batchFailed(let index, let id, let reason):
             (reason.codeAndMessage.code, "item \(index) (\(id)): \(reason.codeAndMessage.message)")
         }

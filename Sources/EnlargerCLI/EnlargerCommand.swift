@@ -20,6 +20,16 @@ struct EnlargerCommand: AsyncParsableCommand {
 
     static func main() async {
         var arguments = Array(CommandLine.arguments.dropFirst())
+        // A misspelt option is reported as such, before the command's own checks run.
+        if let name = arguments.first,
+           let command = configuration.subcommands.first(where: { $0.configuration.commandName == name }),
+           let problem = UnknownOptions.problem(in: Array(arguments.dropFirst()), of: command)
+        {
+            let usage = "Error: \(problem)\nUsage: \(usageString(for: command))\n"
+                + "  See 'enlarger \(name) --help' for more information.\n"
+            FileHandle.standardError.write(Data(usage.utf8))
+            Foundation.exit(ExitCode.validationFailure.rawValue)
+        }
         var sources: [EnvironmentOptions.Source] = []
         if let name = arguments.first,
            let command = configurableFromEnvironment.first(where: { $0.configuration.commandName == name })

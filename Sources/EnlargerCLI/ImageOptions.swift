@@ -121,8 +121,10 @@ struct LimitOptions: ParsableArguments {
     var maxAVIFPixels: Int = DecodeLimits.defaultMaxAVIFPixels
 
     func validate() throws {
-        guard maxPixels > 0, maxBytes > 0, maxScans > 0, maxAVIFPixels > 0 else {
-            throw ValidationError("limits must be positive")
+        for (flag, value) in [("--max-pixels", maxPixels), ("--max-bytes", maxBytes), ("--max-scans", maxScans),
+                              ("--max-avif-pixels", maxAVIFPixels)]
+        where value <= 0 {
+            throw ValidationError("\(flag) must be positive, got \(value)")
         }
     }
 

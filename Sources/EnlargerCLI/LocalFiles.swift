@@ -141,12 +141,12 @@ enum InputSource {
             var object = JSONLine()
             object.add("input", input)
             var detail = JSONLine()
-            detail.add("code", failure.code.rawValue)
+            detail.add("code", failure.code.name)
             detail.add("message", failure.message)
             object.add("error", object: detail)
             print(object.text)
         } else {
-            FileHandle.standardError.write(Data("\(input): error \(failure.code.rawValue): \(failure.message)\n".utf8))
+            FileHandle.standardError.write(Data("\(input): error \(failure.code.name): \(failure.message)\n".utf8))
         }
     }
 

@@ -95,7 +95,14 @@ struct ResizeCommand: ParsableCommand {
             if let degradedPath { unlink(degradedPath) }
             throw error
         }
-        let t = final.timings
+        // What the input cost: each result's timings count only what it added (the decode
+        // with the first result that needed it).
+        var t = final.timings
+        if let preview {
+            t.decodeMilliseconds += preview.timings.decodeMilliseconds
+            t.resizeMilliseconds += preview.timings.resizeMilliseconds
+            t.encodeMilliseconds += preview.timings.encodeMilliseconds
+        }
         if json {
             var object = JSONLine()
             object.add("input", input)

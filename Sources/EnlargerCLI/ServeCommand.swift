@@ -5,6 +5,7 @@ import EnlargerWorker
 import Foundation
 import Logging
 import Locking
+import Telemetry
 import ZeroMQ
 
 struct ServeCommand: ParsableCommand {
@@ -179,8 +180,9 @@ final class WorkerSupervisor: Sendable {
         }
         guard let delay else { return }
         logger.warning("worker exited; restarting", metadata: [
-            "worker": "\(index)", "status": "\(process.terminationStatus)",
-            "reason": "\(process.terminationReason == .uncaughtSignal ? "signal" : "exit")", "in": "\(delay)"])
+            "worker": .stringConvertible(index), "status": .stringConvertible(process.terminationStatus),
+            "reason": "\(process.terminationReason == .uncaughtSignal ? "signal" : "exit")",
+            "restart_in_s": .stringConvertible(LogField.seconds(delay))])
         DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(delay.components.seconds * 1000
             + delay.components.attoseconds / 1_000_000_000_000_000))) { [self] in
             do { try launch(index) } catch { logger.error("cannot restart worker \(index): \(error)") }

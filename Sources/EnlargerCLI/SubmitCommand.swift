@@ -35,7 +35,11 @@ struct SubmitCommand: AsyncParsableCommand {
             written, and the failing input and its code are printed (exit code 1). With --json \
             the batch prints one object per final and then {"batch": ID, "outcome": ...}.
 
-            With --source file, each input is a path the worker reads under its own files root             (enlarger worker --files-root DIR); with --source url, an http(s) URL the worker             downloads (--json then also prints download events: phase, bytes, expected_bytes).             Either way nothing is read here, and a changed file or URL is never answered from             the broker's cache.
+            With --source file, each input is a path the worker reads under its own files root \
+            (enlarger worker --files-root DIR); with --source url, an http(s) URL the worker \
+            downloads (--json then also prints download events: phase, bytes, expected_bytes). \
+            Either way nothing is read here, and a changed file or URL is never answered from \
+            the broker's cache.
 
             Example: enlarger submit photos/* --width 720 --height 588 --accept image/avif,image/jpeg --id-prefix batch7 --out thumbs --json
             """
@@ -69,18 +73,16 @@ struct SubmitCommand: AsyncParsableCommand {
     @Option(help: "Refuse input files larger than this many bytes before sending them.")
     var maxBytes = DecodeLimits().maxInputBytes
 
-    @Option(help: ArgumentHelp(
-        "Seconds each request may take from acceptance to its end (default: the broker's, 300).",
-        discussion: "A request still running then fails with deadlineExceeded and its worker is told to stop."))
+    @Option(help: ArgumentHelp("Seconds each request may take from acceptance to its end (default: the broker's, 300); a request "
+                + "still running then fails with DEADLINE_EXCEEDED and its worker is told to stop."))
     var timeout: Double?
 
     @Flag(help: "Submit the inputs as one all-or-nothing batch: every final written, or none (see below).")
     var batch = false
 
-    @Flag(help: ArgumentHelp(
-        "Send no image digest: never answered from the broker's result cache, never sharing a job.",
-        discussion: "By default each image's SHA-256 goes with it, so an identical request in flight or recently "
-            + "done is not worked out twice."))
+    @Flag(help: ArgumentHelp("Send no image digest: never answered from the broker's result cache, never sharing a job (by default "
+              + "each image's SHA-256 goes with it, so an identical request in flight or recently done is not worked "
+              + "out twice)."))
     var noShare = false
 
     @Option(help: ArgumentHelp(
@@ -240,7 +242,7 @@ struct SubmitCommand: AsyncParsableCommand {
                 try OutputFile.writeAll(zip(images, paths).map { ($0.bytes, $1) })
             } catch {
                 summary("failed") {
-                    $0.add("code", error.code.rawValue)
+                    $0.add("code", error.code.name)
                     $0.add("message", error.message)
                 }
                 if !json { display.error("batch \(batchID): \(error.message); nothing was written") }
@@ -358,14 +360,15 @@ struct SubmitCommand: AsyncParsableCommand {
                 $0.add("code", code)
                 $0.add("message", message)
             }
-            if !json { display.error("\(shownInput) [\(id)]: \(event) \(code): \(message)") }
+            // `cancelled by another connection`, `failed CORRUPT: …`, `rejected OVERLOADED: …`.
+            if !json { display.error("\(shownInput) [\(id)]: " + (event == "cancelled" ? message : "\(event) \(code): \(message)")) }
             return .failed(code: code)
         }
         let imageSource: ImageSource
         do {
             imageSource = try self.imageSource(input)
         } catch {
-            return fail("failed", code: error.code.rawValue, message: error.message)
+            return fail("failed", code: error.code.name, message: error.message)
         }
         let name = source.outputName(input)
         var timings: [String] = []
@@ -393,7 +396,7 @@ struct SubmitCommand: AsyncParsableCommand {
                     } catch {
                         // Nothing more of it can be written: stop its work at the broker too.
                         if !isFinal { _ = try? await client.cancel(id) }
-                        return fail("failed", code: error.code.rawValue, message: error.message)
+                        return fail("failed", code: error.code.name, message: error.message)
                     }
                     let now = ContinuousClock.now
                     let queued = (startedAt ?? now) - start

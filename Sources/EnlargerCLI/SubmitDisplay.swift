@@ -135,12 +135,12 @@ struct SubmitSummary {
 
     var failed: Int { failedByCode.values.reduce(0, +) + unreachable }
 
-    /// `12 done, 2 failed (corrupt 1, notJPEG 1), 1 cancelled in 3.4 s (3.5 images/s); ...`
+    /// `12 done, 2 failed (CORRUPT 1, UNKNOWN_FORMAT 1), 1 cancelled in 3.4 s (3.5 images/s); ...`
     func text(wall: Duration) -> String {
         let seconds = milliseconds(wall) / 1000
         var parts = ["\(done) done"]
         var codes = failedByCode
-        if unreachable > 0 { codes["brokerUnreachable"] = unreachable }
+        if unreachable > 0 { codes["BROKER_UNREACHABLE"] = unreachable }
         if failed > 0 {
             parts.append("\(failed) failed (" + codes.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") + ")")
         } else {
@@ -164,7 +164,7 @@ struct SubmitSummary {
         line.add("failed", failed)
         var codes = JSONLine()
         for (code, count) in failedByCode.sorted(by: { $0.key < $1.key }) { codes.add(code, count) }
-        if unreachable > 0 { codes.add("brokerUnreachable", unreachable) }
+        if unreachable > 0 { codes.add("BROKER_UNREACHABLE", unreachable) }
         line.add("failed_by_code", object: codes)
         line.add("cancelled", cancelled)
         line.add("not_sent", notSent)

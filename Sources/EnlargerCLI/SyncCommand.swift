@@ -53,10 +53,9 @@ struct SyncCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object per file processed, then a summary.")
     var json = false
 
-    @Flag(help: ArgumentHelp(
-        "Keep watching SRC after the first pass and mirror each change as it happens (until Ctrl-C).",
-        discussion: "File-system notifications name what changed; only those files are processed. When they "
-            + "cannot tell (the notification queue overflowed, a watch was lost), a full pass reconciles everything."))
+    @Flag(help: ArgumentHelp("Keep watching SRC after the first pass and mirror each change as it happens (until Ctrl-C). "
+              + "File-system notifications name what changed; only those files are processed. When they cannot tell "
+              + "(the notification queue overflowed, a watch was lost), a full pass reconciles everything."))
     var watch = false
 
     @Option(help: "Requests outstanding at once.")
@@ -65,9 +64,8 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: "Skip (and report) source files larger than this many bytes.")
     var maxBytes = DecodeLimits().maxInputBytes
 
-    @Flag(help: ArgumentHelp(
-        "Replace files already at a thumbnail's name that no record names (after the record was lost).",
-        discussion: "Without it, such files are never overwritten: their sources fail with outputExists."))
+    @Flag(help: ArgumentHelp("Replace files already at a thumbnail's name that no record names (after the record was lost); "
+              + "without it, such files are never overwritten: their sources fail with OUTPUT_EXISTS."))
     var adopt = false
 
     @Option(help: ArgumentHelp(

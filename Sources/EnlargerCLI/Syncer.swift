@@ -52,7 +52,7 @@ final class Syncer {
                               elapsed: ContinuousClock.now - start)
             return summary.failed
         } catch {
-            SyncReport.event(.failed(path: source, code: "unreadable", message: "\(error)"), json: json)
+            SyncReport.event(.failed(path: source, code: "UNREADABLE", message: "\(error)"), json: json)
             return 1
         }
     }

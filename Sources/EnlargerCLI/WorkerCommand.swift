@@ -1,6 +1,7 @@
 import CLISupport
 import ArgumentParser
 import Dispatch
+import EnlargerProtocol
 import EnlargerWorker
 import Fetching
 import Foundation
@@ -80,6 +81,14 @@ struct WorkerCommand: ParsableCommand {
 
     func validate() throws {
         try Endpoint.validate(broker, option: "--broker")
+        // The flags by name, so that a bad value from the environment is reported under its variable.
+        if let concurrency, !(1...Int(WireLimits.maxCapacity)).contains(concurrency) {
+            throw ValidationError("--concurrency must be 1 to \(WireLimits.maxCapacity), got \(concurrency)")
+        }
+        if let name, name.utf8.count > WireLimits.maxWorkerNameBytes {
+            throw ValidationError("--name must be at most \(WireLimits.maxWorkerNameBytes) bytes, got \(name.utf8.count)")
+        }
+        guard heartbeatMs > 0 else { throw ValidationError("--heartbeat-ms must be positive, got \(heartbeatMs)") }
         if let problem = workerConfiguration.problem { throw ValidationError(problem) }
     }
 

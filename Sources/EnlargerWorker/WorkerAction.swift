@@ -94,8 +94,15 @@ struct JobEnd: Equatable {
             }
         }
 
+        /// `OK` for a result delivered, the contract's name for a failure; `CANCELLED` and
+        /// `ABANDONED` otherwise, so that a job that gave nothing is never counted as `OK`.
         var code: String {
-            if case .failed(let code) = self { code.contractName } else { "OK" }
+            switch self {
+            case .finished: "OK"
+            case .failed(let code): code.contractName
+            case .cancelled: "CANCELLED"
+            case .abandoned: "ABANDONED"
+            }
         }
     }
 

@@ -185,7 +185,7 @@ final class WorkerLoop {
         socket?.close()
         socket = nil
         if !outbox.isEmpty {
-            logger.debug("discarding unsent messages with the connection", metadata: ["count": "\(outbox.count)"])
+            logger.debug("discarding unsent messages with the connection", metadata: ["count": .stringConvertible(outbox.count)])
         }
         outbox.clear()
         rebuildPoller()
@@ -229,13 +229,14 @@ final class WorkerLoop {
                 "bytes_in": .stringConvertible(figures.bytesIn), "bytes_out": .stringConvertible(figures.bytesOut),
             ])
         case .registering(let capacity, let budget):
-            logger.info("ready", metadata: ["broker": "\(configuration.brokerEndpoint)", "capacity": "\(capacity)",
-                                            "memory-budget": "\(ByteCount(budget))"])
+            logger.info("ready", metadata: ["broker": "\(configuration.brokerEndpoint)", "capacity": .stringConvertible(capacity),
+                                            "memory_budget_bytes": .stringConvertible(budget)])
         case .brokerSilent(let silence, let abandoned):
-            logger.warning("broker silent, reconnecting", metadata: ["silence": "\(silence)", "abandoned": "\(abandoned)"])
+            logger.warning("broker silent, reconnecting", metadata: [
+                "silence_s": .stringConvertible(LogField.seconds(silence)), "abandoned": .stringConvertible(abandoned)])
         case .brokerDisconnected(let abandoned):
             logger.warning("the broker disconnected this worker; registering again shortly",
-                           metadata: ["abandoned": "\(abandoned)"])
+                           metadata: ["abandoned": .stringConvertible(abandoned)])
         case .brokerError(let code, let message):
             logger.warning("the broker reported an error", metadata: ["code": "\(code)", "message": "\(message)"])
         case .malformed(let reason):
@@ -246,13 +247,13 @@ final class WorkerLoop {
             logger.debug("cancelling", metadata: ["job": "\(key)"])
         case .tooLargeForBudget(let key, let bytes):
             logger.info("refused a job larger than the memory budget",
-                        metadata: ["job": "\(key)", "estimate": "\(ByteCount(bytes))"])
+                        metadata: ["job": "\(key)", "estimate_bytes": .stringConvertible(bytes)])
         case .yieldingSource(let key, let bytes):
             logger.debug("job drops its source bytes for an older one to grow; it reads them again later",
-                         metadata: ["job": "\(key)", "bytes": "\(ByteCount(bytes))"])
+                         metadata: ["job": "\(key)", "bytes": .stringConvertible(bytes)])
         case .waitingForMemory(let key, let bytes, let inUse):
-            logger.debug("job waits for memory", metadata: ["job": "\(key)", "estimate": "\(ByteCount(bytes))",
-                                                            "in-use": "\(ByteCount(inUse))"])
+            logger.debug("job waits for memory", metadata: ["job": "\(key)", "estimate_bytes": .stringConvertible(bytes),
+                                                            "in_use_bytes": .stringConvertible(inUse)])
         }
     }
 }

@@ -43,5 +43,28 @@ public struct ImagingError: Error, Equatable, Sendable, CustomStringConvertible 
         self.message = message
     }
 
-    public var description: String { "\(code.rawValue): \(message)" }
+    public var description: String { "\(code.name): \(message)" }
+}
+
+extension ImagingError.Code {
+    /// The name commands and logs show: the contract's name where the wire has the code
+    /// (`UNKNOWN_FORMAT`, `TOO_LARGE`), the same style for the codes that never leave a
+    /// process (`NOT_FOUND`, `WRITE_FAILED`).
+    public var name: String {
+        switch self {
+        case .unknownFormat: "UNKNOWN_FORMAT"
+        case .empty: "EMPTY"
+        case .truncated: "TRUNCATED"
+        case .corrupt: "CORRUPT"
+        case .unsupported: "UNSUPPORTED"
+        case .tooLarge: "TOO_LARGE"
+        case .tooManyScans: "TOO_MANY_SCANS"
+        case .invalidArgument: "INVALID_ARGUMENT"
+        case .notFound: "NOT_FOUND"
+        case .unreadable: "UNREADABLE"
+        case .cancelled: "CANCELLED"
+        case .encodeFailed: "ENCODE_FAILED"
+        case .writeFailed: "WRITE_FAILED"
+        }
+    }
 }

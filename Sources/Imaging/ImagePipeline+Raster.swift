@@ -82,12 +82,14 @@ extension ImagePipeline {
         decoded = raster.pixels
         timings.decodeMilliseconds = clock.lap()
         if wantsDegraded && !degradedSent {
+            // The decode is the degraded result's: the final's timings count only what it adds.
             var previewTimings = timings
             let made = try finishRaster(raster, .degraded, job: job, header: header, thumbnail: false,
                                         timings: &previewTimings, clock: &clock)
             try cancel?.check()
             try emit(result(.degraded, made, .decodedBuffer, previewTimings))
             if delivery == .degraded { return }
+            timings = StageTimings()
         }
         clock.reset()
         let made = try finishRaster(raster, .final, job: job, header: header, thumbnail: false, timings: &timings,

@@ -11,7 +11,9 @@ public enum DegradedSource: String, Sendable {
     case decodedBuffer
 }
 
-/// Milliseconds spent per step for one stage.
+/// Milliseconds spent per step on one result, since the result before it: the decode a
+/// degraded result and the final share is counted once, with the first result it served, so
+/// the timings of a run's results add up to no more than the run.
 public struct StageTimings: Sendable, Equatable {
     public var decodeMilliseconds = 0.0
     public var resizeMilliseconds = 0.0
@@ -173,6 +175,7 @@ public struct ImagePipeline: Sendable {
             if delivery == .degraded { return }
             clock.reset()
             decoded = try decoder.decode(scaleNumerator: plan.scaleNumerator)
+            timings.decodeMilliseconds = clock.lap()
         } else if wantsDegraded && header.progressive {
             let size = try decoder.startBuffered(scaleNumerator: plan.scaleNumerator)
             let complete = try decoder.consume(scans: previewScans)
@@ -189,18 +192,22 @@ public struct ImagePipeline: Sendable {
             if !complete { try decoder.consume(scans: 0) }
             decoded = try decoder.outputPass(width: size.width, height: size.height, channels: size.channels)
             try decoder.finishBuffered()
+            timings.decodeMilliseconds = clock.lap()
         } else {
             decoded = try decoder.decode(scaleNumerator: plan.scaleNumerator)
+            timings.decodeMilliseconds = clock.lap()
             if wantsDegraded {
-                var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
-                timings.decodeMilliseconds = previewTimings.decodeMilliseconds
+                // The decode is the degraded result's: the final reuses the buffer, and its
+                // timings count only what it adds.
+                var previewTimings = timings
                 let image = try finish(decoded!, .degraded, plan: plan, header: header, options: options, colour: job.colour,
                                        quality: degradedQuality, cancel: cancel, timings: &previewTimings, clock: &clock)
                 try emit(result(.degraded, image, .decodedBuffer, previewTimings))
                 if delivery == .degraded { return }
+                timings = StageTimings()
+                clock.reset()
             }
         }
-        timings.decodeMilliseconds += clock.lap()
         let image = try finish(decoded!, .final, plan: plan, header: header, options: options, colour: job.colour,
                                quality: options.quality, cancel: cancel, timings: &timings, clock: &clock)
         try emit(result(.final, image, nil, timings))

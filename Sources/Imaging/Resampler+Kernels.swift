@@ -48,7 +48,7 @@ where V.Scalar == Int32 {
 /// `pairSums(v, w)[j] = v[2j] · w[2j] + v[2j + 1] · w[2j + 1]`: one `pmaddwd`.
 @inline(__always)
 func pairSums(_ v: SIMD8<Int16>, _ w: SIMD8<Int16>) -> SIMD4<Int32> {
-    let products = SIMD8<Int32>(truncatingIfNeeded: v) &* SIMD8<Int32>(truncatingIfNeeded: w)
+    let products = SIMD8<Int32>(truncatingLanes: v) &* SIMD8<Int32>(truncatingLanes: w)
     return products.evenHalf &+ products.oddHalf
 }
 

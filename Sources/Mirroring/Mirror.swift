@@ -213,7 +213,7 @@ public final class Mirror {
         var replace = exists && record.mayReplace(output, for: source)
         if exists && !replace {
             guard adopt && record.owners[output] == nil && (info.st_mode & S_IFMT) == S_IFREG else {
-                throw WriteFailure(code: "outputExists", message: "\(target) exists and is not a thumbnail sync wrote "
+                throw WriteFailure(code: "OUTPUT_EXISTS", message: "\(target) exists and is not a thumbnail sync wrote "
                                    + "for this file: it is left alone (remove it, or run with --adopt to replace it)")
             }
             replace = true
@@ -226,7 +226,7 @@ public final class Mirror {
         func giveUp(_ code: Int32) throws -> WriteFailure {
             unlink(temporaryPath)
             try record.abandon(source)
-            return WriteFailure(code: "writeFailed", message: "cannot write \(target): \(String(cString: strerror(code)))")
+            return WriteFailure(code: "WRITE_FAILED", message: "cannot write \(target): \(String(cString: strerror(code)))")
         }
         let fd = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw try giveUp(errno) }
@@ -251,7 +251,7 @@ public final class Mirror {
             if result == -EEXIST {
                 unlink(temporaryPath)
                 try record.abandon(source)
-                throw WriteFailure(code: "outputExists", message: "\(target) appeared while its thumbnail was written: "
+                throw WriteFailure(code: "OUTPUT_EXISTS", message: "\(target) appeared while its thumbnail was written: "
                                    + "it is left alone")
             }
             guard result == 0 else { throw try giveUp(-result) }
@@ -274,11 +274,11 @@ public final class Mirror {
             var info = stat()
             if lstat(built, &info) == 0 {
                 guard (info.st_mode & S_IFMT) == S_IFDIR else {
-                    throw WriteFailure(code: "writeFailed", message: "cannot write \(layout.out)/\(output): \(built) "
+                    throw WriteFailure(code: "WRITE_FAILED", message: "cannot write \(layout.out)/\(output): \(built) "
                                        + "is not a directory (symbolic links in OUT are not followed)")
                 }
             } else if mkdir(built, 0o777) != 0 && errno != EEXIST {
-                throw WriteFailure(code: "writeFailed", message: "cannot create \(built): \(String(cString: strerror(errno)))")
+                throw WriteFailure(code: "WRITE_FAILED", message: "cannot create \(built): \(String(cString: strerror(errno)))")
             }
         }
     }
@@ -338,12 +338,12 @@ enum SourceRead: Sendable {
         guard fd >= 0 else {
             let code = errno
             if code == ELOOP { return .skipped("symbolic link: not followed") }
-            return .failed(code: code == ENOENT ? "notFound" : "unreadable",
+            return .failed(code: code == ENOENT ? "NOT_FOUND" : "UNREADABLE",
                            message: "\(path): \(String(cString: strerror(code)))")
         }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { return .failed(code: "unreadable", message: "\(path): \(String(cString: strerror(errno)))") }
+        guard fstat(fd, &info) == 0 else { return .failed(code: "UNREADABLE", message: "\(path): \(String(cString: strerror(errno)))") }
         if let reason = MirrorTree.notARegularFile(info) { return .skipped(reason) }
         if info.st_size == 0 { return .skipped("empty file") }
         if info.st_size > maxBytes { return .skipped("\(info.st_size) bytes, above --max-bytes \(maxBytes)") }
@@ -354,7 +354,7 @@ enum SourceRead: Sendable {
             let n = bytes.withUnsafeMutableBytes { Foundation.read(fd, $0.baseAddress! + filled, $0.count - filled) }
             if n < 0 {
                 if errno == EINTR { continue }
-                return .failed(code: "unreadable", message: "\(path): \(String(cString: strerror(errno)))")
+                return .failed(code: "UNREADABLE", message: "\(path): \(String(cString: strerror(errno)))")
             }
             if n == 0 { break }  // shortened meanwhile: its new version is made next pass
             filled += n

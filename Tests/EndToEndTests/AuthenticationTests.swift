@@ -62,6 +62,9 @@ final class AuthenticationTests: XCTestCase {
     private func client(_ name: String?, _ broker: BrokerService) throws -> EnlargerClient {
         var configuration = EnlargerClient.Configuration(heartbeatInterval: .milliseconds(100), missedHeartbeats: 10)
         configuration.curve = name.map { CurveClientCredentials(keyPair: keys[$0]!, serverKey: keys["broker"]!.publicKey) }
+        // A client without keys must say so outright (the library fails closed); the broker
+        // must refuse it anyway.
+        configuration.allowInsecureTCP = name == nil
         return try EnlargerClient(brokerEndpoint: broker.clientsEndpoint, configuration: configuration)
     }
 

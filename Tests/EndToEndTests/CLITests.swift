@@ -48,7 +48,93 @@ final class CLITests: XCTestCase {
         XCTAssert(fromEnvironment.stderr.contains("did you mean tcp://broker:5570?"), fromEnvironment.stderr)
     }
 
+    func testAMisspeltOptionIsReportedAsUnknownWithTheCloseOne() throws {
+        for arguments in [["submit", "x.jpg", "--widht", "10", "--out", "/tmp"],
+                          ["resize", "x.jpg", "--widht=10", "--out", "/tmp"],
+                          ["sync", "photos", "--out", "thumbs", "--widht", "10"]] {
+            let result = try run(arguments)
+            XCTAssertEqual(result.status, 64, "\(arguments): \(result.stderr)")
+            XCTAssert(result.stderr.hasPrefix("Error: Unknown option '--widht'. Did you mean '--width'?\n"), result.stderr)
+            XCTAssert(result.stderr.contains("See 'enlarger \(arguments[0]) --help'"), result.stderr)
+        }
+        let far = try run(["status", "--frobnicate"])
+        XCTAssert(far.stderr.hasPrefix("Error: Unknown option '--frobnicate'.\n"), far.stderr)
+        // After `--` everything is an input, and options ArgumentParser adds are known.
+        XCTAssertEqual(try run(["submit", "--help"]).status, 0)
+        let terminated = try run(["resize", "--width", "10", "--out", try temporaryDirectory().path, "--", "--widht"])
+        XCTAssertFalse(terminated.stderr.contains("Unknown option"), terminated.stderr)
+    }
+
+    /// Every check of a number names the flag, so that a value from the environment is
+    /// reported under its variable.
+    func testALimitOutOfRangeNamesItsFlagOrVariable() throws {
+        let directory = try temporaryDirectory()
+        let endpoints = ["--clients", "ipc://\(directory.path)/c.sock", "--workers", "ipc://\(directory.path)/w.sock"]
+        for (flag, value) in [("--queue-limit", "0"), ("--heartbeat-ms", "0"), ("--default-deadline", "0"),
+                              ("--cancel-ack-timeout", "0"), ("--client-patience", "0"), ("--max-bytes", "0")] {
+            let flagged = try run(["broker"] + endpoints + [flag, value])
+            XCTAssertNotEqual(flagged.status, 0)
+            XCTAssert(flagged.stderr.contains("\(flag) must be positive"), flagged.stderr)
+            let variable = "ENLARGER_" + flag.dropFirst(2).uppercased().replacingOccurrences(of: "-", with: "_")
+            let fromEnvironment = try run(["broker"] + endpoints, environment: [variable: value])
+            XCTAssert(fromEnvironment.stderr.contains("\(variable)=\(value): \(flag) must be positive"), fromEnvironment.stderr)
+        }
+        let worker = try run(["worker", "--broker", "ipc://\(directory.path)/w.sock"], environment: ["ENLARGER_CONCURRENCY": "0"])
+        XCTAssert(worker.stderr.contains("ENLARGER_CONCURRENCY=0: --concurrency must be 1 to 1024"), worker.stderr)
+        let limits = try run(["worker", "--broker", "ipc://\(directory.path)/w.sock"], environment: ["ENLARGER_MAX_PIXELS": "0"])
+        XCTAssert(limits.stderr.contains("ENLARGER_MAX_PIXELS=0: --max-pixels must be positive"), limits.stderr)
+    }
+
+    /// Help reads cleanly: no word said twice in a row, no ragged runs of spaces inside a
+    /// sentence, no option whose explanation hangs below it on its own indentation, and codes
+    /// as the contract names them.
+    func testHelpTextsReadCleanly() throws {
+        let commands = ["serve", "submit", "cancel", "status", "broker", "worker", "health", "resize", "info", "sync", "keygen"]
+        for command in commands {
+            let help = try run([command, "--help"]).stdout
+            let prose = help.replacingOccurrences(of: "--client-keys keys", with: "")
+                .replacingOccurrences(of: "--url-max-redirects redirects", with: "")
+            let words = prose.split(whereSeparator: { $0.isWhitespace }).map { $0.lowercased() }
+            for (first, second) in zip(words, words.dropFirst()) where first == second && first.allSatisfy(\.isLetter) {
+                XCTFail("\(command) --help says '\(first) \(second)'")
+            }
+            for line in help.split(separator: "\n") {
+                XCTAssertNil(line.range(of: #"[^ ]   +[^ ]"#, options: .regularExpression).flatMap { _ in
+                    line.hasPrefix("  -") || line.hasPrefix("  <") ? nil : line }, "\(command): ragged spacing: \(line)")
+                XCTAssertFalse(line.hasPrefix("        ") && !line.hasPrefix("                          "),
+                               "\(command): an explanation hangs below its option: \(line)")
+            }
+            for swiftName in ["deadlineExceeded", "workerLost", "notJPEG", "unknownFormat", "tooLarge", "outputExists"] {
+                XCTAssertFalse(help.contains(swiftName), "\(command) --help names \(swiftName)")
+            }
+        }
+    }
+
     // MARK: - Configuration from the environment
+
+    /// The client commands read ENLARGER_INSECURE_TCP as the services do: `1` or `true`, and
+    /// anything else is an error naming the variable; without it, tcp without keys is refused.
+    func testClientCommandsReadInsecureTCPAsTheServicesDo() throws {
+        let endpoint = "tcp://127.0.0.1:\(try unusedPort())"
+        let refused = try run(["status", "--broker", endpoint])
+        XCTAssertEqual(refused.status, 1)
+        XCTAssert(refused.stderr.contains("refusing to connect to \(endpoint) without authentication"), refused.stderr)
+        XCTAssert(refused.stderr.contains("--server-public-key") && refused.stderr.contains("ENLARGER_INSECURE_TCP"), refused.stderr)
+        for value in ["1", "true", "TRUE", "yes"] {
+            let allowed = try run(["health", "--broker", endpoint, "--timeout-ms", "300"],
+                                  environment: ["ENLARGER_INSECURE_TCP": value])
+            XCTAssert(allowed.stderr.contains("unhealthy: \(endpoint): no broker answered"), "\(value): \(allowed.stderr)")
+        }
+        for value in ["0", "false"] {
+            let off = try run(["status", "--broker", endpoint], environment: ["ENLARGER_INSECURE_TCP": value])
+            XCTAssert(off.stderr.contains("without authentication"), "\(value): \(off.stderr)")
+        }
+        let wrong = try run(["status", "--broker", endpoint], environment: ["ENLARGER_INSECURE_TCP": "maybe"])
+        XCTAssertEqual(wrong.status, 1)
+        XCTAssert(wrong.stderr.contains("ENLARGER_INSECURE_TCP=maybe: expected 1 or true"), wrong.stderr)
+        let worker = try run(["worker", "--broker", endpoint], environment: ["ENLARGER_INSECURE_TCP": "maybe"])
+        XCTAssert(worker.stderr.contains("ENLARGER_INSECURE_TCP=maybe: expected 1 or true"), worker.stderr)
+    }
 
     func testBrokerTakesEveryFlagFromTheEnvironmentAndAFlagWins() async throws {
         let directory = try temporaryDirectory()
@@ -151,7 +237,7 @@ final class CLITests: XCTestCase {
         // The one line, then the summary; nothing per file.
         let lines = result.stderr.split(separator: "\n")
         XCTAssertEqual(lines.count, 2, result.stderr)
-        XCTAssert(lines.last?.hasPrefix("0 done, 3 failed (brokerUnreachable 3)") == true, result.stderr)
+        XCTAssert(lines.last?.hasPrefix("0 done, 3 failed (BROKER_UNREACHABLE 3)") == true, result.stderr)
         XCTAssert(result.stderr.contains("cannot reach the broker at \(endpoint)"), result.stderr)
     }
 
@@ -199,6 +285,9 @@ final class CLITests: XCTestCase {
                               "--broker", cluster.clientsEndpoint])
         XCTAssertEqual(result.status, 1)
         XCTAssert(result.stderr.contains("a GIF image"), result.stderr)
+        // Codes as the contract names them, never as Swift cases.
+        XCTAssert(result.stderr.contains("failed UNKNOWN_FORMAT:"), result.stderr)
+        XCTAssert(result.stderr.contains("1 failed (UNKNOWN_FORMAT 1)"), result.stderr)
         let client = try cluster.client()
         let status = try await client.status()
         await client.close()
@@ -226,7 +315,7 @@ final class CLITests: XCTestCase {
         let broken = try run(["submit"] + good + [bad, "--batch", "--width", "64", "--out", none,
                                                   "--broker", cluster.clientsEndpoint])
         XCTAssertEqual(broken.status, 1)
-        XCTAssert(broken.stderr.contains("failed: item 2 (\(bad)): truncated"), broken.stderr)
+        XCTAssert(broken.stderr.contains("failed: item 2 (\(bad)): TRUNCATED"), broken.stderr)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: none), [], "nothing is written")
 
         let client = try cluster.client()
@@ -314,7 +403,7 @@ final class CLITests: XCTestCase {
         let lines = result.stdout.split(separator: "\n").map(String.init)
         XCTAssert(lines.contains { $0.contains("\"input\":\"2024/flowers.jpeg\"") && $0.contains("\"event\":\"final\"") },
                   result.stdout)
-        XCTAssert(lines.contains { $0.contains("\"input\":\"../outside.jpg\"") && $0.contains("\"code\":\"sourceRefused\"") },
+        XCTAssert(lines.contains { $0.contains("\"input\":\"../outside.jpg\"") && $0.contains("\"code\":\"SOURCE_REFUSED\"") },
                   result.stdout)
         let written = try Data(contentsOf: out.appendingPathComponent("flowers.jpg"))
         XCTAssert(written.starts(with: [0xFF, 0xD8, 0xFF]))
@@ -467,7 +556,7 @@ final class CLITests: XCTestCase {
         let result = try run(["submit", photo, "--width", "4000", "--enlarge", "--out", out.path, "--broker", cluster.clientsEndpoint,
                               "--id-prefix", "w"])
         XCTAssertEqual(result.status, 1, result.stderr)
-        XCTAssert(result.stderr.contains("writeFailed"), result.stderr)
+        XCTAssert(result.stderr.contains("WRITE_FAILED"), result.stderr)
         let status = try await cluster.waitUntilIdle(client: client)
         await client.close()
         XCTAssertEqual(status.totals.cancelled, 1, "the request was not cancelled at the broker")
@@ -500,7 +589,7 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(accepted.status, 0, accepted.stderr)
         let strict = try run(["resize", junk, "--width", "64", "--out", out, "--fail-on", "warning"])
         XCTAssertNotEqual(strict.status, 0)
-        XCTAssert(strict.stderr.contains("corrupt"), strict.stderr)
+        XCTAssert(strict.stderr.contains("CORRUPT"), strict.stderr)
         let wrong = try run(["resize", junk, "--width", "64", "--out", out, "--fail-on", "sometimes"])
         XCTAssertNotEqual(wrong.status, 0)
         XCTAssert(wrong.stderr.contains("none, truncated, error, warning") || wrong.stderr.contains("fail-on"), wrong.stderr)
@@ -525,7 +614,7 @@ final class CLITests: XCTestCase {
         let refused = try run(["resize", misnamed.path, "--width", "48", "--accept", "jpeg",
                                "--out", out.appendingPathComponent("c").path])
         XCTAssertEqual(refused.status, 1)
-        XCTAssert(refused.stderr.contains("invalidArgument") && refused.stderr.contains("transparency"), refused.stderr)
+        XCTAssert(refused.stderr.contains("INVALID_ARGUMENT") && refused.stderr.contains("transparency"), refused.stderr)
         for (arguments, complaint) in [(["--accept", "image/gif"], "not a known type"),
                                        (["--format", "png", "--accept", "png"], "not both"),
                                        (["--flatten"], "--flatten goes with --accept"),
@@ -604,7 +693,7 @@ final class CLITests: XCTestCase {
                                 "--broker", cluster.clientsEndpoint, "--json"])
         XCTAssertEqual(orphaned.status, 1, orphaned.stdout)
         XCTAssertTrue(orphaned.stdout.contains("\"failed\":3"), orphaned.stdout)
-        XCTAssertTrue(orphaned.stdout.contains("outputExists"), orphaned.stdout)
+        XCTAssertTrue(orphaned.stdout.contains("OUTPUT_EXISTS"), orphaned.stdout)
         XCTAssertEqual(counts(try sync(["--format", "png", "--adopt"]).summary), [3, 0, 0, 0, 1, 0])
         await client.close()
     }
@@ -885,13 +974,19 @@ final class CLITests: XCTestCase {
         serve.waitUntilExit()
         stopped = true
         var ended: [String: [String: Any]] = [:]
+        var ready: [String: Any]?
         for line in text.split(separator: "\n") {
             let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
                                        "not one JSON object per line: \(line)")
             if object["request_id"] as? String == "logged-0", let message = object["message"] as? String {
                 ended[message] = object
             }
+            if object["label"] as? String == "enlarger.worker", object["message"] as? String == "ready" { ready = object }
         }
+        // Counts and sizes outside the request lines are numbers too.
+        let registered = try XCTUnwrap(ready, text)
+        XCTAssertEqual(registered["capacity"] as? Int, 1, "\(registered)")
+        XCTAssertNotNil(registered["memory_budget_bytes"] as? Int, "\(registered)")
         let broker = try XCTUnwrap(ended["request ended"], text)
         XCTAssertEqual(broker["stage"] as? String, "ended")
         XCTAssertEqual(broker["code"] as? String, "OK")
@@ -903,6 +998,10 @@ final class CLITests: XCTestCase {
         for field in ["duration_ms", "decode_ms", "resize_ms", "encode_ms"] {
             XCTAssertNotNil(worker[field] as? Double, "\(field) is a number: \(worker)")
         }
+        // The job's stages fit in the job (a degraded result and the final share one decode).
+        let stages = ["decode_ms", "resize_ms", "encode_ms"].compactMap { worker[$0] as? Double }.reduce(0, +)
+        XCTAssertLessThanOrEqual(stages, (worker["duration_ms"] as? Double ?? 0) + 0.2, // each rounded to 0.1 ms
+                                  "\(worker)")
         XCTAssertNotNil(worker["bytes_out"] as? Int, "\(worker)")
     }
 

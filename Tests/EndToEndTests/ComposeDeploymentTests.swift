@@ -108,6 +108,9 @@ final class ComposeDeploymentTests: XCTestCase {
             XCTAssertEqual(health.status, 0, "\(service)'s healthcheck: \(health.output)")
         }
 
+        try checkTheProducerWritesIntoADirectoryOfTheUsersGroup(photo: photo.path, keys: keys, clients: clients,
+                                                                 in: directory)
+
         // Without the producer's key the client refuses to connect over tcp, and with a key
         // the broker does not list, the broker never answers.
         var keyless = producer
@@ -125,11 +128,44 @@ final class ComposeDeploymentTests: XCTestCase {
         XCTAssertNotEqual(ignored.status, 0, ignored.output)
     }
 
+    /// The compose producer runs as the image's user (uid 10001, who owns the keys in the
+    /// volume) with the group given in ENLARGER_GID, so that it can write thumbnails into a
+    /// host directory its user made writable by their group, which uid 10001 alone could not.
+    /// Run as those ids with `setpriv`, which needs root; skipped otherwise.
+    private func checkTheProducerWritesIntoADirectoryOfTheUsersGroup(photo: String, keys: String, clients: String,
+                                                                     in directory: URL) throws {
+        XCTAssertEqual(compose.user(of: "producer"), "10001:${ENLARGER_GID:-10001}")
+        guard geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else { return }
+        // The keys as the keys service leaves them in the volume: the image user's.
+        try run(["/bin/chown", "-R", "10001:10001", keys])
+        // A host directory of a user 4242 whose group is 4343, writable by the group.
+        let out = directory.appendingPathComponent("host-thumbs").path
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: false)
+        XCTAssertEqual(chown(out, 4242, 4343), 0)
+        XCTAssertEqual(chmod(out, 0o775), 0)
+        var producer = compose.environment(of: "producer").mapValues { $0.replacingOccurrences(of: "/keys", with: keys) }
+        producer["ENLARGER_BROKER"] = clients
+        func submit(group: String) throws -> (status: Int32, output: String) {
+            try run(["/usr/bin/setpriv", "--reuid=10001", "--regid=\(group)", "--clear-groups",
+                     Cluster.enlargerBinary.path, "submit", photo, "--width", "64", "--out", out, "--timeout", "30"],
+                    environment: producer, binary: false, mayFail: true)
+        }
+        let imageGroup = try submit(group: "10001")
+        XCTAssertNotEqual(imageGroup.status, 0, "uid 10001 wrote into a directory it may not write: \(imageGroup.output)")
+        XCTAssert(imageGroup.output.contains("cannot write to output directory"), imageGroup.output)
+        let userGroup = try submit(group: "4343")
+        XCTAssertEqual(userGroup.status, 0, userGroup.output)
+        let written = try FileManager.default.contentsOfDirectory(atPath: out).filter { !$0.contains("degraded") }
+        XCTAssertEqual(written.count, 1, "\(written)")
+        let attributes = try FileManager.default.attributesOfItem(atPath: out + "/" + written[0])
+        XCTAssertEqual(attributes[.groupOwnerAccountID] as? Int, 4343, "the user's group owns the thumbnail")
+    }
+
     // MARK: - Processes
 
     @discardableResult
-    private func run(_ arguments: [String], environment: [String: String] = [:], binary: Bool = false) throws
-        -> (status: Int32, output: String)
+    private func run(_ arguments: [String], environment: [String: String] = [:], binary: Bool = false,
+                     mayFail: Bool = false) throws -> (status: Int32, output: String)
     {
         let process = Process()
         var arguments = arguments
@@ -146,7 +182,7 @@ final class ComposeDeploymentTests: XCTestCase {
         try process.run()
         let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
-        if !binary && process.terminationStatus != 0 {
+        if !binary && !mayFail && process.terminationStatus != 0 {
             XCTFail("\(arguments.joined(separator: " ")) exited \(process.terminationStatus): \(output)")
         }
         return (process.terminationStatus, output)
@@ -240,6 +276,13 @@ struct ComposeFile {
             return (try? JSONSerialization.jsonObject(with: Data(list.utf8))) as? [String]
         }
         return nil
+    }
+
+    /// A service's `user:`, without quotes.
+    func user(of service: String) -> String? {
+        guard let line = block(of: service).first(where: { $0.hasPrefix("    user:") }) else { return nil }
+        return line.dropFirst("    user:".count)
+            .trimmingCharacters(in: CharacterSet.whitespaces.union(CharacterSet(charactersIn: "\"")))
     }
 
     /// A service's `restart:` policy, without quotes.

@@ -231,6 +231,7 @@ struct ClientCoreHarness {
         case .brokerLost: "brokerLost"
         case .closed: "closed"
         case .transport: "transport"
+        case .insecureEndpoint: "insecureEndpoint"
         case .batchFailed(let index, _, let reason): "batchFailed \(index) \(summary(reason))"
         }
     }

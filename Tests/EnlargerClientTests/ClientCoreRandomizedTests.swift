@@ -558,7 +558,7 @@ struct ClientSimulation {
         case .brokerUnreachable: totals.brokerUnreachable += 1
         case .cancelled:
             if !requests[token]!.cancelCalled { violations.append("\(token) cancelled, but nobody cancelled it") }
-        case .invalidRequestID, .closed, .transport, .batchFailed:
+        case .invalidRequestID, .closed, .transport, .insecureEndpoint, .batchFailed:
             violations.append("\(token) failed \(error), which this run never causes")
         }
         if let message, message.hasPrefix("token "), let owner = UInt64(message.split(separator: " ")[1]),

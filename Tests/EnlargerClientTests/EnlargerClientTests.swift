@@ -1,6 +1,7 @@
 import EnlargerProtocol
 import ImageModel
 import XCTest
+import ZeroMQ
 
 @testable import Enlarger
 import TestSupport
@@ -265,6 +266,44 @@ final class EnlargerClientTests: XCTestCase {
         let seen = try await consumer.value
         XCTAssertLessThanOrEqual(seen.count, 1, "at most the Accepted that came before the cancel")
         try await waitUntil("a Cancel frame") { broker.requests.contains { $0.isCancel && $0.requestID == "task" } }
+    }
+
+    // MARK: Keys
+
+    /// Fail closed: a tcp endpoint without CURVE keys is refused at once, with what to do,
+    /// unless insecure tcp is asked for outright; ipc needs no keys.
+    func testTCPWithoutKeysIsRefusedUnlessInsecureIsAskedFor() async throws {
+        let endpoint = "tcp://127.0.0.1:9"
+        do {
+            _ = try EnlargerClient(brokerEndpoint: endpoint)
+            XCTFail("a tcp client without keys was made")
+        } catch {
+            guard case .insecureEndpoint(let message) = error else { return XCTFail("\(error)") }
+            XCTAssert(message.contains(endpoint) && message.contains("curve") && message.contains("allowInsecureTCP"), message)
+        }
+        var insecure = EnlargerClient.Configuration()
+        insecure.allowInsecureTCP = true
+        try await EnlargerClient(brokerEndpoint: endpoint, configuration: insecure).close()
+        var keyed = EnlargerClient.Configuration()
+        keyed.curve = CurveClientCredentials(keyPair: try CurveKeyPair.generate(), serverKey: try CurveKeyPair.generate().publicKey)
+        try await EnlargerClient(brokerEndpoint: endpoint, configuration: keyed).close()
+        try await EnlargerClient(brokerEndpoint: endpoints.ipc("no-keys-needed")).close()
+        // The convenience function refuses alike.
+        do {
+            _ = try await withEnlargerClient(brokerEndpoint: endpoint) { _ in }
+            XCTFail("withEnlargerClient made a tcp client without keys")
+        } catch let error as EnlargerClientError {
+            guard case .insecureEndpoint = error else { return XCTFail("\(error)") }
+        }
+    }
+
+    /// Every code the broker may send is shown by its contract name (`WORKER_LOST`), as the
+    /// logs, the metrics and the Python client show it.
+    func testCodesAreNamedAsInTheContract() {
+        for code in Enlarger_V1_ErrorCode.allCases where code != .unspecified {
+            XCTAssertEqual(EnlargerClientError.Code(code).contractName, code.contractName)
+        }
+        XCTAssertEqual(EnlargerClientError.Code.workerLost.contractName, "WORKER_LOST")
     }
 
     // MARK: Liveness

@@ -102,13 +102,15 @@ extension FakeBroker {
 
 /// A `Job` message.
 func job(_ id: UInt64, attempt: UInt32 = 1, width: UInt32 = 320, height: UInt32 = 0,
-         delivery: Enlarger_V1_Delivery = .progressive, image: [UInt8]) -> BrokerToWorkerMessage<[UInt8]> {
+         delivery: Enlarger_V1_Delivery = .progressive, format: Enlarger_V1_ImageFormat = .jpeg,
+         image: [UInt8]) -> BrokerToWorkerMessage<[UInt8]> {
     var job = Enlarger_V1_Job()
     job.jobID = id
     job.attempt = attempt
     job.requestID = "request-\(id)"
     job.spec.width = width
     job.spec.height = height
+    job.spec.format = format
     job.delivery = delivery
     return .job(job, image: image)
 }

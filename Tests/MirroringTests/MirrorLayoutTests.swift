@@ -23,8 +23,8 @@ final class MirrorLayoutTests: XCTestCase {
         refuses(link, directories.source, "SRC through a link")
         refuses(directories.source, link, "OUT through a link")
         let previous = FileManager.default.currentDirectoryPath
-        FileManager.default.changeCurrentDirectoryPath(directories.source)
-        defer { FileManager.default.changeCurrentDirectoryPath(previous) }
+        XCTAssertTrue(FileManager.default.changeCurrentDirectoryPath(directories.source))
+        defer { _ = FileManager.default.changeCurrentDirectoryPath(previous) }
         refuses(".", "./", "cd SRC && sync . --out ./")
         refuses(".", ".", "cd SRC && sync . --out .")
         XCTAssertEqual(MirrorDirectories.files(directories.source), ["photo.jpg": [1, 2, 3]], "nothing was written")

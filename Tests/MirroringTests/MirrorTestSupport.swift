@@ -9,7 +9,7 @@ import XCTest
 enum FakeService {
     static let thumbnailer: Thumbnailer = { _, bytes in
         if bytes.starts(with: Array("TEXT".utf8)) { return .skipped("not an image") }
-        if bytes.starts(with: Array("FAIL".utf8)) { return .failed(code: "corrupt", message: "cannot be decoded") }
+        if bytes.starts(with: Array("FAIL".utf8)) { return .failed(code: "CORRUPT", message: "cannot be decoded") }
         return .made(bytes: thumbnail(bytes), fileExtension: fileExtension(bytes))
     }
 

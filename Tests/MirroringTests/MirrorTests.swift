@@ -30,7 +30,7 @@ final class MirrorTests: XCTestCase {
         try directories.write("a.jpg.png", Array("the user's own file".utf8), in: directories.out)
         try directories.write("notes/todo.txt", Array("keep".utf8), in: directories.out)
         let (summary, events) = try await Mirror.fake(directories).fakeFullPass()
-        XCTAssertEqual(summary.failures, ["outputExists": 1])
+        XCTAssertEqual(summary.failures, ["OUTPUT_EXISTS": 1])
         XCTAssertEqual(summary.inserted, 1)
         XCTAssertEqual(summary.foreign, 2)
         XCTAssertTrue(events.contains(.foreign(output: "notes/todo.txt")), "\(events)")

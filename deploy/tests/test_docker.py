@@ -91,6 +91,19 @@ class DockerfileTests(unittest.TestCase):
                 for package in packages:
                     self.assertIn("=", package, f"{package} is not pinned")
 
+    def test_the_runtime_image_can_verify_https_sources(self):
+        froms = [index for index, (keyword, _) in enumerate(instructions()) if keyword == "FROM"]
+        runtime = " ".join(rest for keyword, rest in instructions()[froms[-1]:] if keyword == "RUN")
+        self.assertRegex(runtime, r"apt-get install [^&]*\bca-certificates=")
+
+    def test_the_comment_on_pins_is_true(self):
+        # Package.resolved is not committed (the project's rule), so the image can follow one
+        # only when the build context has it; the comment must not claim more.
+        text = DOCKERFILE.read_text()
+        self.assertIn("COPY Package.swift Package.resolved* ./", text)
+        self.assertIn("What is not pinned: the Swift packages", text)
+        self.assertIn("Package.resolved", (REPOSITORY / ".gitignore").read_text().split())
+
     def test_the_binary_is_stripped(self):
         build = " ".join(rest for keyword, rest in instructions() if keyword == "RUN")
         self.assertTrue("strip " in build or "-Xlinker -s" in build)
@@ -106,6 +119,13 @@ class ComposeTests(unittest.TestCase):
             test = service["healthcheck"]["test"]
             self.assertEqual(test[:5], ["CMD", "enlarger", "health", "--http", "127.0.0.1:" + metrics.rsplit(":", 1)[1]])
             self.assertIn(service["restart"], ("always", "unless-stopped", "on-failure"))
+
+    def test_the_producer_writes_as_the_key_owner_with_the_callers_group(self):
+        # uid 10001 owns the producer's key in the volume (mode 0600); the group comes from
+        # ENLARGER_GID so that a host directory of that group can take the thumbnails.
+        producer = self.compose["services"]["producer"]
+        self.assertEqual(producer["user"], "10001:${ENLARGER_GID:-10001}")
+        self.assertIn("ENLARGER_GID=$(id -g)", COMPOSE.read_text())
 
     def test_nothing_unauthenticated_is_published(self):
         for name, service in self.compose["services"].items():
