@@ -60,7 +60,8 @@ struct BenchLanes: ParsableCommand {
         try bob.publicKey.writePublicKeyFile(to: directory.appendingPathComponent("clients/bob.pub").path)
         try worker.publicKey.writePublicKeyFile(to: directory.appendingPathComponent("workers/worker.pub").path)
 
-        let port = Int.random(in: 21000...39000)
+        // Below Linux's ephemeral range (32768 up), which outgoing connections take from.
+        let port = Int.random(in: 21000...32000)
         let clients = "tcp://127.0.0.1:\(port)", workersEndpoint = "tcp://127.0.0.1:\(port + 1)"
         let executable = enlarger.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/proc/self/exe")
             .resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("enlarger")

@@ -109,7 +109,10 @@ extension BrokerCore {
             return
         }
         if let index = workerIndex[peer] {
-            loseWorker(at: index, reason: "registered again", now: now, &actions)
+            // The same connection registering again: the worker started over (it judged the
+            // broker gone, say, while the broker was paused). Its jobs run again, blamed on
+            // none of them, and no worker was lost.
+            loseWorker(at: index, reason: "registered again", charge: false, countsAsLost: false, now: now, &actions)
         }
         workerIndex[peer] = workers.count
         workers.append(
@@ -355,10 +358,11 @@ extension BrokerCore {
     // to the other workers throughout.
 
     mutating func loseWorker(
-        at index: Int, reason: String, charge: Bool = true, now: MonotonicInstant, _ actions: inout [Action]
+        at index: Int, reason: String, charge: Bool = true, countsAsLost: Bool = true, now: MonotonicInstant,
+        _ actions: inout [Action]
     ) {
         let worker = removeWorker(at: index)
-        counters.workersLost += 1
+        if countsAsLost { counters.workersLost += 1 } else { counters.workersDisconnected += 1 }
         // A job alone on a worker that died is the likely cause; none is when the worker
         // was not lost to a crash.
         let alone = charge && worker.inFlight == 1

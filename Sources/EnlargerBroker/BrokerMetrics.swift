@@ -25,14 +25,15 @@ final class BrokerMetrics {
     private let uptime: Meter
     private let cacheEntries: Meter
     private let cacheBytes: Meter
-    private let cacheEvictions: Meter
+    private let cacheEvictions: CoreMetrics.Counter
+    private var publishedEvictions: UInt64 = 0
     private let totals: [(KeyPath<Enlarger_V1_Totals, UInt64>, CoreMetrics.Counter)]
     private var published = Enlarger_V1_Totals()
 
     init(registry: MetricsRegistry) {
         self.registry = registry
         requests = registry.counters(
-            "enlarger_requests_total", help: "Requests ended, by outcome and error code (OK unless failed or rejected).",
+            "enlarger_requests_total", help: "Requests ended, by outcome and code (OK if finished, CANCELLED if cancelled, else the contract's error code).",
             labels: ["outcome", "code"])
         durations = registry.timers(
             "enlarger_request_duration_seconds",
@@ -53,7 +54,7 @@ final class BrokerMetrics {
         uptime = registry.gauge("enlarger_uptime_seconds", help: "Seconds since the broker started.")
         cacheEntries = registry.gauge("enlarger_cache_entries", help: "Results held in the result cache.")
         cacheBytes = registry.gauge("enlarger_cache_bytes", help: "Bytes held in the result cache (its limit is --cache-mib).")
-        cacheEvictions = registry.gauge("enlarger_cache_evictions", help: "Results dropped from the cache to make room, since the start.")
+        cacheEvictions = registry.counter("enlarger_cache_evictions_total", help: "Results dropped from the cache to make room.")
         func total(_ name: String, _ help: String, _ path: KeyPath<Enlarger_V1_Totals, UInt64>)
             -> (KeyPath<Enlarger_V1_Totals, UInt64>, CoreMetrics.Counter)
         {
@@ -117,7 +118,10 @@ final class BrokerMetrics {
         uptime.set(Double(status.uptimeMs) / 1000)
         cacheEntries.set(Int(status.cache.entries))
         cacheBytes.set(Int(status.cache.bytes))
-        cacheEvictions.set(Int(clamping: status.cache.evictions))
+        if status.cache.evictions > publishedEvictions {
+            cacheEvictions.increment(by: Int64(clamping: status.cache.evictions - publishedEvictions))
+            publishedEvictions = status.cache.evictions
+        }
         for (path, counter) in totals {
             let now = status.totals[keyPath: path], before = published[keyPath: path]
             if now > before { counter.increment(by: Int64(now - before)) }

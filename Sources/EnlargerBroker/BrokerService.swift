@@ -272,7 +272,7 @@ public final class BrokerService: @unchecked Sendable {
         while true {
             var now = MonotonicInstant.now()
             if closeAt == nil, stopRequested.load(ordering: .acquiring) {
-                logger.info("broker stopping", metadata: ["live_requests": "\(core.liveRequestCount)"])
+                logger.info("broker stopping", metadata: ["live_requests": .stringConvertible(core.liveRequestCount)])
                 try perform(core.shutdown(now: now), now: now)
                 closeAt = now + configuration.shutdownGrace
             }
@@ -477,7 +477,7 @@ public final class BrokerService: @unchecked Sendable {
             logger.debug("peer refused", metadata: ["domain": "\(peer.domain)", "address": "\(peer.address)",
                                                     "reason": "\(reason)"])
         case .allowListLoaded(let directory, let count):
-            logger.info("allow-list loaded", metadata: ["directory": "\(directory)", "keys": "\(count)"])
+            logger.info("allow-list loaded", metadata: ["directory": "\(directory)", "keys": .stringConvertible(count)])
         case .allowListProblem(let error):
             logger.warning("allow-list entry skipped", metadata: ["error": "\(error)"])
         }
@@ -596,17 +596,17 @@ public final class BrokerService: @unchecked Sendable {
                 "request_id": "\(requestID)", "stage": "rejected", "outcome": "rejected", "code": "\(code.contractName)",
             ])
         case .workerRegistered(let peer, let name, let capacity):
-            logger.info("worker registered", metadata: ["peer": "\(peer)", "name": "\(name)", "capacity": "\(capacity)"])
+            logger.info("worker registered", metadata: ["peer": "\(peer)", "name": "\(name)", "capacity": .stringConvertible(capacity)])
         case .workerLost(let peer, let reason, let requeued, let failed):
             logger.warning(
                 "worker lost",
-                metadata: ["peer": "\(peer)", "reason": "\(reason)", "requeued": "\(requeued)", "failed": "\(failed)"])
+                metadata: ["peer": "\(peer)", "reason": "\(reason)", "requeued": .stringConvertible(requeued), "failed": .stringConvertible(failed)])
         case .workerLeft(let peer, let requeued):
-            logger.info("worker left", metadata: ["peer": "\(peer)", "requeued": "\(requeued)"])
+            logger.info("worker left", metadata: ["peer": "\(peer)", "requeued": .stringConvertible(requeued)])
         case .clientVanished(let peer, let cancelled):
-            logger.notice("client vanished", metadata: ["peer": "\(peer)", "cancelled": "\(cancelled)"])
+            logger.notice("client vanished", metadata: ["peer": "\(peer)", "cancelled": .stringConvertible(cancelled)])
         case .cancelAckTimedOut(let peer, let jobID):
-            logger.warning("worker never acknowledged a cancel", metadata: ["peer": "\(peer)", "job": "\(jobID)"])
+            logger.warning("worker never acknowledged a cancel", metadata: ["peer": "\(peer)", "job": .stringConvertible(jobID)])
         case .malformed(let peer, let role, let reason):
             logger.debug("malformed message", metadata: ["peer": "\(peer)", "role": "\(role)", "reason": "\(reason)"])
         }

@@ -37,16 +37,14 @@ struct BrokerOptions: ParsableArguments {
     @Flag(help: "Share cached results and jobs between principals (off: each principal sees only its own).")
     var shareAcrossPrincipals = false
 
-    @Option(help: ArgumentHelp(
-        "Percent of the workers' capacity kept for interactive requests (0-90).",
-        discussion: "Bulk requests (sync's default, --priority bulk) never hold more than the rest, so an interactive request waits at most for a reserved slot to free up."))
+    @Option(help: "MiB of source images the broker holds at once, over all live requests (each is kept until its request ends, for retries); a Submit beyond it is refused OVERLOADED. Size the broker's memory limit above it.")
+    var maxImageMib = BrokerConfiguration().maxLiveImageBytes >> 20
+
+    @Option(help: "Percent of the workers' capacity kept for interactive requests (0-90): bulk requests (sync's default, --priority bulk) never hold more than the rest, so an interactive request waits at most for a kept slot to free up.")
     var interactiveReserve = Int(BrokerConfiguration().interactiveReserve * 100)
 
     @Option(help: ArgumentHelp(
-        "A file of per-principal weights and limits, re-read within a second of a change.",
-        discussion: """
-            One line per principal (as logs and status name it: local, anonymous, curve:KEY),             or * for every other one, then its terms: weight=N (its jobs per turn in the fair             share, default 1), queued=N (requests it may have waiting; beyond, OVERLOADED with             a retry time), running=N (its jobs on workers at once). Example line:             "* weight=1 queued=256 running=16".
-            """,
+        "A file of per-principal weights and limits, re-read within a second of a change: one line per principal (as logs and status name it: local, anonymous, curve:KEY, or * for every other one), then its terms: weight=N (its jobs per turn in the fair share, default 1), queued=N (requests it may have waiting; beyond, OVERLOADED with a retry time), running=N (its jobs on workers at once). Example line: * weight=1 queued=256 running=16",
         valueName: "file"))
     var tenants: String?
 
@@ -60,6 +58,9 @@ struct BrokerOptions: ParsableArguments {
         }
         for (flag, value) in [("--max-retries", maxRetries), ("--cache-mib", cacheMib)] where value < 0 {
             throw ValidationError("\(flag) must be 0 or more, got \(value)")
+        }
+        guard (1...(1 << 20)).contains(maxImageMib) else {
+            throw ValidationError("--max-image-mib must be 1 to 1048576, not \(maxImageMib)")
         }
         guard (0...90).contains(interactiveReserve) else {
             throw ValidationError("--interactive-reserve must be 0 to 90 (percent), not \(interactiveReserve)")
@@ -85,6 +86,7 @@ struct BrokerOptions: ParsableArguments {
         configuration.broker.shareJobs = !noShareJobs
         configuration.broker.shareAcrossPrincipals = shareAcrossPrincipals
         configuration.broker.interactiveReserve = Double(interactiveReserve) / 100
+        configuration.broker.maxLiveImageBytes = maxImageMib << 20
         configuration.tenantsFile = tenants
         return configuration
     }

@@ -85,9 +85,7 @@ struct SubmitCommand: AsyncParsableCommand {
               + "out twice)."))
     var noShare = false
 
-    @Option(help: ArgumentHelp(
-        "The broker lane of the requests: interactive (the default) or bulk.",
-        discussion: "Bulk requests wait behind interactive ones and never take the capacity kept for them."))
+    @Option(help: "The broker lane of the requests: interactive (the default) or bulk, which waits behind interactive requests and never takes the capacity kept for them.")
     var priority: Priority = .interactive
 
     @OptionGroup var service: ServiceOptions

@@ -68,10 +68,7 @@ struct SyncCommand: AsyncParsableCommand {
               + "without it, such files are never overwritten: their sources fail with OUTPUT_EXISTS."))
     var adopt = false
 
-    @Option(help: ArgumentHelp(
-        "The broker lane of its requests: bulk (the default) or interactive.",
-        discussion: "Bulk requests wait behind interactive ones and never take the capacity kept for them, so a "
-            + "backfill does not hold up someone waiting for one image."))
+    @Option(help: "The broker lane of its requests: bulk (the default) or interactive. Bulk requests wait behind interactive ones and never take the capacity kept for them, so a backfill does not hold up someone waiting for one image.")
     var priority: Priority = .bulk
 
     @OptionGroup var service: ServiceOptions
