@@ -281,6 +281,8 @@ public final class BrokerService: @unchecked Sendable {
             // At least once a second: allow-lists are re-read on that timer.
             var deadline = min(core.nextDeadline, closeAt ?? core.nextDeadline, now + .seconds(1))
             if let due = outbox.nextDue { deadline = min(deadline, due) }
+            // Allow-lists are re-read once their interval has passed, not a poll later.
+            deadline = min(deadline, now + gatekeeper.timeUntilRefresh)
             poller.setEvents(outbox.awaitsRoom ? .readable : [], at: clientsSignalIndex)
             _ = try poller.poll(timeout: pending ? .zero : deadline.duration(since: now))
             if poller.events(at: wakeupIndex).contains(.readable) { wakeup.drain() }

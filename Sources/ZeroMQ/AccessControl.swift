@@ -29,6 +29,12 @@ struct AccessControl {
         return directories.keys.sorted().flatMap { directories[$0]!.refresh(force: true) }
     }
 
+    /// How long until `refreshIfDue` next reads (zero: now), so a loop can wake for it.
+    func timeUntilRefresh(now: ContinuousClock.Instant) -> Duration {
+        guard let lastCheck, !directories.isEmpty else { return directories.isEmpty ? .seconds(3600) : .zero }
+        return max(.zero, lastCheck + reloadInterval - now)
+    }
+
     /// Re-reads the directories that changed, if `reloadInterval` has passed since the last
     /// check (or there was none).
     mutating func refreshIfDue(now: ContinuousClock.Instant) -> [ZAPEvent] {

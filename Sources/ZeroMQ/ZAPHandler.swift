@@ -83,6 +83,12 @@ public final class ZAPHandler {
         control.refreshIfDue(now: .now)
     }
 
+    /// How long until `refreshIfDue` next re-reads the lists: a loop that polls no longer
+    /// than this notices a change within the reload interval. Owner thread only.
+    public var timeUntilRefresh: Duration {
+        control.timeUntilRefresh(now: .now)
+    }
+
     /// Whether a connection authenticated as `userID` in `domain` is still allowed, as the
     /// lists were last read: the handshake checks a key once, this checks it afterwards.
     public func admits(userID: String, domain: String) -> Bool {
