@@ -41,20 +41,10 @@ struct BenchBroker: ParsableCommand {
         defer { try? FileManager.default.removeItem(at: directory) }
         let clients = "ipc://\(directory.path)/clients.sock", workers = "ipc://\(directory.path)/workers.sock"
 
-        let executable = enlarger.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/proc/self/exe")
-            .resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("enlarger")
-        guard FileManager.default.isExecutableFile(atPath: executable.path) else {
-            throw CLIError("no enlarger executable at \(executable.path): build it (swift build -c release) or give --enlarger")
-        }
-        let broker = Process()
-        broker.executableURL = executable
-        broker.arguments = ["broker", "--clients", clients, "--workers", workers, "--queue-limit", "\(inFlight * 2)"] + brokerOptions
-        broker.standardError = FileHandle.nullDevice
-        try broker.run()
-        defer {
-            broker.terminate()
-            broker.waitUntilExit()
-        }
+        let broker = try BrokerProcess(enlarger: enlarger, arguments: [
+            "--clients", clients, "--workers", workers, "--queue-limit", "\(inFlight * 2)",
+        ] + brokerOptions)
+        defer { broker.stop() }
         usleep(200_000)
 
         let context = try Context()
@@ -92,7 +82,7 @@ struct BenchBroker: ParsableCommand {
             }
         }
 
-        let pid = broker.processIdentifier
+        let pid = broker.pid
         try drive(warmup)
         let rssAfterWarmup = Self.rss(pid)
         let cpuBefore = Self.cpuSeconds(pid)

@@ -63,25 +63,13 @@ struct BenchLanes: ParsableCommand {
         // Below Linux's ephemeral range (32768 up), which outgoing connections take from.
         let port = Int.random(in: 21000...32000)
         let clients = "tcp://127.0.0.1:\(port)", workersEndpoint = "tcp://127.0.0.1:\(port + 1)"
-        let executable = enlarger.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/proc/self/exe")
-            .resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("enlarger")
-        guard FileManager.default.isExecutableFile(atPath: executable.path) else {
-            throw CLIError("no enlarger executable at \(executable.path): build it (swift build -c release) or give --enlarger")
-        }
-        let broker = Process()
-        broker.executableURL = executable
-        broker.arguments = [
-            "broker", "--clients", clients, "--workers", workersEndpoint, "--server-key", serverFiles.keyFile,
+        let broker = try BrokerProcess(enlarger: enlarger, arguments: [
+            "--clients", clients, "--workers", workersEndpoint, "--server-key", serverFiles.keyFile,
             "--client-keys", directory.appendingPathComponent("clients").path,
             "--worker-keys", directory.appendingPathComponent("workers").path,
             "--queue-limit", "20000", "--log-level", "warning", "--cache-mib", "0",
-        ]
-        broker.standardError = FileHandle.nullDevice
-        try broker.run()
-        defer {
-            broker.terminate()
-            broker.waitUntilExit()
-        }
+        ])
+        defer { broker.stop() }
         usleep(300_000)
 
         let context = try Context()
@@ -173,8 +161,11 @@ private struct Producers {
         return id
     }
 
-    func ping(_ producer: Int) throws {
-        _ = try sockets[producer].send(ClientToBrokerMessage<Message>.ping.encoded())
+    /// Both producers show signs of life every 300 ms (they have live requests).
+    func pingIfDue(_ lastPing: inout ContinuousClock.Instant) throws {
+        guard ContinuousClock.now - lastPing > .milliseconds(300) else { return }
+        for socket in sockets { _ = try socket.send(ClientToBrokerMessage<Message>.ping.encoded()) }
+        lastPing = ContinuousClock.now
     }
 
     /// Alice submits interactive requests every `aliceEvery`; Bob keeps up to 500 bulk ones
@@ -199,11 +190,7 @@ private struct Producers {
                 aliceSent += 1
                 nextAlice = nextAlice + aliceEvery
             }
-            if now - lastPing > .milliseconds(300) {
-                try ping(0)
-                try ping(1)
-                lastPing = now
-            }
+            try pingIfDue(&lastPing)
             _ = try poller.poll(timeout: .milliseconds(1))
             for producer in 0..<2 {
                 while let frames = try sockets[producer].receiveFrames() {
@@ -256,11 +243,7 @@ private struct Producers {
         }
         var lastPing = ContinuousClock.now
         while done[0] + done[1] < completions {
-            if ContinuousClock.now - lastPing > .milliseconds(300) {
-                try ping(0)
-                try ping(1)
-                lastPing = ContinuousClock.now
-            }
+            try pingIfDue(&lastPing)
             _ = try poller.poll(timeout: .milliseconds(1))
             for producer in 0..<2 {
                 while let frames = try sockets[producer].receiveFrames() {
@@ -285,11 +268,7 @@ private struct Producers {
         var left = live
         var lastPing = ContinuousClock.now
         while left[0] > 0 || left[1] > 0 {
-            if ContinuousClock.now - lastPing > .milliseconds(300) {
-                try ping(0)
-                try ping(1)
-                lastPing = ContinuousClock.now
-            }
+            try pingIfDue(&lastPing)
             _ = try poller.poll(timeout: .milliseconds(5))
             for index in 0..<2 {
                 while let frames = try sockets[index].receiveFrames() {

@@ -36,22 +36,10 @@ struct BenchSlowConsumer: ParsableCommand {
                                                 attributes: [.posixPermissions: 0o700])
         defer { try? FileManager.default.removeItem(at: directory) }
         let clients = "ipc://\(directory.path)/clients.sock", workers = "ipc://\(directory.path)/workers.sock"
-        let executable = enlarger.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/proc/self/exe")
-            .resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("enlarger")
-        guard FileManager.default.isExecutableFile(atPath: executable.path) else {
-            throw CLIError("no enlarger executable at \(executable.path): build it (swift build -c release) or give --enlarger")
-        }
-        let broker = Process()
-        broker.executableURL = executable
-        broker.arguments = ["broker", "--clients", clients, "--workers", workers]
-        broker.standardError = FileHandle.nullDevice
-        try broker.run()
-        defer {
-            broker.terminate()
-            broker.waitUntilExit()
-        }
+        let broker = try BrokerProcess(enlarger: enlarger, arguments: ["--clients", clients, "--workers", workers])
+        defer { broker.stop() }
         usleep(300_000)
-        let pid = broker.processIdentifier
+        let pid = broker.pid
         let context = try Context()
         let workerThread = Thread { [capacity, resultBytes] in
             // Created on the worker thread: one buffer, shared by every result sent.

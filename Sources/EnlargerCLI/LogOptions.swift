@@ -24,9 +24,9 @@ struct LogOptions: ParsableArguments {
         let level = logLevel
         switch logFormat {
         case .text:
-            LoggingSystem.bootstrap { label in TextLogHandler(label: label, logLevel: level) }
+            LoggingSystem.bootstrap { label in LineLogHandler(label: label, logLevel: level, format: .text) }
         case .json:
-            LoggingSystem.bootstrap { label in JSONLogHandler(label: label, logLevel: level) }
+            LoggingSystem.bootstrap { label in LineLogHandler(label: label, logLevel: level, format: .json) }
         }
     }
 
@@ -34,41 +34,32 @@ struct LogOptions: ParsableArguments {
     var arguments: [String] { ["--log-level", logLevel.rawValue, "--log-format", logFormat.rawValue] }
 }
 
-/// Writes each message to standard error as one JSON object on one line.
-struct JSONLogHandler: LogHandler {
-    let label: String
-    var logLevel: Logger.Level
-    var metadata: Logger.Metadata = [:]
-    var metadataProvider: Logger.MetadataProvider?
-
-    init(label: String, logLevel: Logger.Level) {
-        self.label = label
-        self.logLevel = logLevel
-    }
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        var fields = metadata
-        if let provided = metadataProvider?.get() { fields.merge(provided) { $1 } }
-        if let extra = event.metadata { fields.merge(extra) { $1 } }
-        var line = JSONLine()
-        line.add("ts", LogTimestamp.now())
-        line.add("level", event.level.rawValue)
-        line.add("label", label)
-        line.add("message", "\(event.message)")
-        for (key, value) in fields.sorted(by: { $0.key < $1.key }) {
-            let name = key.replacingOccurrences(of: "-", with: "_")
-            // Numbers stay numbers (a duration, a byte count), everything else is a string.
-            switch value {
-            case .stringConvertible(let number as Double): line.add(name, number)
-            case .stringConvertible(let number as any BinaryInteger): line.add(name, Int(clamping: number))
-            default: line.add(name, "\(value)")
+extension LogFormat {
+    /// One line for a message: the time, level, label, message, then the fields sorted by name.
+    func line(_ event: LogEvent, label: String, fields: Logger.Metadata) -> String {
+        let sorted = fields.sorted { $0.key < $1.key }
+        switch self {
+        case .text:
+            // `2026-11-27T08:28:43.123Z info enlarger.broker: request ended code=OK duration_ms=4.1 …`
+            var line = LogTimestamp.now() + " \(event.level.rawValue) \(label): \(event.message)"
+            for (key, value) in sorted { line += " \(key)=\(value)" }
+            return line + "\n"
+        case .json:
+            var line = JSONLine()
+            line.add("ts", LogTimestamp.now())
+            line.add("level", event.level.rawValue)
+            line.add("label", label)
+            line.add("message", "\(event.message)")
+            for (key, value) in sorted {
+                let name = key.replacingOccurrences(of: "-", with: "_")
+                // Numbers stay numbers (a duration, a byte count), everything else is a string.
+                switch value {
+                case .stringConvertible(let number as Double): line.add(name, number)
+                case .stringConvertible(let number as any BinaryInteger): line.add(name, Int(clamping: number))
+                default: line.add(name, "\(value)")
+                }
             }
+            return line.text + "\n"
         }
-        LogTimestamp.write(line.text + "\n")
     }
 }

@@ -2,21 +2,23 @@ import Foundation
 import Locking
 import Logging
 
-/// Writes each message to standard error as one readable line:
-/// `2026-11-27T08:28:43.123Z info enlarger.broker: request ended code=OK duration_ms=4.1 …`.
+/// Writes each message to standard error as one line, readable text or a JSON object
+/// (`LogFormat.line`).
 ///
 /// Cheap enough for a line per request at tens of thousands of requests a second: the
 /// timestamp is UTC (no time-zone file is consulted per line), its date and time are
 /// formatted once a second, and the line goes out in one `write`.
-struct TextLogHandler: LogHandler {
+struct LineLogHandler: LogHandler {
     let label: String
     var logLevel: Logger.Level
+    let format: LogFormat
     var metadata: Logger.Metadata = [:]
     var metadataProvider: Logger.MetadataProvider?
 
-    init(label: String, logLevel: Logger.Level) {
+    init(label: String, logLevel: Logger.Level, format: LogFormat) {
         self.label = label
         self.logLevel = logLevel
+        self.format = format
     }
 
     subscript(metadataKey key: String) -> Logger.Metadata.Value? {
@@ -28,13 +30,7 @@ struct TextLogHandler: LogHandler {
         var fields = metadata
         if let provided = metadataProvider?.get() { fields.merge(provided) { $1 } }
         if let extra = event.metadata { fields.merge(extra) { $1 } }
-        var line = LogTimestamp.now()
-        line += " \(event.level.rawValue) \(label): \(event.message)"
-        for (key, value) in fields.sorted(by: { $0.key < $1.key }) {
-            line += " \(key)=\(value)"
-        }
-        line += "\n"
-        LogTimestamp.write(line)
+        LogTimestamp.write(format.line(event, label: label, fields: fields))
     }
 }
 
