@@ -283,6 +283,7 @@ public final class BrokerService: @unchecked Sendable {
             if let due = outbox.nextDue { deadline = min(deadline, due) }
             // Allow-lists are re-read once their interval has passed, not a poll later.
             deadline = min(deadline, now + gatekeeper.timeUntilRefresh)
+            if configuration.tenantsFile != nil { deadline = min(deadline, tenantsCheckedAt + .seconds(1)) }
             poller.setEvents(outbox.awaitsRoom ? .readable : [], at: clientsSignalIndex)
             _ = try poller.poll(timeout: pending ? .zero : deadline.duration(since: now))
             if poller.events(at: wakeupIndex).contains(.readable) { wakeup.drain() }

@@ -267,6 +267,43 @@ final class BrokerServiceTests: XCTestCase {
         thief.close()
     }
 
+    /// The tenants file's limits apply from the start, and a change is taken within about a
+    /// second, without a restart; an unusable file stops the broker from starting.
+    func testTheTenantsFileIsReadAtStartAndReloadedWhenItChanges() throws {
+        let tenants = directory.appendingPathComponent("tenants")
+        try "local queued=1\n".write(to: tenants, atomically: true, encoding: .utf8)
+        try "local weight=0\n".write(to: directory.appendingPathComponent("bad"), atomically: true, encoding: .utf8)
+        XCTAssertThrowsError(try startBroker { $0.tenantsFile = self.directory.appendingPathComponent("bad").path }) { error in
+            XCTAssert("\(error)".contains("line 1: weight must be 1 to 1000"), "\(error)")
+        }
+        let (service, thread) = try startBroker { $0.tenantsFile = tenants.path }
+        defer { try? thread.stopAndWait() }
+        let client = try dealer(service.clientsEndpoint)
+        defer { client.close() }
+        func submit(_ id: String) throws -> BrokerToClientMessage<Message> {
+            try send(ClientToBrokerMessage.submit(.with {
+                $0.requestID = id
+                $0.spec.width = 16
+            }, image: [0xFF, 0xD8, 0xFF]).encoded(), on: client)
+            return try clientEvent(client)
+        }
+        // No worker: the first waits, the second is over the limit.
+        guard case .accepted = try submit("one") else { return XCTFail("the first request should be accepted") }
+        guard case .rejected(let rejected) = try submit("two") else { return XCTFail("the second should be refused") }
+        XCTAssertEqual(rejected.code, .overloaded)
+        XCTAssertGreaterThan(rejected.retryAfterMs, 0)
+        try "local queued=5\n".write(to: tenants, atomically: true, encoding: .utf8)
+        let deadline = ContinuousClock.now + .seconds(3)
+        var attempt = 0
+        while true {
+            attempt += 1
+            let event = try submit("again-\(attempt)")
+            if case .accepted = event { break }
+            guard ContinuousClock.now < deadline else { return XCTFail("the raised limit was not taken: \(event)") }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+    }
+
     func testStopReturnsPromptlyWhenIdle() throws {
         let (_, thread) = try startBroker()
         let started = ContinuousClock.now
