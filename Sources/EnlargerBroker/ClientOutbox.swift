@@ -304,9 +304,7 @@ struct ClientOutbox<Payload: FrameBytes> {
     /// Messages waiting for `peer`.
     func messagesWaiting(for peer: PeerID) -> Int { boxes[peer].map { $0.entries.count - $0.head } ?? 0 }
 
-    /// Whether anything is kept about `peer`.
-    func knows(_ peer: PeerID) -> Bool { boxes[peer] != nil || holders[peer] != nil || connectionOf[peer] != nil }
-
+    /// Nothing is kept about any client.
     var isEmpty: Bool { boxes.isEmpty && holders.isEmpty && connectionOf.isEmpty && peersOn.isEmpty }
 }
 
