@@ -147,11 +147,17 @@ final class WorkerMemoryTests: XCTestCase {
         // A small job behind a waiting large one would wait too (first come, first served);
         // here nothing waits, so it runs beside job 1.
         try broker.send(job(3, width: 320, delivery: .final, image: try Corpus.good("exifsamples_DSCN0010.jpg")), to: peer)
-        // Job 1 scales 99.6 MP to 9000 px: seconds optimised, over a minute under ThreadSanitizer.
-        let frames = try collect([1, 3], from: broker, timeout: .seconds(300))
-        XCTAssertTrue(frames[1]?.last?.isTerminal == true)
+        let frames = try collect([3], from: broker, timeout: .seconds(120))
         guard case .jobResult(let small, _)? = frames[3]?.last else { return XCTFail("\(frames[3] ?? [])") }
         XCTAssertEqual(small.width, 320)
+        // Job 1 scales 99.6 MP to 9000 px: seconds optimised, minutes under ThreadSanitizer.
+        // It has played its part (holding memory while the others came and went): cancelled
+        // rather than awaited, it ends once, and its memory comes back.
+        if frames[1]?.last?.isTerminal != true {
+            try broker.send(cancelJob(1), to: peer)
+            let rest = try collect([1], from: broker, timeout: .seconds(120))
+            XCTAssertTrue(rest[1]?.last?.isTerminal == true)
+        }
         try waitUntil("the budget is free again") { service.memoryInUse == 0 }
     }
 
