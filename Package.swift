@@ -17,7 +17,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
-        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
@@ -55,9 +54,11 @@ let package = Package(
         .target(name: "Imaging",
                 dependencies: ["CJPEG", "CColour", "CPNG", "CWebP", "CHEIF", "CAVIF", "ImageModel", "Locking"]),
         .target(name: "ZeroMQ", dependencies: ["CZeroMQ", "Locking"]),
+        // C: SHA-256 from the system's libcrypto, for the contract's digests.
+        .target(name: "CDigest", linkerSettings: [.linkedLibrary("crypto")]),
         .target(
             name: "EnlargerProtocol",
-            dependencies: ["ImageModel", .product(name: "SwiftProtobuf", package: "swift-protobuf")]
+            dependencies: ["ImageModel", "CDigest", .product(name: "SwiftProtobuf", package: "swift-protobuf")]
         ),
         // Where the protocol meets ZeroMQ: shared by the broker, the worker and the client.
         .target(name: "EnlargerTransport", dependencies: ["EnlargerProtocol", "ZeroMQ"]),
@@ -74,7 +75,6 @@ let package = Package(
             dependencies: [
                 "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Imaging", "Locking", "Telemetry", "CFiles",
                 "Fetching",
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
@@ -83,7 +83,6 @@ let package = Package(
             name: "Enlarger",
             dependencies: [
                 "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "ImageModel", "Locking", "Timekeeping",
-                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         // What the two executables share: finding a broker (`--broker`, `--runtime-dir`) and errors.
@@ -119,7 +118,6 @@ let package = Package(
                 "ImageModel", "Imaging", "Enlarger", "EnlargerWorker", "EnlargerProtocol", "EnlargerTransport", "ZeroMQ",
                 "CLISupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -147,7 +145,6 @@ let package = Package(
             dependencies: [
                 "EnlargerWorker", "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "ImageModel", "Imaging", "TestSupport",
                 "Fetching",
-                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         .testTarget(

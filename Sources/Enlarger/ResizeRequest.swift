@@ -1,4 +1,3 @@
-import Crypto
 import EnlargerProtocol
 import Foundation
 import ImageModel
@@ -121,7 +120,8 @@ public struct ResizeRequest: Sendable {
         if infoOnly { submit.delivery = .info }
         switch source {
         case .bytes(let image):
-            if sharesResults { submit.source.inline.sha256 = Data(SHA256.hash(data: image)) }
+            // Without a digest (libcrypto could not allocate) the request runs unshared.
+            if sharesResults, let digest = Digest.sha256(image) { submit.source.inline.sha256 = digest }
         case .file(let path):
             submit.source.file.path = path
             submit.source.noShare = !sharesResults

@@ -1,7 +1,7 @@
 import ArgumentParser
 import CLISupport
-import Crypto
 import Enlarger
+import EnlargerProtocol
 import Foundation
 import ImageModel
 
@@ -112,7 +112,7 @@ struct BenchShare: AsyncParsableCommand {
         var hashing: [Double] = []
         for _ in 0..<20 {
             let start = ContinuousClock.now
-            _ = SHA256.hash(data: photo)
+            _ = Digest.sha256(photo)
             hashing.append(milliseconds(ContinuousClock.now - start))
         }
         // The same photo without a digest: a miss each time, for scale.

@@ -1,5 +1,5 @@
-import Crypto
 import Dispatch
+import EnlargerProtocol
 import Fetching
 import Foundation
 import ImageModel
@@ -111,8 +111,13 @@ final class JobThreads: Sendable {
         case .inline(let digest):
             figures.bytesIn = job.image.count
             outcome = job.image.withUnsafeBytes { input -> JobOutcome in
-                if let digest, !Data(SHA256.hash(data: input)).elementsEqual(digest) {
-                    return .digestMismatch("the image's SHA-256 is not the digest its request named")
+                if let digest {
+                    guard let actual = Digest.sha256(input) else {
+                        return .failed(ImagingError(.tooLarge, "no memory to compute the image's SHA-256"))
+                    }
+                    if actual != digest {
+                        return .digestMismatch("the image's SHA-256 is not the digest its request named")
+                    }
                 }
                 return run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures)
                     ?? .failed(ImagingError(.invalidArgument, "an inline job was told to yield source bytes it does not hold"))
@@ -359,8 +364,9 @@ final class JobThreads: Sendable {
     /// validator (a URL may be longer than the identity's limit); empty (no name, so no
     /// caching or sharing) without a validator.
     private static func identity(of head: FetchedHead) -> Data {
-        guard let validator = head.validator else { return Data() }
-        return Data("url\u{0}".utf8) + Data(SHA256.hash(data: Data("\(head.finalURL)\u{0}\(validator)".utf8)))
+        guard let validator = head.validator,
+              let digest = Digest.sha256(Data("\(head.finalURL)\u{0}\(validator)".utf8)) else { return Data() }
+        return Data("url\u{0}".utf8) + digest
     }
 }
 

@@ -1,4 +1,3 @@
-import Crypto
 import EnlargerProtocol
 import EnlargerWorker
 import Imaging
@@ -143,11 +142,11 @@ final class WorkerServiceTests: XCTestCase {
             return .job(message, image: image)
         }
 
-        let right = try run(withDigest(1, Data(SHA256.hash(data: photo))), broker: broker, peer: peer)
+        let right = try run(withDigest(1, try XCTUnwrap(Digest.sha256(photo))), broker: broker, peer: peer)
         guard case .jobResult(let result, _) = right.last else { return XCTFail("\(right)") }
         XCTAssertTrue(result.digestVerified, "a result checked against its digest says so")
 
-        var wrong = Array(SHA256.hash(data: photo))
+        var wrong = Array(try XCTUnwrap(Digest.sha256(photo)))
         wrong[0] ^= 1
         let refused = try run(withDigest(2, Data(wrong)), broker: broker, peer: peer)
         guard case .jobFailed(let failed) = refused.last else { return XCTFail("\(refused)") }
