@@ -7,6 +7,16 @@ public struct PeerID: Hashable, Comparable, Sendable, CustomStringConvertible {
         self.bytes = bytes
     }
 
+    // The bytes in one piece: Array's own hashing feeds the hasher a byte at a time, and the
+    // broker looks peers up several times per message.
+    public func hash(into hasher: inout Hasher) {
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
+    public static func == (lhs: PeerID, rhs: PeerID) -> Bool {
+        lhs.bytes == rhs.bytes
+    }
+
     public static func < (lhs: PeerID, rhs: PeerID) -> Bool {
         lhs.bytes.lexicographicallyPrecedes(rhs.bytes)
     }

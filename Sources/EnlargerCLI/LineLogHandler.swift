@@ -27,9 +27,17 @@ struct LineLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        var fields = metadata
-        if let provided = metadataProvider?.get() { fields.merge(provided) { $1 } }
-        if let extra = event.metadata { fields.merge(extra) { $1 } }
+        let provided = metadataProvider?.get() ?? [:]
+        let fields: Logger.Metadata
+        if metadata.isEmpty && provided.isEmpty {
+            // The usual case (a per-request line): the message's own fields, not copied.
+            fields = event.metadata ?? [:]
+        } else {
+            var merged = metadata
+            merged.merge(provided) { $1 }
+            if let extra = event.metadata { merged.merge(extra) { $1 } }
+            fields = merged
+        }
         LogTimestamp.write(format.line(event, label: label, fields: fields))
     }
 }

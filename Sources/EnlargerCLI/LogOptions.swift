@@ -41,9 +41,17 @@ extension LogFormat {
         switch self {
         case .text:
             // `2026-11-27T08:28:43.123Z info enlarger.broker: request ended code=OK duration_ms=4.1 …`
-            var line = LogTimestamp.now() + " \(event.level.rawValue) \(label): \(event.message)"
-            for (key, value) in sorted { line += " \(key)=\(value)" }
-            return line + "\n"
+            var line = LogTimestamp.now()
+            line.reserveCapacity(64 + label.utf8.count + 32 * sorted.count)
+            line += " \(event.level.rawValue) \(label): \(event.message)"
+            for (key, value) in sorted {
+                line += " "
+                line += key
+                line += "="
+                line += value.description
+            }
+            line += "\n"
+            return line
         case .json:
             var line = JSONLine()
             line.add("ts", LogTimestamp.now())
