@@ -10,7 +10,7 @@ struct BenchCommand: AsyncParsableCommand {
         commandName: "enlarger-bench",
         abstract: "Measure Enlarger itself (the side-by-side comparisons live in Benchmarks/).",
         version: enlargerVersion,
-        subcommands: [CancelLatency.self, BenchWorkerCancel.self, BenchCancelRoundTrip.self, BenchBroker.self, BenchSlowConsumer.self,
+        subcommands: [CancelLatency.self, BenchWorkerCancel.self, BenchCancelRoundTrip.self, BenchBroker.self, BenchSlowConsumer.self, BenchDepartures.self,
                       BenchInfo.self, BenchShare.self, BenchLanes.self]
     )
 }

@@ -116,7 +116,7 @@ extension BrokerCore {
         let lifetime = submit.deadlineMs == 0
             ? configuration.defaultDeadline : min(.milliseconds(submit.deadlineMs), configuration.maxDeadline)
         let shareKey = shareKey(of: submit, principal: principal)
-        if let shareKey, shareKey.namesVersion, let hit = cache.lookup(shareKey.cacheKey(for: principal)) {
+        if let hit = sharing.cached(shareKey, for: principal) {
             answerFromCache(key, hit, bytesIn: image.count, lifetime: lifetime, to: peer, now: now, &actions)
             if let place {
                 batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: true,
@@ -125,7 +125,7 @@ extension BrokerCore {
             return
         }
         if shareKey?.namesVersion == true { tally(principal, \.cacheMisses) }
-        let joining = shareKey.flatMap { configuration.shareJobs ? sharedJobs[$0] : nil }.flatMap { jobID in
+        let joining = sharing.joinable(shareKey).flatMap { jobID in
             jobs[jobID].map { Self.sameBytes($0.image, image) } == true ? jobID : nil
         }
         let terms = tenants.terms(for: principal)
@@ -167,7 +167,7 @@ extension BrokerCore {
             jobs[jobID] = Job(
                 spec: submit.spec, delivery: submit.delivery, image: image, source: submit.source,
                 submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: lane)
-            if let shareKey, configuration.shareJobs, sharedJobs[shareKey] == nil { sharedJobs[shareKey] = jobID }
+            sharing.claim(shareKey, by: jobID)
             liveImageBytes += image.count
             waiting.place(jobID, lane: lane, principal: principal)
         }

@@ -40,11 +40,11 @@ extension BrokerCore {
             // no_share request (no key) stays unshared.
             let versionKey = opened.identity.isEmpty ? nil : job.submittedKey?.withVersion(opened.identity)
             guard job.shareKey != versionKey else { return }
-            if let old = job.shareKey, sharedJobs[old] == jobID { sharedJobs[old] = nil }
+            sharing.release(job.shareKey, heldBy: jobID)
             jobs[jobID]!.shareKey = nil
             guard let versionKey else { return }
 
-            if let hit = cache.lookup(versionKey.cacheKey(for: job.owner.principal)) {
+            if let hit = sharing.cached(versionKey, for: job.owner.principal) {
                 withdraw(jobID, now: now, &actions)
                 answerJobFromCache(jobID, hit, now: now, &actions)
                 dispatch(now: now, &actions)
@@ -52,8 +52,7 @@ extension BrokerCore {
             }
             if job.attempt == 1 { for key in job.requests where requests[key] != nil { tally(key.principal, \.cacheMisses) } }
             jobs[jobID]!.shareKey = versionKey
-            guard configuration.shareJobs else { return }
-            if let other = sharedJobs[versionKey], other != jobID, let target = jobs[other] {
+            if let other = sharing.joinable(versionKey), other != jobID, let target = jobs[other] {
                 // Merging moves requests onto a job that runs now and has sent them nothing
                 // this one has not: a first attempt with no degraded result yet, into a job a
                 // worker holds. Otherwise this job keeps its requests and takes the key over.
@@ -64,7 +63,7 @@ extension BrokerCore {
                     return
                 }
             }
-            sharedJobs[versionKey] = jobID
+            sharing.takeOver(versionKey, by: jobID)
         case .cancelled, .late:
             counters.lateResultsDropped += 1
         case .malformed(let reason):

@@ -227,10 +227,8 @@ extension BrokerCore {
                 }
                 // Only a result whose worker checked the bytes against the digest may be
                 // handed to requests that never sent those bytes.
-                if let shareKey = job.shareKey, shareKey.namesVersion, result.digestVerified {
-                    event.requestID = ""
-                    cache.store(event, payload: image, for: shareKey.cacheKey(for: job.owner.principal))
-                }
+                sharing.store(event, payload: image, key: job.shareKey, for: job.owner.principal,
+                              verified: result.digestVerified)
                 let job = removeJob(jobID)
                 for key in job.requests where requests[key] != nil {
                     endRequest(key, .finished, job: job, now: now, &actions)
@@ -537,14 +535,8 @@ extension BrokerCore {
         let runningAs = RunningCounts.Key(lane: job.lane, principal: job.owner.principal)
         job.runningAs = runningAs
         running.add(runningAs)
-        if let key = job.shareKey {
-            // From here the worker may open the source at any moment, before it can say so:
-            // a request that comes later might have been sent after the file or page changed,
-            // so it no longer joins by location (it may still merge once both versions are
-            // known). A version names what one attempt opened: the next attempt may find another.
-            if key.kind != .digest, sharedJobs[key] == jobID { sharedJobs[key] = nil }
-            if key.kind == .version { job.shareKey = nil }
-        }
+        // A location or version stops finding the job (see Sharing).
+        job.shareKey = sharing.dispatched(jobID, key: job.shareKey)
         job.attempt += 1
         job.worker = workers[index].id
         jobs[jobID] = job

@@ -157,9 +157,8 @@ public struct BrokerCore<Payload: FrameBytes> {
     let startedAt: MonotonicInstant
     var requests: [RequestKey: Request] = [:]
     var jobs: [UInt64: Job] = [:]
-    /// Live jobs that identical requests may join.
-    var sharedJobs: [ShareKey: UInt64] = [:]
-    var cache: ResultCache<Payload>
+    /// Live jobs that identical requests may join, and the result cache.
+    var sharing: Sharing<Payload>
     /// Each principal's own request counts (see `tally`).
     var tallies: [String: Enlarger_V1_Totals] = [:]
     /// Live batches, by principal and batch id (see Batches).
@@ -209,7 +208,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         self.configuration = configuration
         startedAt = now
         tenants = configuration.tenants
-        cache = ResultCache(limit: configuration.resultCacheBytes)
+        sharing = Sharing(joinsJobs: configuration.shareJobs, cacheBytes: configuration.resultCacheBytes)
         endedBatches = EndedRequests(
             limit: configuration.endedRequestMemoryLimit, lifetime: configuration.endedRequestMemoryDuration)
         endedRequests = EndedRequests(
@@ -297,6 +296,17 @@ public struct BrokerCore<Payload: FrameBytes> {
         return actions
     }
 
+    /// The connection of a client whose id cannot come back ended (`PeerID.isGenerated`): its
+    /// live requests end (their work is cancelled, as for a silent client) without a message,
+    /// at once rather than after the silence limit.
+    public mutating func clientDeparted(_ peer: PeerID, now: MonotonicInstant) -> [Action] {
+        var actions: [Action] = []
+        clientBytesWaiting[peer] = nil
+        clientVanished(peer, reason: "the client's connection ended", notify: false, now: now, &actions)
+        settleBatches(now: now, &actions)
+        return actions
+    }
+
     /// A client that let its results wait too long or too much (the I/O loop shed them): its
     /// live requests end with Failed{CLIENT_NOT_READING}, which waits for it to read again.
     public mutating func clientNotReading(_ peer: PeerID, now: MonotonicInstant) -> [Action] {
@@ -369,7 +379,7 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// True when no request is live and no worker holds a credit for a cancelled job: all
     /// per-request state has been freed.
     public var isIdle: Bool {
-        requests.isEmpty && jobs.isEmpty && sharedJobs.isEmpty && batches.isEmpty && unsettledBatches.isEmpty
+        requests.isEmpty && jobs.isEmpty && sharing.isIdle && batches.isEmpty && unsettledBatches.isEmpty
             && batchDeadlines.isEmpty && waiting.isEmpty && running.isEmpty && clients.isEmpty
             && deadlines.isEmpty && workers.allSatisfy { $0.inFlight == 0 && !$0.reserved }
     }
@@ -451,7 +461,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         reply.queueDepth = UInt32(waiting.count)
         reply.queueLimit = UInt32(configuration.queueLimit)
         reply.inFlight = UInt32(jobs.count - waiting.count)
-        reply.cache = cache.status
+        reply.cache = sharing.cacheStatus
         reply.clientBytesWaiting = UInt64(clientBytesWaiting.values.reduce(0, +))
         reply.clients = UInt32(clients.count)
         reply.uptimeMs = now.duration(since: startedAt).milliseconds
@@ -517,7 +527,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         guard let job = jobs.removeValue(forKey: jobID) else {
             preconditionFailure("removing job \(jobID), which is not live")
         }
-        if let shareKey = job.shareKey, sharedJobs[shareKey] == jobID { sharedJobs[shareKey] = nil }
+        sharing.release(job.shareKey, heldBy: jobID)
         liveImageBytes -= job.image.count
         waiting.withdraw(jobID)
         if let key = job.runningAs { running.remove(key) }

@@ -306,6 +306,7 @@ public final class BrokerService: @unchecked Sendable {
                 pending = try serve(workers, role: .worker, frames: &frames, now: now) || pending
             }
             forgetEndedConnections()
+            try apply(outbox.takeDeparted(), now: now)
             // Every wakeup may have made room: libzmq takes in a client's reads (its pipe's
             // room) while the loop receives or polls, and trying a pipe that is still full
             // costs no system call. The signal descriptor wakes an idle loop for it.
@@ -352,7 +353,9 @@ public final class BrokerService: @unchecked Sendable {
             }
             if role == .client {
                 forgetEndedConnections()
-                let effects = outbox.heard(from: peer, as: sender, on: frames[0].sourceFileDescriptor)
+                // The connection is told by the frames read from it: the routing-id frame is
+                // the ROUTER's own and carries none.
+                let effects = outbox.heard(from: peer, as: sender, on: frames.dropFirst().first?.sourceFileDescriptor)
                 if !effects.isEmpty {
                     logger.notice("routing id taken over by another principal; dropping what waited",
                                   metadata: ["peer": "\(peer)"])
@@ -537,6 +540,12 @@ public final class BrokerService: @unchecked Sendable {
                 // What the core sends about its requests now goes nowhere: the outbox
                 // discards it until the core is done.
                 try perform(core.clientUnreachable(peer, now: now), now: now)
+                outbox.finishDiscarding(peer)
+                actions += core.clientBacklog(peer, waitingBytes: 0, now: now)
+                if core.clientPrincipal(peer) == nil { outbox.forgetIfIdle(peer) }
+            case .departed(let peer):
+                logger.debug("client connection ended", metadata: ["peer": "\(peer)"])
+                try perform(core.clientDeparted(peer, now: now), now: now)
                 outbox.finishDiscarding(peer)
                 actions += core.clientBacklog(peer, waitingBytes: 0, now: now)
                 if core.clientPrincipal(peer) == nil { outbox.forgetIfIdle(peer) }

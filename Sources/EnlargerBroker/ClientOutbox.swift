@@ -53,6 +53,9 @@ struct ClientOutbox<Payload: FrameBytes> {
         case notReading(PeerID)
         /// The box was dropped whole: end what the client still has without a message.
         case lost(PeerID)
+        /// The connection of an id libzmq made up for it ended: the id is never heard again,
+        /// what waited for it is dropped, and the client's requests end without a message.
+        case departed(PeerID)
     }
 
     private struct Entry {
@@ -90,6 +93,8 @@ struct ClientOutbox<Payload: FrameBytes> {
     /// The connection (file descriptor) each routing id was last heard on, and back.
     private var connectionOf: [PeerID: Int32] = [:]
     private var peersOn: [Int32: Set<PeerID>] = [:]
+    /// Ids of ended connections that are never heard again, for `takeDeparted`.
+    private var departed: [PeerID] = []
 
     init(limits: Limits) {
         self.limits = limits
@@ -116,14 +121,31 @@ struct ClientOutbox<Payload: FrameBytes> {
         return []
     }
 
-    /// A client connection ended: the ids heard on it are no one's until heard again.
+    /// A client connection ended: the ids heard on it are no one's until heard again. An id
+    /// libzmq made up for the connection (`PeerID.isGenerated`) is never heard again: what
+    /// waits for it is dropped at once, whatever comes for it is discarded, and
+    /// `takeDeparted` names it for the core. (A client that names its own id may come back
+    /// under it: its box waits, within the patience.)
     mutating func connectionEnded(_ descriptor: Int32) {
         guard let peers = peersOn.removeValue(forKey: descriptor) else { return }
-        for peer in peers {
+        for peer in peers.sorted() {
             connectionOf[peer] = nil
             holders[peer] = nil
-            boxes[peer]?.verified = false
+            if peer.isGenerated {
+                boxes[peer] = nil
+                discarding.insert(peer)
+                departed.append(peer)
+            } else {
+                boxes[peer]?.verified = false
+            }
         }
+    }
+
+    /// The ids that departed since the last call: the core ends their requests, then
+    /// `finishDiscarding` each.
+    mutating func takeDeparted() -> [Effect] {
+        defer { departed.removeAll() }
+        return departed.map { .departed($0) }
     }
 
     /// Nothing is kept for an id with nothing waiting (call when the core has no requests
@@ -305,7 +327,9 @@ struct ClientOutbox<Payload: FrameBytes> {
     func messagesWaiting(for peer: PeerID) -> Int { boxes[peer].map { $0.entries.count - $0.head } ?? 0 }
 
     /// Nothing is kept about any client.
-    var isEmpty: Bool { boxes.isEmpty && holders.isEmpty && connectionOf.isEmpty && peersOn.isEmpty }
+    var isEmpty: Bool {
+        boxes.isEmpty && holders.isEmpty && connectionOf.isEmpty && peersOn.isEmpty && departed.isEmpty && discarding.isEmpty
+    }
 }
 
 /// What may become of a client message if its client stops reading and the broker sheds

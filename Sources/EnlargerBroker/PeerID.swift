@@ -17,6 +17,11 @@ public struct PeerID: Hashable, Comparable, Sendable, CustomStringConvertible {
         lhs.bytes == rhs.bytes
     }
 
+    /// Whether libzmq made the id up for the connection (a ROUTER names a peer that sets no id
+    /// with a zero byte and a counter; ids beginning with a zero byte are libzmq's). Such an id
+    /// names one connection: once it ends, the id is never heard again.
+    public var isGenerated: Bool { bytes.first == 0 }
+
     public static func < (lhs: PeerID, rhs: PeerID) -> Bool {
         lhs.bytes.lexicographicallyPrecedes(rhs.bytes)
     }

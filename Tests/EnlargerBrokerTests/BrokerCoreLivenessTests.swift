@@ -168,6 +168,25 @@ final class BrokerCoreLivenessTests: XCTestCase {
         XCTAssertEqual(broker.core.totals.clientsVanished, 0)
     }
 
+    /// A client whose connection (and with it its libzmq-made id) ended is gone at once: its
+    /// work is stopped without waiting for the silence limit, and nothing is sent to it.
+    func testADepartedClientsWorkIsStoppedAtOnceAndItIsToldNothing() {
+        var broker = harness()
+        broker.ready(w1)
+        broker.submit(alice, "running")
+        broker.submit(alice, "waiting")
+        let job = broker.jobs(for: w1)[0]
+        _ = broker.events(for: alice)
+        broker.record(broker.core.clientDeparted(alice, now: broker.now))
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), [], "nobody is there to tell")
+        XCTAssertEqual(broker.commands(for: w1).map(\.summary), ["cancelJob \(job.jobID) #1"])
+        XCTAssertEqual(broker.core.totals.failed, 2)
+        XCTAssertEqual(broker.core.totals.clientsVanished, 1)
+        XCTAssertEqual(broker.core.totals.unroutable, 0)
+        broker.worker(w1, .jobCancelled(.with { $0.jobID = job.jobID; $0.attempt = 1 }))
+        XCTAssertTrue(broker.core.isIdle)
+    }
+
     func testUnreachableClientIsTreatedAsVanished() {
         var broker = harness()
         broker.submit(alice, "a")

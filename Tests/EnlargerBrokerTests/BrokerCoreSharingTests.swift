@@ -113,7 +113,7 @@ final class BrokerCoreSharingTests: XCTestCase {
         result(&broker, job, .final, terminal: true)
         XCTAssertEqual(broker.events(for: carol).map(\.summary),
                        ["accepted c", "result c degraded", "cancelled c", "cancelAck c cancelled"])
-        XCTAssertEqual(broker.core.cache.count, 0, "a result after every request ended is dropped, not cached")
+        XCTAssertEqual(broker.core.sharing.cachedCount, 0, "a result after every request ended is dropped, not cached")
         XCTAssertTrue(broker.core.isIdle)
     }
 
@@ -173,7 +173,7 @@ final class BrokerCoreSharingTests: XCTestCase {
         let job = broker.jobs(for: w1)[0]
         result(&broker, job, .final, terminal: true, verified: false)
         XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted b", "result b final terminal"])
-        XCTAssertEqual(broker.core.cache.count, 0)
+        XCTAssertEqual(broker.core.sharing.cachedCount, 0)
         submit(&broker, carol, "c")
         XCTAssertEqual(broker.jobs(for: w1).count, 1, "a new job, not a cached answer")
     }
@@ -192,7 +192,7 @@ final class BrokerCoreSharingTests: XCTestCase {
         }))
         XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "failed a digestMismatch"])
         XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted b", "failed b digestMismatch"])
-        XCTAssertEqual(broker.core.cache.count, 0)
+        XCTAssertEqual(broker.core.sharing.cachedCount, 0)
         XCTAssertTrue(broker.core.isIdle)
     }
 
@@ -216,7 +216,7 @@ final class BrokerCoreSharingTests: XCTestCase {
         XCTAssertEqual(jobs.count, 2)
         XCTAssertFalse(jobs[0].hasSource)
         result(&broker, jobs[0], .final, terminal: true)
-        XCTAssertEqual(broker.core.cache.count, 0)
+        XCTAssertEqual(broker.core.sharing.cachedCount, 0)
         XCTAssertEqual(broker.core.totals.cacheMisses, 0, "only requests with a digest count")
     }
 
@@ -239,7 +239,7 @@ final class BrokerCoreSharingTests: XCTestCase {
         let alicePrincipal = Principal("curve:alice"), mallory = Principal("curve:mallory")
         submit(&broker, alice, "a", as: alicePrincipal)
         result(&broker, broker.jobs(for: w1)[0], .final, terminal: true)
-        XCTAssertEqual(broker.core.cache.count, 1)
+        XCTAssertEqual(broker.core.sharing.cachedCount, 1)
         _ = broker.events(for: alice)
         submit(&broker, bob, "m", image: Array("junk junk junk junk junk junk junk".utf8), as: mallory)
         XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted m"], "no cached answer for a digest alone")
@@ -262,7 +262,7 @@ final class BrokerCoreSharingTests: XCTestCase {
         result(&broker, jobs[0], .final, terminal: true)
         submit(&broker, carol, "c")
         XCTAssertEqual(broker.events(for: carol).map(\.summary), ["accepted c"])
-        XCTAssertEqual(broker.core.cache.count, 0)
+        XCTAssertEqual(broker.core.sharing.cachedCount, 0)
     }
 
     func testAClientThatVanishesTakesOnlyItsOwnRequestsAlong() {

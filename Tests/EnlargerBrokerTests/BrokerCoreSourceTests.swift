@@ -106,7 +106,7 @@ final class BrokerCoreSourceTests: XCTestCase {
         XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "started a #1", "result a final terminal"])
         XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted b", "started b #1", "result b final terminal"])
         XCTAssertEqual(broker.events(for: carol).map(\.summary), ["result c final terminal"])
-        XCTAssertEqual(broker.core.cache.count, 1, "the verified result of a named version is cached")
+        XCTAssertEqual(broker.core.sharing.cachedCount, 1, "the verified result of a named version is cached")
         broker.worker(w1, .jobCancelled(.with { $0.jobID = second[0].jobID; $0.attempt = 1 }))
         XCTAssertTrue(broker.core.isIdle)
         assertConsistent(broker)
@@ -193,7 +193,7 @@ final class BrokerCoreSourceTests: XCTestCase {
         XCTAssertEqual(broker.commands(for: w1), [], "the worker goes on reading")
         final(&broker, w1, next, image: [2])
         XCTAssertEqual(broker.events(for: bob).map(\.summary), ["result b final terminal"])
-        XCTAssertEqual(broker.core.cache.count, 2, "each version has its own entry")
+        XCTAssertEqual(broker.core.sharing.cachedCount, 2, "each version has its own entry")
         XCTAssertEqual(broker.core.totals.cacheHits, 0)
     }
 
@@ -208,7 +208,7 @@ final class BrokerCoreSourceTests: XCTestCase {
         submit(&broker, bob, "b", url: "https://example.com/a.jpg")
         XCTAssertEqual(broker.jobs(for: w1).count, 1, "b cannot join a job reading an unnamed version")
         final(&broker, w1, job)
-        XCTAssertEqual(broker.core.cache.count, 0)
+        XCTAssertEqual(broker.core.sharing.cachedCount, 0)
 
         // A file that changed while it was read: delivered, not cached.
         submit(&broker, carol, "c")
@@ -216,7 +216,7 @@ final class BrokerCoreSourceTests: XCTestCase {
         opened(&broker, w1, file, Self.version1)
         final(&broker, w1, file, verified: false)
         XCTAssertEqual(broker.events(for: carol).map(\.summary), ["accepted c", "result c final terminal"])
-        XCTAssertEqual(broker.core.cache.count, 0)
+        XCTAssertEqual(broker.core.sharing.cachedCount, 0)
         assertConsistent(broker)
     }
 
@@ -227,7 +227,7 @@ final class BrokerCoreSourceTests: XCTestCase {
         let shared = broker.jobs(for: w1)[0]
         opened(&broker, w1, shared, Self.version1)
         final(&broker, w1, shared)
-        XCTAssertEqual(broker.core.cache.count, 1)
+        XCTAssertEqual(broker.core.sharing.cachedCount, 1)
 
         submit(&broker, bob, "b", noShare: true)
         submit(&broker, carol, "c", noShare: true)
@@ -323,17 +323,17 @@ final class BrokerCoreSourceTests: XCTestCase {
         XCTAssertEqual(first.count, 1)
         let holder = onFirst.isEmpty ? w2 : w1
         opened(&broker, holder, first[0], Self.version1)
-        XCTAssertEqual(broker.core.sharedJobs.count, 1)
+        XCTAssertEqual(broker.core.sharing.liveJobs.count, 1)
         // Its worker is lost: the job waits in quarantine, its version forgotten (the next
         // attempt may find another).
         broker.workerUnreachable(holder)
-        XCTAssertTrue(broker.core.sharedJobs.isEmpty, "\(broker.core.sharedJobs)")
+        XCTAssertTrue(broker.core.sharing.liveJobs.isEmpty, "\(broker.core.sharing.liveJobs)")
         let other = holder == w1 ? w2 : w1
         let retried = broker.jobs(for: other)
         XCTAssertEqual(retried.map(\.attempt), [2])
         guard !retried.isEmpty else { return }
         opened(&broker, other, retried[0], Self.version1)
-        XCTAssertEqual(broker.core.sharedJobs.count, 1)
+        XCTAssertEqual(broker.core.sharing.liveJobs.count, 1)
         assertConsistent(broker)
 
         // JobDownload with a phase that is not a download step breaks the protocol.

@@ -503,7 +503,7 @@ struct ModelChecker {
             hasher.combine(worker.exclusiveJob)
         }
         for peer in core.clients.keys.sorted() { hasher.combine(peer) }
-        hasher.combine(core.cache.bytes)
+        hasher.combine(core.sharing.cacheBytes)
         hasher.combine(core.nextJobID)
         hasher.combine(state.submitted)
         hasher.combine(state.cancelled)

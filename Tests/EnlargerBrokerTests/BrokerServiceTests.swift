@@ -38,8 +38,9 @@ final class BrokerServiceTests: XCTestCase {
         return (service, service.startInBackground())
     }
 
-    private func dealer(_ endpoint: String) throws -> Socket {
+    private func dealer(_ endpoint: String, routingID: [UInt8]? = nil) throws -> Socket {
         let socket = try Socket(context, .dealer)
+        if let routingID { try socket.set(.routingID(routingID)) }
         try socket.connect(endpoint)
         return socket
     }
@@ -157,6 +158,51 @@ final class BrokerServiceTests: XCTestCase {
         guard case .disconnect = try workerCommand(worker) else { return XCTFail("no disconnect") }
     }
 
+    /// A client that names no routing id of its own gets one libzmq makes up for the
+    /// connection, which no later connection can have: once the connection ends, its work is
+    /// stopped at once and nothing is kept for it.
+    func testAClientWithoutAnIDOfItsOwnIsGoneWithItsConnection() throws {
+        let (service, thread) = try startBroker { $0.clientBacklogPatience = .seconds(30) }
+        defer { XCTAssertNoThrow(try thread.stopAndWait()) }
+        let worker = try dealer(service.workersEndpoint)
+        try send(WorkerToBrokerMessage<[UInt8]>.ready(.with { $0.capacity = 1 }).encoded(), on: worker)
+        try waitUntil(try dealer(service.clientsEndpoint)) { $0.workers.count == 1 }
+
+        let leaver = try dealer(service.clientsEndpoint)
+        let submit = Enlarger_V1_Submit.with {
+            $0.requestID = "orphan"
+            $0.spec.height = 10
+            $0.delivery = .final
+        }
+        try send(ClientToBrokerMessage.submit(submit, image: [0xFF, 0xD8]).encoded(), on: leaver)
+        guard case .accepted = try clientEvent(leaver), case .job(let job, _) = try workerCommand(worker) else {
+            return XCTFail("not dispatched")
+        }
+        let leftAt = ContinuousClock.now
+        leaver.close()
+        guard case .cancelJob(let cancel) = try workerCommand(worker) else { return XCTFail("the job was not cancelled") }
+        XCTAssertEqual(cancel.jobID, job.jobID)
+        XCTAssertLessThan(ContinuousClock.now - leftAt, .seconds(1), "well before the silence limit")
+        // A result that crossed the cancel is dropped, not kept for nobody.
+        try send(WorkerToBrokerMessage.jobResult(.with {
+            $0.jobID = job.jobID
+            $0.attempt = job.attempt
+            $0.stage = .final
+            $0.terminal = true
+        }, image: [1]).encoded(), on: worker)
+        try send(WorkerToBrokerMessage<[UInt8]>.jobCancelled(.with {
+            $0.jobID = job.jobID
+            $0.attempt = job.attempt
+        }).encoded(), on: worker)
+        let status = try waitUntil(try dealer(service.clientsEndpoint)) { $0.inFlight == 0 && $0.workers.first?.inFlight == 0 }
+        XCTAssertEqual(status.totals.clientsVanished, 1)
+        XCTAssertEqual(status.totals.finished, 0)
+        XCTAssertEqual(status.clientBytesWaiting, 0)
+        XCTAssertEqual(status.totals.clientSendsDeferred, 0)
+    }
+
+    /// A client with a routing id of its own may come back under it (a reset connection
+    /// reconnects so): what comes for it waits, within the patience.
     func testDepartedClientIsCountedAndTheBrokerCarriesOn() throws {
         let (service, thread) = try startBroker { $0.clientBacklogPatience = .milliseconds(600) }
         defer { XCTAssertNoThrow(try thread.stopAndWait()) }
@@ -164,7 +210,7 @@ final class BrokerServiceTests: XCTestCase {
         try send(WorkerToBrokerMessage<[UInt8]>.ready(.with { $0.capacity = 1 }).encoded(), on: worker)
         try waitUntil(try dealer(service.clientsEndpoint)) { $0.workers.count == 1 }
 
-        let leaver = try dealer(service.clientsEndpoint)
+        let leaver = try dealer(service.clientsEndpoint, routingID: Array("leaver".utf8))
         let submit = Enlarger_V1_Submit.with {
             $0.requestID = "orphan"
             $0.spec.height = 10

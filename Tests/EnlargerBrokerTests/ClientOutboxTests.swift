@@ -135,6 +135,36 @@ final class ClientOutboxTests: XCTestCase {
         XCTAssertEqual(outbox.messagesWaiting(for: peer), 1)
     }
 
+    /// An id libzmq made up names one connection: when it ends, what waited is dropped at
+    /// once, what comes for the id afterwards is discarded, and the core hears of it once (an
+    /// id the client chose waits for it instead, as above).
+    func testAnIDLibzmqMadeUpIsForgottenWithItsConnection() {
+        var outbox = Outbox(limits: limits())
+        let generated = PeerID([0, 0x6b, 0x8b, 0x45, 0x67])
+        XCTAssertTrue(generated.isGenerated)
+        XCTAssertFalse(peer.isGenerated)
+        var socket = FakeSocket(connected: [generated: alice], room: [generated: 0])
+        func send(_ item: (OutgoingMessage<Bytes>, ClientShedding)) -> [Outbox.Effect] {
+            outbox.send(item.0, to: generated, for: alice, shed: item.1, now: now) { message in
+                socket.transmit(message, to: generated)
+            }
+        }
+        _ = outbox.heard(from: generated, as: alice, on: 9)
+        _ = send(result("1", bytes: 10))
+        XCTAssertGreaterThan(outbox.bytesWaiting(for: generated), 0, "its pipe is full: the result waits")
+        outbox.connectionEnded(9)
+        socket.connected[generated] = nil
+        XCTAssertEqual(outbox.bytesWaiting(for: generated), 0, "what waited is dropped with the connection")
+        XCTAssertEqual(send(result("2", bytes: 10)), [])
+        XCTAssertEqual(outbox.bytesWaiting(for: generated), 0, "what comes for it afterwards is discarded")
+        XCTAssertEqual(outbox.takeDeparted(), [.departed(generated)])
+        XCTAssertEqual(outbox.takeDeparted(), [], "told once")
+        outbox.finishDiscarding(generated)
+        outbox.forgetIfIdle(generated)
+        XCTAssertTrue(outbox.isEmpty, "nothing is kept for it")
+        XCTAssertNil(socket.received[alice], "nothing was sent")
+    }
+
     func testTheSamePrincipalBackOnANewConnectionGetsWhatWaited() {
         var outbox = Outbox(limits: limits())
         var socket = FakeSocket(connected: [peer: alice], room: [peer: 0])

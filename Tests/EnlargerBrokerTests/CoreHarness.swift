@@ -247,12 +247,12 @@ struct CoreHarness {
             }
         }
         if requestsOnJobs != core.requests.count { problems.append("requests and jobs disagree") }
-        for (shareKey, jobID) in core.sharedJobs where core.jobs[jobID]?.shareKey != shareKey {
+        for (shareKey, jobID) in core.sharing.liveJobs where core.jobs[jobID]?.shareKey != shareKey {
             problems.append("shared job index names job \(jobID) for another key")
         }
         let imageBytes = core.jobs.values.reduce(0) { $0 + $1.image.count }
         if imageBytes != core.liveImageBytes { problems.append("live image bytes \(core.liveImageBytes), jobs hold \(imageBytes)") }
-        if core.cache.bytes > core.cache.limit { problems.append("cache over its limit") }
+        if core.sharing.cacheBytes > core.sharing.cacheLimit { problems.append("cache over its limit") }
         for (index, worker) in core.workers.enumerated() {
             if core.workerIndex[worker.id] != index { problems.append("worker index mismatch") }
             if worker.inFlight > worker.capacity { problems.append("worker \(worker.id) over capacity") }

@@ -67,7 +67,10 @@
 // once the old one is gone (it never hands a live connection's id to another), and whatever
 // was waiting for the client is delivered there as soon as the client has sent a message
 // (Ping will do) as the same principal. A connection of another principal under the id
-// gets none of it, and the client's requests end.
+// gets none of it, and the client's requests end. A client that sets no routing id is
+// named by libzmq for that one connection (an id beginning with a zero byte, which clients
+// may not choose): when the connection ends, nothing can reach the client again, so its
+// requests end at once, without a message, and their work is stopped.
 //
 // FLOW TO THE CLIENT
 //
