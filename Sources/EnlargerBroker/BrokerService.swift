@@ -287,12 +287,20 @@ public final class BrokerService: @unchecked Sendable {
             poller.setEvents(outbox.awaitsRoom ? .readable : [], at: clientsSignalIndex)
             _ = try poller.poll(timeout: pending ? .zero : deadline.duration(since: now))
             if poller.events(at: wakeupIndex).contains(.readable) { wakeup.drain() }
+            // A handshake may be what re-reads a changed list: the connections it revokes end
+            // either way.
+            var reloaded = false
             if poller.events(at: gatekeeperIndex).contains(.readable) {
-                for event in try gatekeeper.serviceRequests() { Self.log(event, logger) }
+                for event in try gatekeeper.serviceRequests() {
+                    Self.log(event, logger)
+                    if case .allowListLoaded = event { reloaded = true }
+                }
             }
-            let reloaded = gatekeeper.refreshIfDue()
-            for event in reloaded { Self.log(event, logger) }
-            if !reloaded.isEmpty { try revokeWithdrawnKeys(now: MonotonicInstant.now()) }
+            for event in gatekeeper.refreshIfDue() {
+                Self.log(event, logger)
+                reloaded = true
+            }
+            if reloaded { try revokeWithdrawnKeys(now: MonotonicInstant.now()) }
             try reloadTenantsIfChanged(now: MonotonicInstant.now())
 
             // Bounded batches per socket, so a flood on one side cannot starve the other side

@@ -488,8 +488,8 @@ final class HostileTenantTests: XCTestCase {
             }
         }
         // The revoked key gets nothing taken any more.
-        if let revokedAt, ContinuousClock.now - revokedAt < .milliseconds(1500) {
-            Thread.sleep(forTimeInterval: max(0, Double((revokedAt + .milliseconds(1500) - .now).components.attoseconds) * 1e-18))
+        if let revokedAt, case let remaining = revokedAt + .milliseconds(1500) - .now, remaining > .zero {
+            Thread.sleep(forTimeInterval: Double(remaining.components.seconds) + Double(remaining.components.attoseconds) * 1e-18)
         }
         let late = hostileSockets[0]
         hostileIDs.insert("after-revocation")
