@@ -238,21 +238,20 @@ final class EndToEndTests: XCTestCase {
 
     func testDuplicateLiveIDFromAnotherConnectionIsRefused() async throws {
         let cluster = try Cluster(self)
-        try cluster.startThreadWorkers(1, concurrency: 1)
         let first = try cluster.client(), second = try cluster.client()
-        try await cluster.waitForWorkers(1, client: first)
-        // A slow job keeps the id live while the duplicate arrives.
-        let slow = try Corpus.good("bimg_vertical.jpg")
-        let original = first.submit(ResizeRequest(id: "dup", image: slow, options: .init(width: 2000), delivery: .final))
+        // No worker yet: the first request waits, its id live, while the duplicate arrives.
+        let photo = try Corpus.good("exifsamples_DSCN0010.jpg")
+        let original = first.submit(ResizeRequest(id: "dup", image: photo, options: .init(width: 200), delivery: .final))
         var iterator = original.makeAsyncIterator()
         let accepted = try await iterator.next()
         XCTAssertEqual(accepted?.name, "accepted")
         do {
-            _ = try await collect(second.submit(ResizeRequest(id: "dup", image: slow, options: .init(width: 100))))
+            _ = try await collect(second.submit(ResizeRequest(id: "dup", image: photo, options: .init(width: 100))))
             XCTFail("the duplicate must be refused")
         } catch let error as EnlargerClientError {
             guard case .duplicateID = error else { return XCTFail("unexpected \(error)") }
         }
+        try cluster.startThreadWorkers(1, concurrency: 1)
         var rest: [String] = []
         while let event = try await iterator.next() { rest.append(event.name) }
         XCTAssertEqual(rest, ["started", "final"], "the first request is untouched")

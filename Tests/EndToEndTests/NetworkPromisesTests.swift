@@ -40,14 +40,15 @@ final class NetworkPromisesTests: XCTestCase {
 
     /// The broker beats every 50 ms, so it judges a client silent after 150 ms; the client's
     /// own interval is 1 s. The client adopts the broker's interval from Accepted, so a
-    /// request that takes much longer than 150 ms still completes.
+    /// request that lives much longer than 150 ms (here it waits 600 ms for a worker to
+    /// register) still completes.
     func testAClientAdoptsABrokersShorterHeartbeat() async throws {
         let cluster = try Cluster(self, heartbeat: .milliseconds(50))
-        try cluster.startThreadWorkers(1, concurrency: 1)
         let client = try cluster.client(configuration: .init(heartbeatInterval: .seconds(1), missedHeartbeats: 3))
-        try await cluster.waitForWorkers(1, client: client)
-        let photo = try Corpus.good("bimg_vertical.jpg")  // 24 MP: well over 150 ms to decode
-        let events = client.submit(ResizeRequest(image: photo, options: ResizeOptions(width: 2000), delivery: .final))
+        let photo = try Corpus.good("exifsamples_DSCN0010.jpg")
+        let events = client.submit(ResizeRequest(image: photo, options: ResizeOptions(width: 200), delivery: .final))
+        try await Task.sleep(for: .milliseconds(600))
+        try cluster.startThreadWorkers(1, concurrency: 1)
         let result = try await Self.outcome(of: events)
         XCTAssertEqual(result, "final")
         let status = try await client.status()
