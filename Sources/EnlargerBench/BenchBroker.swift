@@ -35,16 +35,10 @@ struct BenchBroker: ParsableCommand {
     var brokerOptions: [String] = []
 
     func run() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-bench-\(getpid())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let clients = "ipc://\(directory.path)/clients.sock", workers = "ipc://\(directory.path)/workers.sock"
-
-        let broker = try BrokerProcess(enlarger: enlarger, arguments: [
-            "--clients", clients, "--workers", workers, "--queue-limit", "\(inFlight * 2)",
-        ] + brokerOptions)
+        let broker = try BrokerProcess(enlarger: enlarger, name: "broker",
+                                       arguments: ["--queue-limit", "\(inFlight * 2)"] + brokerOptions)
         defer { broker.stop() }
+        let clients = broker.clients, workers = broker.workers
         usleep(200_000)
 
         let context = try Context()

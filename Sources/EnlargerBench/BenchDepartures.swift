@@ -28,13 +28,9 @@ struct BenchDepartures: ParsableCommand {
     var enlarger: String?
 
     func run() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-bench-left-\(getpid())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let clients = "ipc://\(directory.path)/clients.sock", workers = "ipc://\(directory.path)/workers.sock"
-        let broker = try BrokerProcess(enlarger: enlarger, arguments: ["--clients", clients, "--workers", workers])
+        let broker = try BrokerProcess(enlarger: enlarger, name: "left")
         defer { broker.stop() }
+        let clients = broker.clients, workers = broker.workers
         usleep(300_000)
         let pid = broker.pid
         let context = try Context()

@@ -2,9 +2,14 @@ import CLISupport
 import Foundation
 
 /// An `enlarger broker` child process for a benchmark, which reads its CPU time and RSS from
-/// /proc. Started by `init`; `stop()` sends SIGTERM and waits for it.
+/// /proc. Started by `init`; `stop()` sends SIGTERM, waits for it and removes its sockets'
+/// directory.
 final class BrokerProcess {
     private let process = Process()
+    /// The private directory of its ipc sockets, when it made one.
+    private var directory: URL?
+    /// Its client and worker endpoints, when it made them (`init(enlarger:name:arguments:)`).
+    private(set) var clients = "", workers = ""
 
     var pid: pid_t { process.processIdentifier }
 
@@ -22,8 +27,27 @@ final class BrokerProcess {
         try process.run()
     }
 
+    /// A broker on ipc sockets in a private directory named after `name`, with `arguments`
+    /// besides its endpoints.
+    convenience init(enlarger: String?, name: String, arguments: [String] = []) throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-bench-\(name)-\(getpid())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let clients = "ipc://\(directory.path)/clients.sock", workers = "ipc://\(directory.path)/workers.sock"
+        do {
+            try self.init(enlarger: enlarger, arguments: ["--clients", clients, "--workers", workers] + arguments)
+        } catch {
+            try? FileManager.default.removeItem(at: directory)
+            throw error
+        }
+        self.directory = directory
+        self.clients = clients
+        self.workers = workers
+    }
+
     func stop() {
         process.terminate()
         process.waitUntilExit()
+        if let directory { try? FileManager.default.removeItem(at: directory) }
     }
 }

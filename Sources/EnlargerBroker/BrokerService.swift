@@ -545,20 +545,24 @@ public final class BrokerService: @unchecked Sendable {
                 actions += core.clientNotReading(peer, now: now)
             case .lost(let peer):
                 logger.notice("client not reading even its notices; dropping them", metadata: ["peer": "\(peer)"])
-                // What the core sends about its requests now goes nowhere: the outbox
-                // discards it until the core is done.
-                try perform(core.clientUnreachable(peer, now: now), now: now)
-                outbox.finishDiscarding(peer)
-                actions += core.clientBacklog(peer, waitingBytes: 0, now: now)
-                if core.clientPrincipal(peer) == nil { outbox.forgetIfIdle(peer) }
+                actions += try endClient(peer, core.clientUnreachable(peer, now: now), now: now)
             case .departed(let peer):
                 logger.debug("client connection ended", metadata: ["peer": "\(peer)"])
-                try perform(core.clientDeparted(peer, now: now), now: now)
-                outbox.finishDiscarding(peer)
-                actions += core.clientBacklog(peer, waitingBytes: 0, now: now)
-                if core.clientPrincipal(peer) == nil { outbox.forgetIfIdle(peer) }
+                actions += try endClient(peer, core.clientDeparted(peer, now: now), now: now)
             }
         }
+        return actions
+    }
+
+    /// Performs what the core did on ending a client the outbox dropped (`ending`): what the
+    /// core sends about its requests meanwhile goes nowhere (the outbox discards it until
+    /// then). Returns the core's follow-up once nothing waits for the client.
+    private func endClient(_ peer: PeerID, _ ending: [BrokerAction<Message>], now: MonotonicInstant) throws(ZMQError)
+        -> [BrokerAction<Message>] {
+        try perform(ending, now: now)
+        outbox.finishDiscarding(peer)
+        let actions = core.clientBacklog(peer, waitingBytes: 0, now: now)
+        if core.clientPrincipal(peer) == nil { outbox.forgetIfIdle(peer) }
         return actions
     }
 

@@ -158,26 +158,34 @@ final class BrokerServiceTests: XCTestCase {
         guard case .disconnect = try workerCommand(worker) else { return XCTFail("no disconnect") }
     }
 
+    /// A worker of capacity 1 registers, and a client (with `clientID`, or none of its own)
+    /// submits one request, which the worker is given. Nil (after a failure) if it is not.
+    private func submitOneWithOneWorker(_ service: BrokerService, clientID: [UInt8]? = nil) throws
+        -> (worker: Socket, client: Socket, job: Enlarger_V1_Job)? {
+        let worker = try dealer(service.workersEndpoint)
+        try send(WorkerToBrokerMessage<[UInt8]>.ready(.with { $0.capacity = 1 }).encoded(), on: worker)
+        try waitUntil(try dealer(service.clientsEndpoint)) { $0.workers.count == 1 }
+        let client = try dealer(service.clientsEndpoint, routingID: clientID)
+        let submit = Enlarger_V1_Submit.with {
+            $0.requestID = "orphan"
+            $0.spec.height = 10
+            $0.delivery = .final
+        }
+        try send(ClientToBrokerMessage.submit(submit, image: [0xFF, 0xD8]).encoded(), on: client)
+        guard case .accepted = try clientEvent(client), case .job(let job, _) = try workerCommand(worker) else {
+            XCTFail("not dispatched")
+            return nil
+        }
+        return (worker, client, job)
+    }
+
     /// A client that names no routing id of its own gets one libzmq makes up for the
     /// connection, which no later connection can have: once the connection ends, its work is
     /// stopped at once and nothing is kept for it.
     func testAClientWithoutAnIDOfItsOwnIsGoneWithItsConnection() throws {
         let (service, thread) = try startBroker { $0.clientBacklogPatience = .seconds(30) }
         defer { XCTAssertNoThrow(try thread.stopAndWait()) }
-        let worker = try dealer(service.workersEndpoint)
-        try send(WorkerToBrokerMessage<[UInt8]>.ready(.with { $0.capacity = 1 }).encoded(), on: worker)
-        try waitUntil(try dealer(service.clientsEndpoint)) { $0.workers.count == 1 }
-
-        let leaver = try dealer(service.clientsEndpoint)
-        let submit = Enlarger_V1_Submit.with {
-            $0.requestID = "orphan"
-            $0.spec.height = 10
-            $0.delivery = .final
-        }
-        try send(ClientToBrokerMessage.submit(submit, image: [0xFF, 0xD8]).encoded(), on: leaver)
-        guard case .accepted = try clientEvent(leaver), case .job(let job, _) = try workerCommand(worker) else {
-            return XCTFail("not dispatched")
-        }
+        guard case let (worker, leaver, job)? = try submitOneWithOneWorker(service) else { return }
         let leftAt = ContinuousClock.now
         leaver.close()
         guard case .cancelJob(let cancel) = try workerCommand(worker) else { return XCTFail("the job was not cancelled") }
@@ -206,20 +214,7 @@ final class BrokerServiceTests: XCTestCase {
     func testDepartedClientIsCountedAndTheBrokerCarriesOn() throws {
         let (service, thread) = try startBroker { $0.clientBacklogPatience = .milliseconds(600) }
         defer { XCTAssertNoThrow(try thread.stopAndWait()) }
-        let worker = try dealer(service.workersEndpoint)
-        try send(WorkerToBrokerMessage<[UInt8]>.ready(.with { $0.capacity = 1 }).encoded(), on: worker)
-        try waitUntil(try dealer(service.clientsEndpoint)) { $0.workers.count == 1 }
-
-        let leaver = try dealer(service.clientsEndpoint, routingID: Array("leaver".utf8))
-        let submit = Enlarger_V1_Submit.with {
-            $0.requestID = "orphan"
-            $0.spec.height = 10
-            $0.delivery = .final
-        }
-        try send(ClientToBrokerMessage.submit(submit, image: [0xFF, 0xD8]).encoded(), on: leaver)
-        guard case .accepted = try clientEvent(leaver), case .job(let job, _) = try workerCommand(worker) else {
-            return XCTFail("not dispatched")
-        }
+        guard case let (worker, leaver, job)? = try submitOneWithOneWorker(service, clientID: Array("leaver".utf8)) else { return }
         leaver.close()
         Thread.sleep(forTimeInterval: 0.2)  // let libzmq notice the closed connection
 
