@@ -94,6 +94,7 @@ struct WorkerCommand: ParsableCommand {
 
     func run() throws {
         log.bootstrap()
+        Self.preferAsOOMVictim(Logger(label: "enlarger.worker"))
         var configuration = workerConfiguration
         configuration.curve = try auth.credentials(for: broker)
         configuration.metricsAddress = metrics.metrics
@@ -115,6 +116,24 @@ struct WorkerCommand: ParsableCommand {
         }
         defer { orphanCheck?.cancel() }
         try service.run()
+    }
+
+    /// The worker's `oom_score_adj`: where a worker shares a memory limit with its broker or
+    /// `serve` (one container, one cgroup), the kernel's out-of-memory killer takes a worker
+    /// (whose jobs the broker runs again elsewhere) before them, whose death would end every
+    /// request. Raising one's own score needs no privilege; a score already higher is kept.
+    static let oomScoreAdjustment = 500
+
+    private static func preferAsOOMVictim(_ logger: Logger) {
+        let path = "/proc/self/oom_score_adj"
+        guard let current = try? String(contentsOfFile: path, encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines), let score = Int(current) else { return }
+        guard score < oomScoreAdjustment else { return }
+        do {
+            try "\(oomScoreAdjustment)\n".write(toFile: path, atomically: false, encoding: .utf8)
+        } catch {
+            logger.debug("could not raise oom_score_adj", metadata: ["error": "\(error)"])
+        }
     }
 }
 

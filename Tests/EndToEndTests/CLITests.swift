@@ -964,6 +964,20 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(health.status, 0, health.stderr)
         XCTAssert(health.stdout.hasPrefix("healthy: ipc://"), health.stdout)
 
+        // Sharing serve's memory limit, the worker is the one the kernel's out-of-memory
+        // killer takes first.
+        let status = try run(["status", "--runtime-dir", directory.appendingPathComponent("run").path])
+        let workerPid = try XCTUnwrap(status.stdout.split(separator: "\n").lazy.compactMap { line -> Int32? in
+            guard let range = line.firstRange(of: "pid ") else { return nil }
+            return Int32(line[range.upperBound...].prefix { $0.isNumber })
+        }.first, status.stdout)
+        func oomScore(_ pid: Int32) throws -> Int? {
+            Int(try String(contentsOfFile: "/proc/\(pid)/oom_score_adj", encoding: .utf8)
+                .trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        XCTAssertEqual(try oomScore(workerPid), 500)
+        XCTAssertLessThan(try XCTUnwrap(try oomScore(serve.processIdentifier)), 500)
+
         let brokerText = try HTTPGet.fetch(address, path: "/metrics").body
         XCTAssert(brokerText.contains(#"enlarger_requests_total{outcome="finished",code="OK"} 1"#), brokerText)
         let workerText = try HTTPGet.fetch(workerAddress, path: "/metrics").body
