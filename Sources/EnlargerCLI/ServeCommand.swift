@@ -171,10 +171,12 @@ final class WorkerSupervisor: Sendable {
             guard !state.stopping, state.slots[index].process === process else { return nil }
             // The back-off is for a worker that cannot start (a bad option, a missing
             // library): it dies within moments, again and again. One that ran a while died
-            // of its work (a poison image, the memory limit): the broker quarantines that
-            // work, and the slot comes back at once, so one bad request never keeps a slot
-            // of capacity away for long.
-            let quick = ContinuousClock.now - state.slots[index].startedAt < .seconds(2)
+            // of its work (a poison image), and one killed by SIGKILL was killed from outside,
+            // in practice by the out-of-memory killer for the job it had just taken, however
+            // soon after its start: the broker quarantines that work, and the slot comes back
+            // at once, so bad requests never keep a slot of capacity away for long.
+            let killed = process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL
+            let quick = !killed && ContinuousClock.now - state.slots[index].startedAt < .seconds(2)
             state.slots[index].restarts = quick ? state.slots[index].restarts + 1 : 0
             return .milliseconds(min(5_000, 100 << min(state.slots[index].restarts, 6)))
         }
