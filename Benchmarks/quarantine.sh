@@ -29,7 +29,7 @@ trap 'kill $serve 2>/dev/null; wait $serve 2>/dev/null; rm -rf "$work"; rmdir "$
 until "$enlarger" status --runtime-dir "$runtime" 2>/dev/null | grep -q "^workers 2"; do sleep 0.2; done
 
 start=$(date +%s.%N)
-since() { echo "$(date +%s.%N) - $1" | bc; }
+since() { awk -v now="$(date +%s.%N)" -v then="$1" 'BEGIN { printf "%.2f\n", now - then }'; }
 for i in $(seq 1 "$crashers"); do
     ( "$enlarger" submit "$corpus/good/thumbor_9643x10328.jpg" --width 9000 --no-share --id-prefix "crash$i" \
           --out "$work/out" --runtime-dir "$runtime" >/dev/null 2>&1 || true
