@@ -6,6 +6,7 @@
 # request's latency, when the crashing ones ended, the worker deaths and whether serve (and
 # its broker) lived. Needs root and a cgroup memory controller (v1 or v2).
 #   Benchmarks/quarantine.sh [CRASHERS]   (default 12)
+[ "$(id -u)" -eq 0 ] || { echo "quarantine.sh: needs root (it makes a memory cgroup)" >&2; exit 1; }
 source "$(dirname "$0")/common.sh"
 crashers="${1:-12}"
 limit=$((500 * 1024 * 1024))

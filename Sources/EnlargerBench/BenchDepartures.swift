@@ -27,6 +27,12 @@ struct BenchDepartures: ParsableCommand {
     @Option(help: "The `enlarger` executable that runs the broker (default: the one beside this executable).")
     var enlarger: String?
 
+    func validate() throws {
+        guard connections >= 1 else { throw ValidationError("--connections must be at least 1") }
+        guard answerDelayMs >= 0 else { throw ValidationError("--answer-delay-ms must not be negative") }
+        guard settle >= 0 else { throw ValidationError("--settle must not be negative") }
+    }
+
     func run() throws {
         let broker = try BrokerProcess(enlarger: enlarger, name: "left")
         defer { broker.stop() }

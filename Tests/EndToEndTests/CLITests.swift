@@ -1040,41 +1040,11 @@ final class CLITests: XCTestCase {
 
     // MARK: - Processes
 
-    struct Output {
-        var status: Int32
-        var stdout: String
-        var stderr: String
-    }
+    typealias Output = ChildProcess.Output
 
     private func run(_ arguments: [String], environment: [String: String] = [:], stdin: Data? = nil,
                      binary: URL = Cluster.enlargerBinary) throws -> Output {
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = arguments
-        process.environment = Self.environment(environment)
-        let stdout = Pipe()
-        let stderr = Pipe()
-        process.standardOutput = stdout
-        process.standardError = stderr
-        let input = Pipe()
-        process.standardInput = stdin == nil ? FileHandle.nullDevice : input
-        try process.run()
-        if let stdin {
-            input.fileHandleForWriting.write(stdin)
-            try input.fileHandleForWriting.close()
-        }
-        // Read both pipes at once, so that neither fills and blocks the child.
-        let errors = Lockbox<Data>(Data())
-        let done = DispatchSemaphore(value: 0)
-        Thread {
-            errors.value = stderr.fileHandleForReading.readDataToEndOfFile()
-            done.signal()
-        }.start()
-        let out = stdout.fileHandleForReading.readDataToEndOfFile()
-        done.wait()
-        process.waitUntilExit()
-        return Output(status: process.terminationStatus, stdout: String(decoding: out, as: UTF8.self),
-                      stderr: String(decoding: errors.value, as: UTF8.self))
+        try ChildProcess.run(binary, arguments, environment: Self.environment(environment), stdin: stdin)
     }
 
     /// This process's environment without Enlarger settings, plus `extra`.
@@ -1125,7 +1095,3 @@ private final class SharedText: @unchecked Sendable {
     var value: String { lock.withLock { text } }
 }
 
-private final class Lockbox<Value>: @unchecked Sendable {
-    var value: Value
-    init(_ value: Value) { self.value = value }
-}

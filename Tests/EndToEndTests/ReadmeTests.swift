@@ -125,60 +125,17 @@ final class ReadmeTests: XCTestCase {
         }
     }
 
-    struct Output {
-        var status: Int32
-        var stdout: String
-        var stderr: String
-    }
-
     static func run(_ executable: URL, _ arguments: [String], environment: [String: String] = CLITests.environment([:]),
-                    directory: URL? = nil) throws -> Output {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        process.environment = environment
-        if let directory { process.currentDirectoryURL = directory }
-        let stdout = Pipe(), stderr = Pipe()
-        process.standardOutput = stdout
-        process.standardError = stderr
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        // Both pipes at once, so that neither fills and blocks the child.
-        let errors = ReadmeBox()
-        let done = DispatchSemaphore(value: 0)
-        Thread {
-            errors.data = stderr.fileHandleForReading.readDataToEndOfFile()
-            done.signal()
-        }.start()
-        let out = stdout.fileHandleForReading.readDataToEndOfFile()
-        done.wait()
-        process.waitUntilExit()
-        return Output(status: process.terminationStatus, stdout: String(decoding: out, as: UTF8.self),
-                      stderr: String(decoding: errors.data, as: UTF8.self))
+                    directory: URL? = nil) throws -> ChildProcess.Output {
+        try ChildProcess.run(executable, arguments, environment: environment, directory: directory)
     }
-}
-
-private final class ReadmeBox: @unchecked Sendable {
-    var data = Data()
 }
 
 /// The README's shell blocks read as command lines.
 enum ReadmeShell {
     /// The contents of every ```sh block.
     static func blocks(_ markdown: String) -> [String] {
-        var blocks: [String] = []
-        var current: [Substring]?
-        for line in markdown.split(separator: "\n", omittingEmptySubsequences: false) {
-            if current == nil, line == "```sh" {
-                current = []
-            } else if current != nil, line == "```" {
-                blocks.append(current!.joined(separator: "\n"))
-                current = nil
-            } else {
-                current?.append(line)
-            }
-        }
-        return blocks
+        Markdown.fencedBlocks(markdown, language: "sh")
     }
 
     /// Each command of `block` as words: continuation lines joined, comments dropped, split at

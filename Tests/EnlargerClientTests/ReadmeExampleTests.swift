@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import XCTest
 
 /// The README's Swift examples are the code of `ReadmeExamples.swift`, which the test build
@@ -14,7 +15,7 @@ final class ReadmeExampleTests: XCTestCase {
         let compiled = try String(contentsOf: Self.repository.appendingPathComponent("Tests/EnlargerClientTests/ReadmeExamples.swift"),
                                   encoding: .utf8)
         let compiledLines = Self.lines(compiled)
-        let blocks = Self.blocks(readme, language: "swift")
+        let blocks = Markdown.fencedBlocks(readme, language: "swift")
         XCTAssertGreaterThanOrEqual(blocks.count, 3, "the README's Swift blocks were not found")
         for block in blocks {
             var lines = Self.lines(block)
@@ -27,23 +28,6 @@ final class ReadmeExampleTests: XCTestCase {
             }
             XCTAssert(found, "this README block is not in ReadmeExamples.swift, line for line:\n\(block)")
         }
-    }
-
-    /// The contents of the README's fenced blocks in `language`.
-    static func blocks(_ markdown: String, language: String) -> [String] {
-        var blocks: [String] = []
-        var current: [Substring]?
-        for line in markdown.split(separator: "\n", omittingEmptySubsequences: false) {
-            if current == nil, line == "```\(language)" {
-                current = []
-            } else if current != nil, line == "```" {
-                blocks.append(current!.joined(separator: "\n"))
-                current = nil
-            } else {
-                current?.append(line)
-            }
-        }
-        return blocks
     }
 
     /// Non-empty lines, trimmed (the compiled copy is indented inside functions).

@@ -65,6 +65,26 @@ public enum Corpus {
     }
 }
 
+/// Markdown as the README tests read it.
+public enum Markdown {
+    /// The contents of every fenced block opened with ```` ```language ````, in order.
+    public static func fencedBlocks(_ markdown: String, language: String) -> [String] {
+        var blocks: [String] = []
+        var current: [Substring]?
+        for line in markdown.split(separator: "\n", omittingEmptySubsequences: false) {
+            if current == nil, line == "```\(language)" {
+                current = []
+            } else if current != nil, line == "```" {
+                blocks.append(current!.joined(separator: "\n"))
+                current = nil
+            } else {
+                current?.append(line)
+            }
+        }
+        return blocks
+    }
+}
+
 /// SplitMix64: deterministic, so a randomised test replays from its printed seed.
 public struct SeededGenerator: RandomNumberGenerator, Sendable {
     private var state: UInt64
