@@ -68,7 +68,7 @@ final class UninterruptibleCancelTests: XCTestCase {
             // Finished: the final was out before the cancel (the aim was late); any other
             // answer is wrong.
             XCTAssertTrue(["cancelled", "finished"].contains("\(answer)"), "\(answer)")
-            XCTAssertLessThan(answeredIn, .milliseconds(500), "the client hears Cancelled at once")
+            XCTAssertLessThan(answeredIn, .seconds(1), "the client hears Cancelled at once, not when the encode ends")
 
             // The next request waits for the thread, and the broker sees no more than one job on it.
             let next = client.submit(ResizeRequest(id: "next-\(round)", image: photo, options: small, delivery: .final,

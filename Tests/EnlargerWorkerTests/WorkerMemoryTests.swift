@@ -102,7 +102,7 @@ final class WorkerMemoryTests: XCTestCase {
         XCTAssert(failed.message.contains("can never run"), failed.message)
         let latency = try XCTUnwrap(failedAt) - sentAt
         print("poison image refused in \(latency): \(failed.message)")
-        XCTAssertLessThan(latency, .milliseconds(500), "from its header, without decoding 99.6 MP")
+        XCTAssertLessThan(latency, .milliseconds(1000), "from its header, without decoding 99.6 MP")
         for id in all.subtracting([2]) {
             guard case .jobResult(let result, _)? = frames[id]?.last else { return XCTFail("job \(id): \(frames[id] ?? [])") }
             XCTAssertTrue(result.terminal)

@@ -73,7 +73,7 @@ final class NameLookupBoundTests: XCTestCase {
         let returned = ContinuousClock.now
         XCTAssertEqual(failure, .cancelled)
         guard let cancelled = cancelledAt.withLock({ $0 }) else { return XCTFail("never cancelled") }
-        XCTAssertLessThan(returned - cancelled, .milliseconds(200))
+        XCTAssertLessThan(returned - cancelled, .milliseconds(1000), "not the 20 s connect timeout")
     }
 
     func testAbandonedLookupsAreBoundedAndTheirThreadsEnd() {

@@ -411,7 +411,7 @@ final class FormatTests: XCTestCase {
             XCTAssertTrue((error as? ImagingError)?.message.contains("61679×52624") == true, "\(error)")
         }
         XCTAssertThrowsError(try withBytes(bytes) { raw throws(ImagingError) in try ImagePipeline().info(of: raw) })
-        XCTAssertLessThan(ContinuousClock.now - start, .milliseconds(500))
+        XCTAssertLessThan(ContinuousClock.now - start, .milliseconds(1500))
         // The same bomb as the thumbnail of a 1600×1200 image (itself damaged by the fuzzer):
         // the thumbnail is left unused, so the run ends with the image's own error at once
         // (libheif would allocate 3 GB for the thumbnail and crash).
@@ -434,7 +434,7 @@ final class FormatTests: XCTestCase {
         XCTAssertThrowsError(try TestImages.run(auxiliary, ResizeOptions(width: 64))) { error in
             XCTAssertEqual((error as? ImagingError)?.code, .tooLarge, "\(error)")
         }
-        XCTAssertLessThan(ContinuousClock.now - third, .milliseconds(500))
+        XCTAssertLessThan(ContinuousClock.now - third, .milliseconds(1500))
         // AV1 in a HEIF file without the avif brand would reach libheif's leaking AV1 decoder.
         let av1 = [UInt8](try Data(contentsOf: url.deletingLastPathComponent()
             .appendingPathComponent("heif-av1-without-avif-brand.heic")))
@@ -450,7 +450,7 @@ final class FormatTests: XCTestCase {
         XCTAssertThrowsError(try TestImages.run(coded, ResizeOptions(width: 64))) { error in
             XCTAssertEqual((error as? ImagingError)?.code, .tooLarge, "\(error)")
         }
-        XCTAssertLessThan(ContinuousClock.now - fourth, .milliseconds(500))
+        XCTAssertLessThan(ContinuousClock.now - fourth, .milliseconds(1500))
     }
 
     func testDecodePolicyForPNG() throws {

