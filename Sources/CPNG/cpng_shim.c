@@ -25,8 +25,11 @@ struct ep_decoder {
     // also one passed over as harmless, is kept to be reported instead.
     int first_error;
     // 16-bit grey without transparency: raw rows, reduced to 8 bits here (libspng's G8 is
-    // for 8 bits and less).
+    // for 8 bits and less). An interlaced image's rows come pass by pass, each writing only
+    // its own columns: only those are reduced.
     int grey16;
+    int interlaced;
+    int pass;
     uint8_t *raw_row;
     size_t raw_length;
     char message[256];
@@ -175,7 +178,8 @@ ep_status ep_start(ep_decoder *decoder, int channels) {
     struct spng_ihdr ihdr;
     int error = spng_get_ihdr(decoder->ctx, &ihdr);
     if (error) return ep_fail(decoder, error);
-    decoder->grey16 = channels == 1 && ihdr.bit_depth == 16 && !ihdr.interlace_method;
+    decoder->grey16 = channels == 1 && ihdr.bit_depth == 16;
+    decoder->interlaced = ihdr.interlace_method != 0;
     int format = decoder->grey16 ? SPNG_FMT_RAW : channels == 1 ? SPNG_FMT_G8 : channels == 3 ? SPNG_FMT_RGB8 : SPNG_FMT_RGBA8;
     if (decoder->grey16) {
         decoder->raw_length = (size_t)ihdr.width * 2;
@@ -203,6 +207,7 @@ ep_status ep_next_row(ep_decoder *decoder, uint32_t *row_index) {
     }
     if (error) return ep_fail(decoder, error);
     *row_index = info.row_num;
+    decoder->pass = info.pass;
     return EP_OK;
 }
 
@@ -212,8 +217,15 @@ ep_status ep_read_row(ep_decoder *decoder, uint8_t *row, size_t length) {
         if (length * 2 != decoder->raw_length) return ep_fail(decoder, SPNG_EBUFSIZ);
         error = spng_decode_row(decoder->ctx, decoder->raw_row, decoder->raw_length);
         if (error == SPNG_OK || error == SPNG_EOI) {
-            // Big-endian samples to 8 bits, rounded: v * 255 / 65535.
-            for (size_t x = 0; x < length; x++) {
+            // Big-endian samples to 8 bits, rounded: v * 255 / 65535. Adam7's passes start at
+            // columns 0 4 0 2 0 1 0 and step 8 8 4 4 2 2 1.
+            static const size_t first[7] = {0, 4, 0, 2, 0, 1, 0}, step[7] = {8, 8, 4, 4, 2, 2, 1};
+            size_t start = 0, stride = 1;
+            if (decoder->interlaced && decoder->pass >= 0 && decoder->pass < 7) {
+                start = first[decoder->pass];
+                stride = step[decoder->pass];
+            }
+            for (size_t x = start; x < length; x += stride) {
                 uint32_t v = (uint32_t)decoder->raw_row[2 * x] << 8 | decoder->raw_row[2 * x + 1];
                 row[x] = (uint8_t)((v * 255u + 32767u) / 65535u);
             }

@@ -43,8 +43,8 @@ final class PNGDecoder: RasterDecoder {
         let alpha = info.color_type == 4 || info.color_type == 6 || info.has_trns != 0
         var header = RasterHeader(
             format: .png, width: Int(info.width), height: Int(info.height),
-            // 16-bit grey is reduced to 8-bit grey, except interlaced (libspng gives it as RGB).
-            channels: alpha ? 4 : grey && (info.bit_depth <= 8 || info.interlaced == 0) ? 1 : 3, hasAlpha: alpha,
+            // Grey of any depth (16-bit reduced to 8) stays one channel.
+            channels: alpha ? 4 : grey ? 1 : 3, hasAlpha: alpha,
             bitDepth: Int(info.bit_depth),
             colorSpace: info.color_type == 3 ? "palette" : grey ? "gray" : "rgb")
         header.interlaced = info.interlaced != 0

@@ -120,6 +120,21 @@ final class RealWorldTests: XCTestCase {
         XCTAssertLessThanOrEqual(worst, 1)
     }
 
+    /// Interlaced 16-bit grey too: its passes each write their own columns, and the image
+    /// comes out as the non-interlaced file's, sample for sample (it came out as RGB).
+    func testInterlacedSixteenBitGreyIsTheSameGrey() throws {
+        let info = try withBytes(try TestImages.bytes("png-gray16-interlaced.png")) { raw throws(ImagingError) in
+            try ImagePipeline().info(of: raw)
+        }
+        XCTAssertEqual(info.channels, 1)
+        XCTAssertTrue(info.progressive)
+        let interlaced = try decode("png-gray16-interlaced.png", failOn: .error).0
+        let plain = try decode("png-gray16.png", failOn: .error).0
+        XCTAssertEqual(interlaced.channels, 1)
+        XCTAssertEqual(interlaced.width, plain.width)
+        XCTAssertEqual(interlaced.pixels, plain.pixels)
+    }
+
     /// A reduction by thousands while decoding: each box sums 8192 × 8192 samples of 200,
     /// beyond 32 bits (the sums wrapped and the pixel came out wrong).
     func testAReductionByThousandsWhileDecodingAveragesRight() throws {

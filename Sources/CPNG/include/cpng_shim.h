@@ -57,8 +57,7 @@ ep_decoder *ep_decoder_create(const uint8_t *data, size_t length, size_t max_chu
 ep_status ep_read_header(ep_decoder *decoder, ep_info *info);
 
 /// Starts decoding to `channels` 8-bit samples per pixel: 1 (grey sources without
-/// transparency; 16-bit ones only when not interlaced), 3 (RGB) or 4 (RGBA, transparency
-/// applied).
+/// transparency, 16-bit ones reduced to 8 bits), 3 (RGB) or 4 (RGBA, transparency applied).
 ep_status ep_start(ep_decoder *decoder, int channels);
 
 /// Which image row the next `ep_read_row` decodes, or EP_DONE when every row has been. A
