@@ -13,29 +13,42 @@ final class AVIFDecoder: RasterDecoder {
     private let allocator: BufferAllocator
     let header: RasterHeader
 
-    /// A cut file padded at `fail_on none` (see `RasterDecoders.padded`): the bytes libavif reads.
-    private let padded: Allocation?
+    /// The bytes libavif reads when they are not the caller's: a cut file padded at
+    /// `fail_on none` (see `RasterDecoders.padded`), or a grid's tiles listed in their layout
+    /// order (see `HEIFStructure.tilesInGridOrder`).
+    private let rewritten: Allocation?
 
     init(data original: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?,
          failOn: FailOn = .error) throws(ImagingError) {
         let padding = try RasterDecoders.padded(original, limits: limits, failOn: failOn)
-        let data = padding?.bytes.bytes ?? original
+        var rewritten = padding?.bytes
+        var data = rewritten?.bytes ?? original
+        // libavif 0.11 lays a grid's tiles out in the order the file first names them, not in
+        // the order the grid lists them (its layout): such a file is given to it with its
+        // tiles named in layout order, and refused only when that cannot be done.
+        let items = HEIFStructure.items(data)
+        let grid = HEIFStructure.gridIssues(items)
+        if grid.tilesOutOfItemOrder {
+            guard let reordered = HEIFStructure.tilesInGridOrder(data, items: items) else {
+                throw ImagingError(.unsupported, "AVIF: the grid lists its tiles in another order than the file names "
+                                   + "them, and the file cannot be read in the grid's order")
+            }
+            let copy = try BufferAllocator(maxBytes: limits.maxBufferBytes).allocate(data.count, for: "the file, its tiles in order")
+            copy.mutableBytes.copyMemory(from: data)
+            reordered.bytes.withUnsafeBytes { bytes in
+                (copy.mutableBytes.baseAddress! + reordered.range.lowerBound).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+            }
+            rewritten = copy
+            data = copy.bytes
+        }
         var status = EA_OK
         var message = [CChar](repeating: 0, count: 256)
         guard let handle = ea_decoder_create(data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count,
                                              UInt32(clamping: limits.maxPixels), &status, &message, message.count) else {
             throw Self.error(status, String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
-        // libavif 0.11 lays a grid's tiles out in item order, not in the order the grid lists
-        // them: such a file would come out scrambled, so it is refused.
-        let grid = HEIFStructure.gridIssues(HEIFStructure.items(data))
-        if grid.tilesOutOfItemOrder {
-            ea_decoder_destroy(handle)
-            throw ImagingError(.unsupported, "AVIF: the grid lists its tiles out of item order, which this build's "
-                               + "libavif (0.11) would lay out wrong")
-        }
         self.handle = handle
-        self.padded = padding?.bytes
+        self.rewritten = rewritten
         self.cancel = cancel
         allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
         var info = ea_info()

@@ -21,7 +21,9 @@ enum HEIFStructure {
     struct Items {
         var primary: Int?
         var types: [Int: String] = [:]
-        /// The item ids in the order `iinf` lists them.
+        /// The item ids in the order the first box in `meta` to name items lists them (`iloc`
+        /// or `iinf`, whichever comes first; `iinf` otherwise): the order libavif 0.11 keeps
+        /// its items in, and lays a grid's tiles out in.
         var order: [Int] = []
         /// `iref` references: of `type`, from an item to others (`dimg`: a derived image's
         /// inputs, in order; `auxl`: an auxiliary image, such as alpha, to its master).
@@ -46,9 +48,10 @@ enum HEIFStructure {
     }
 
     /// What libavif 0.11 reads wrong in an AVIF whose primary image is a grid: tiles whose
-    /// `dimg` order (the layout, row by row) is not the order of the items in `iinf` (the
-    /// order libavif lays them out in), and auxiliary images (alpha) attached to the tiles
-    /// rather than to the grid, which it drops.
+    /// `dimg` order (the layout, row by row) is not the order in which `meta` first names
+    /// them (`Items.order`, the order libavif lays them out in; `tilesInGridOrder` rewrites
+    /// that), and auxiliary images (alpha) attached to the tiles rather than to the grid,
+    /// which it drops.
     struct GridIssues: Equatable {
         var tilesOutOfItemOrder = false
         var auxiliaryPerTile = false
@@ -61,8 +64,11 @@ enum HEIFStructure {
             return issues
         }
         let order = Dictionary(items.order.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
-        let positions = tiles.compactMap { order[$0] }
-        issues.tilesOutOfItemOrder = positions.count == tiles.count && positions != positions.sorted()
+        // Every grid libavif reads: the primary's and an alpha grid's.
+        for grid in items.references where grid.type == "dimg" && items.types[grid.from] == "grid" {
+            let positions = grid.to.compactMap { order[$0] }
+            if positions.count == grid.to.count && positions != positions.sorted() { issues.tilesOutOfItemOrder = true }
+        }
         let tileSet = Set(tiles)
         let auxiliary = items.references.filter { $0.type == "auxl" }
         issues.auxiliaryPerTile = !auxiliary.contains { $0.to.contains(primary) }
@@ -74,9 +80,48 @@ enum HEIFStructure {
         var reader = BoxReader(data: data)
         guard let meta = reader.child("meta", in: 0..<data.count), meta.count >= 4 else { return Items() }
         let children = (meta.lowerBound + 4)..<meta.upperBound  // after version and flags
-        let (types, order) = reader.itemTypes(in: children)
-        return Items(primary: reader.primaryItem(in: children), types: types, order: order,
+        let (types, listed) = reader.itemTypes(in: children)
+        let naming = reader.namingEntries(in: children)
+        return Items(primary: reader.primaryItem(in: children), types: types, order: naming?.ids ?? listed,
                      references: reader.references(in: children), meta: children)
+    }
+
+    /// libavif 0.11 lays a grid's tiles out in the order `meta` first names them, not in the
+    /// grid's `dimg` order, which is the layout. This rewrites the box that names them first
+    /// (`iloc` or `iinf`): every grid's tiles move to their `dimg` order among the places the
+    /// tiles held, every other entry stays where it was, and entries move whole, so no box
+    /// changes size and no offset in the file moves. Returns the new bytes of that box's
+    /// entries and where they go, or nil when the tiles are in order already or the file
+    /// cannot be rewritten so (a tile named twice, or by no entry).
+    static func tilesInGridOrder(_ data: UnsafeRawBufferPointer, items: Items) -> (range: Range<Int>, bytes: [UInt8])? {
+        var reader = BoxReader(data: data)
+        guard let meta = items.meta, let naming = reader.namingEntries(in: meta) else { return nil }
+        var position: [Int: Int] = [:]
+        for (index, id) in naming.ids.enumerated() {
+            guard position.updateValue(index, forKey: id) == nil else { return nil }  // named twice
+        }
+        var placement = Array(naming.ranges.indices)  // entry placed at each position
+        var moved = false
+        for grid in items.references where grid.type == "dimg" && items.types[grid.from] == "grid" {
+            guard Set(grid.to).count == grid.to.count else { return nil }
+            let positions = grid.to.compactMap { position[$0] }
+            guard positions.count == grid.to.count else { return nil }
+            for (slot, tile) in zip(positions.sorted(), positions) where slot != tile {
+                placement[slot] = tile
+                moved = true
+            }
+        }
+        guard moved, let first = naming.ranges.first, let last = naming.ranges.last else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(last.upperBound - first.lowerBound)
+        for (slot, entry) in placement.enumerated() {
+            bytes += data[naming.ranges[entry]]
+            // What lies between one entry and the next (nothing, in any file seen) stays.
+            if slot + 1 < naming.ranges.count {
+                bytes += data[naming.ranges[slot].upperBound..<naming.ranges[slot + 1].lowerBound]
+            }
+        }
+        return (first.lowerBound..<last.upperBound, bytes)
     }
 
     /// Throws `.tooLarge` or `.corrupt` when `item` is a derived image (`grid`, `iovl`) whose
@@ -140,9 +185,9 @@ enum HEIFStructure {
             return String(decoding: data[at..<at + 4], as: UTF8.self)
         }
 
-        /// The boxes directly inside `range`: their type and content range.
-        func boxes(in range: Range<Int>) -> [(type: String, content: Range<Int>)] {
-            var result: [(String, Range<Int>)] = []
+        /// The boxes directly inside `range`: their type, content range and whole range.
+        func boxes(in range: Range<Int>) -> [(type: String, content: Range<Int>, whole: Range<Int>)] {
+            var result: [(String, Range<Int>, Range<Int>)] = []
             var at = range.lowerBound
             while at + 8 <= range.upperBound, let size32 = uint(at, 4), let type = fourCC(at + 4) {
                 var header = 8, size = size32
@@ -154,7 +199,7 @@ enum HEIFStructure {
                     size = range.upperBound - at
                 }
                 guard size >= header, size <= range.upperBound - at else { break }
-                result.append((type, (at + header)..<(at + size)))
+                result.append((type, (at + header)..<(at + size), at..<(at + size)))
                 at += size
             }
             return result
@@ -174,7 +219,7 @@ enum HEIFStructure {
             let entries = (iinf.lowerBound + 4 + (version == 0 ? 2 : 4))..<iinf.upperBound
             var types: [Int: String] = [:]
             var order: [Int] = []
-            for (type, content) in boxes(in: entries) where type == "infe" {
+            for (type, content, _) in boxes(in: entries) where type == "infe" {
                 guard let infeVersion = uint(content.lowerBound, 1), infeVersion >= 2 else { continue }
                 let idSize = infeVersion == 2 ? 2 : 4
                 guard let id = uint(content.lowerBound + 4, idSize),
@@ -190,7 +235,7 @@ enum HEIFStructure {
             guard let iref = child("iref", in: meta), let version = uint(iref.lowerBound, 1) else { return [] }
             let idSize = version == 0 ? 2 : 4
             var result: [(type: String, from: Int, to: [Int])] = []
-            for (type, content) in boxes(in: (iref.lowerBound + 4)..<iref.upperBound).prefix(4096) {
+            for (type, content, _) in boxes(in: (iref.lowerBound + 4)..<iref.upperBound).prefix(4096) {
                 guard let from = uint(content.lowerBound, idSize), let count = uint(content.lowerBound + idSize, 2) else {
                     continue
                 }
@@ -204,16 +249,28 @@ enum HEIFStructure {
             return result
         }
 
-        /// The first bytes (up to 64) of the item's data, from the file or the `idat` box.
-        mutating func itemPayload(_ item: Int, in meta: Range<Int>) -> [UInt8]? {
-            guard let iloc = child("iloc", in: meta), let version = uint(iloc.lowerBound, 1), version <= 2,
+        /// One `iloc` entry: where an item's data is, and the entry's own bytes.
+        struct Location {
+            var id: Int
+            var method: Int
+            var base: Int
+            var extents: [(offset: Int, length: Int)]
+            var entry: Range<Int>
+        }
+
+        /// The `iloc` box's entries (at most 4096), or nil when the box is missing or damaged.
+        func locations(in meta: Range<Int>) -> [Location]? {
+            guard let iloc = boxes(in: meta).first(where: { $0.type == "iloc" })?.content,
+                  let version = uint(iloc.lowerBound, 1), version <= 2,
                   let sizes = uint(iloc.lowerBound + 4, 2) else { return nil }
             let offsetSize = sizes >> 12, lengthSize = (sizes >> 8) & 15, baseSize = (sizes >> 4) & 15
             let indexSize = version >= 1 ? sizes & 15 : 0
             let countSize = version < 2 ? 2 : 4
             guard var at = Optional(iloc.lowerBound + 6), let count = uint(at, countSize) else { return nil }
             at += countSize
+            var result: [Location] = []
             for _ in 0..<min(count, 4096) {
+                let start = at
                 let idSize = version < 2 ? 2 : 4
                 guard let id = uint(at, idSize) else { return nil }
                 at += idSize
@@ -226,32 +283,67 @@ enum HEIFStructure {
                 at += 2  // data reference index
                 guard let base = uint(at, baseSize) else { return nil }
                 at += baseSize
-                guard let extents = uint(at, 2) else { return nil }
+                guard let extentCount = uint(at, 2) else { return nil }
                 at += 2
-                var bytes: [UInt8] = []
-                for _ in 0..<extents {
+                var extents: [(offset: Int, length: Int)] = []
+                for _ in 0..<extentCount {
                     at += indexSize
                     guard let offset = uint(at, offsetSize), let length = uint(at + offsetSize, lengthSize) else { return nil }
                     at += offsetSize + lengthSize
-                    guard id == item, bytes.count < 64 else { continue }
-                    // Eight-byte fields hold any value, negative ones included: every sum is
-                    // checked, and the extent must start inside the data.
-                    var (start, overflow) = base.addingReportingOverflow(offset)
-                    guard !overflow else { return nil }
-                    if method == 1 {
-                        guard let idat = child("idat", in: meta) else { return nil }
-                        (start, overflow) = start.addingReportingOverflow(idat.lowerBound)
-                        guard !overflow else { return nil }
-                    } else if method != 0 {
-                        return nil
-                    }
-                    guard start >= 0, start <= data.count, length >= 0 else { return nil }
-                    let end = length == 0 || length > data.count - start ? data.count : start + length
-                    bytes += data[start..<min(end, start + 64 - bytes.count)]
+                    if extents.count < 64 { extents.append((offset, length)) }
                 }
-                if id == item { return bytes }
+                result.append(Location(id: id, method: method, base: base, extents: extents, entry: start..<at))
             }
-            return nil
+            return result
+        }
+
+        /// The entries of the first box in `meta` that names items, `iloc` or `iinf` (nil
+        /// when another comes first, or it cannot be read): each item's id and its entry.
+        func namingEntries(in meta: Range<Int>) -> (ids: [Int], ranges: [Range<Int>])? {
+            let naming: Set<String> = ["iloc", "iinf", "iref", "iprp"]
+            guard let first = boxes(in: meta).first(where: { naming.contains($0.type) }) else { return nil }
+            switch first.type {
+            case "iloc":
+                guard let locations = locations(in: meta), locations.allSatisfy({ $0.entry.upperBound <= first.content.upperBound })
+                else { return nil }
+                return (locations.map(\.id), locations.map(\.entry))
+            case "iinf":
+                guard let version = uint(first.content.lowerBound, 1) else { return nil }
+                let entries = (first.content.lowerBound + 4 + (version == 0 ? 2 : 4))..<first.content.upperBound
+                var ids: [Int] = [], ranges: [Range<Int>] = []
+                for (type, content, whole) in boxes(in: entries) where type == "infe" {
+                    guard let infeVersion = uint(content.lowerBound, 1), infeVersion >= 2,
+                          let id = uint(content.lowerBound + 4, infeVersion == 2 ? 2 : 4) else { return nil }
+                    ids.append(id)
+                    ranges.append(whole)
+                }
+                return (ids, ranges)
+            default:
+                return nil
+            }
+        }
+
+        /// The first bytes (up to 64) of the item's data, from the file or the `idat` box.
+        mutating func itemPayload(_ item: Int, in meta: Range<Int>) -> [UInt8]? {
+            guard let location = locations(in: meta)?.first(where: { $0.id == item }) else { return nil }
+            var bytes: [UInt8] = []
+            for (offset, length) in location.extents where bytes.count < 64 {
+                // Eight-byte fields hold any value, negative ones included: every sum is
+                // checked, and the extent must start inside the data.
+                var (start, overflow) = location.base.addingReportingOverflow(offset)
+                guard !overflow else { return nil }
+                if location.method == 1 {
+                    guard let idat = child("idat", in: meta) else { return nil }
+                    (start, overflow) = start.addingReportingOverflow(idat.lowerBound)
+                    guard !overflow else { return nil }
+                } else if location.method != 0 {
+                    return nil
+                }
+                guard start >= 0, start <= data.count, length >= 0 else { return nil }
+                let end = length == 0 || length > data.count - start ? data.count : start + length
+                bytes += data[start..<min(end, start + 64 - bytes.count)]
+            }
+            return bytes
         }
 
         /// A `grid`'s or `iovl`'s output size, from its payload.

@@ -400,10 +400,38 @@ final class HEIFStructureTests: XCTestCase {
         XCTAssertTrue(HEIFStructure.gridIssues(items).auxiliaryPerTile)
         items.references = [("dimg", 1, [2, 3]), ("auxl", 4, [1])]
         XCTAssertFalse(HEIFStructure.gridIssues(items).auxiliaryPerTile)
-        // The reversed file itself: refused, where the one in order decodes as the tiles show.
-        XCTAssertThrowsError(try TestImages.decode(try TestImages.bytes("avif-grid-reversed.avif"))) {
-            XCTAssertEqual(($0 as? ImagingError)?.code, .unsupported, "\($0)")
+    }
+
+    /// The reversed grid decodes in its layout: the file lists the right tile first, so its
+    /// picture is the in-order file's with the halves exchanged, pixel for pixel (the same
+    /// tiles, the same decoder). libavif gets it with its `iloc` entries in `dimg` order.
+    func testAGridWhoseTilesAreListedOutOfOrderIsLaidOutAsListed() throws {
+        let bytes = try TestImages.bytes("avif-grid-reversed.avif")
+        let rewritten = try withBytes(bytes) { raw throws(ImagingError) in
+            let items = HEIFStructure.items(raw)
+            XCTAssertTrue(HEIFStructure.gridIssues(items).tilesOutOfItemOrder)
+            return HEIFStructure.tilesInGridOrder(raw, items: items)
         }
-        XCTAssertEqual(try TestImages.decode(try TestImages.bytes("avif-grid.avif")).width, 128)
+        let change = try XCTUnwrap(rewritten)
+        XCTAssertEqual(change.bytes.count, change.range.count, "entries move whole: no box changes size")
+        var fixed = bytes
+        fixed.replaceSubrange(change.range, with: change.bytes)
+        try withBytes(fixed) { raw throws(ImagingError) in
+            let items = HEIFStructure.items(raw)
+            XCTAssertFalse(HEIFStructure.gridIssues(items).tilesOutOfItemOrder)
+            XCTAssertNil(HEIFStructure.tilesInGridOrder(raw, items: items), "nothing left to move")
+        }
+
+        let reversed = try TestImages.decode(bytes)
+        let inOrder = try TestImages.decode(try TestImages.bytes("avif-grid.avif"))
+        XCTAssertEqual(reversed.width, 128)
+        XCTAssertEqual(reversed.height, 64)
+        XCTAssertEqual(reversed.channels, inOrder.channels)
+        let stride = 128 * inOrder.channels, half = 64 * inOrder.channels
+        for y in 0..<64 {
+            let row = y * stride
+            XCTAssertEqual(reversed.pixels[row..<row + half], inOrder.pixels[row + half..<row + stride], "row \(y), left")
+            XCTAssertEqual(reversed.pixels[row + half..<row + stride], inOrder.pixels[row..<row + half], "row \(y), right")
+        }
     }
 }
