@@ -125,7 +125,10 @@ void ea_read_info(const ea_decoder *decoder, ea_info *info) {
     for (int i = 0; i < 8; i++) info->xy[i] = xy[i];
 }
 
-ea_status ea_decode(ea_decoder *decoder, int channels, uint8_t *output, size_t stride, const int32_t *cancel_flag) {
+// Decodes the frame and points `*source` at it, or at its clean aperture (a view into the
+// frame's planes, in `view`: nothing is copied).
+static ea_status ea_next_frame(ea_decoder *decoder, avifImage *view, const avifImage **source,
+                               const int32_t *cancel_flag) {
     if (ea_cancelled(cancel_flag)) {
         snprintf(decoder->message, sizeof decoder->message, "cancelled");
         return EA_ERR_CANCELLED;
@@ -145,18 +148,26 @@ ea_status ea_decode(ea_decoder *decoder, int channels, uint8_t *output, size_t s
         snprintf(decoder->message, sizeof decoder->message, "cancelled");
         return EA_ERR_CANCELLED;
     }
-    // The clean aperture is a view into the frame's planes: nothing is copied.
-    avifImage view;
-    memset(&view, 0, sizeof view);
-    const avifImage *source = avif->image;
+    memset(view, 0, sizeof *view);
+    *source = avif->image;
     if (decoder->cropped) {
-        result = avifImageSetViewRect(&view, avif->image, &decoder->crop);
+        result = avifImageSetViewRect(view, avif->image, &decoder->crop);
         if (result != AVIF_RESULT_OK) {
             ea_say(decoder->message, sizeof decoder->message, "the AVIF clean aperture", result, avif);
             return EA_ERR_CORRUPT;
         }
-        source = &view;
+        *source = view;
     }
+    return EA_OK;
+}
+
+ea_status ea_decode(ea_decoder *decoder, int channels, uint8_t *output, size_t stride, const int32_t *cancel_flag) {
+    avifImage view;
+    const avifImage *source;
+    ea_status status = ea_next_frame(decoder, &view, &source, cancel_flag);
+    if (status != EA_OK) return status;
+    avifDecoder *avif = decoder->decoder;
+    avifResult result;
     avifRGBImage rgb;
     avifRGBImageSetDefaults(&rgb, source);
     rgb.depth = 8;
@@ -177,6 +188,36 @@ ea_status ea_decode(ea_decoder *decoder, int channels, uint8_t *output, size_t s
         }
         ea_say(decoder->message, sizeof decoder->message, "AVIF colour conversion", result, avif);
         return ea_classify(result);
+    }
+    return EA_OK;
+}
+
+ea_status ea_decode_luma(ea_decoder *decoder, uint8_t *output, size_t stride, size_t step, uint32_t width,
+                         uint32_t height, const int32_t *cancel_flag) {
+    avifImage view;
+    const avifImage *source;
+    ea_status status = ea_next_frame(decoder, &view, &source, cancel_flag);
+    if (status != EA_OK) return status;
+    if (source->width != width || source->height != height || source->yuvPlanes[AVIF_CHAN_Y] == NULL) {
+        snprintf(decoder->message, sizeof decoder->message, "the alpha image is %ux%u, not the image's %ux%u",
+                 source->width, source->height, width, height);
+        return EA_ERR_CORRUPT;
+    }
+    const uint8_t *plane = source->yuvPlanes[AVIF_CHAN_Y];
+    size_t plane_stride = source->yuvRowBytes[AVIF_CHAN_Y];
+    uint32_t max = (1u << source->depth) - 1;
+    for (uint32_t y = 0; y < height; y++) {
+        const uint8_t *in = plane + y * plane_stride;
+        uint8_t *out = output + y * stride;
+        if (source->depth == 8) {
+            for (uint32_t x = 0; x < width; x++) out[x * step] = in[x];
+        } else {
+            const uint16_t *wide = (const uint16_t *)in;
+            for (uint32_t x = 0; x < width; x++) {
+                uint32_t v = wide[x] > max ? max : wide[x];
+                out[x * step] = (uint8_t)((v * 255u + max / 2) / max);
+            }
+        }
     }
     return EA_OK;
 }

@@ -9,6 +9,10 @@ import ImageModel
 /// on damaged input (found by fuzzing), which a long-running worker cannot afford.
 final class AVIFDecoder: RasterDecoder {
     private let handle: OpaquePointer
+    /// Alpha stored per grid tile, which libavif 0.11 does not read: a second decoder over the
+    /// file rewritten so that its grid lists the alpha tiles (see `HEIFStructure.alphaTilesAsGrid`).
+    private let alphaHandle: OpaquePointer?
+    private let alphaSource: Allocation?
     private let cancel: CancellationFlag?
     private let allocator: BufferAllocator
     let header: RasterHeader
@@ -33,11 +37,7 @@ final class AVIFDecoder: RasterDecoder {
                 throw ImagingError(.unsupported, "AVIF: the grid lists its tiles in another order than the file names "
                                    + "them, and the file cannot be read in the grid's order")
             }
-            let copy = try BufferAllocator(maxBytes: limits.maxBufferBytes).allocate(data.count, for: "the file, its tiles in order")
-            copy.mutableBytes.copyMemory(from: data)
-            reordered.bytes.withUnsafeBytes { bytes in
-                (copy.mutableBytes.baseAddress! + reordered.range.lowerBound).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
-            }
+            let copy = try Self.copy(data, changing: reordered, limits: limits)
             rewritten = copy
             data = copy.bytes
         }
@@ -49,22 +49,26 @@ final class AVIFDecoder: RasterDecoder {
         }
         self.handle = handle
         self.rewritten = rewritten
-        self.cancel = cancel
-        allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
         var info = ea_info()
         ea_read_info(handle, &info)
+        var alphaNote: String?
+        if grid.auxiliaryPerTile && info.has_alpha == 0 {
+            (alphaHandle, alphaSource, alphaNote) = Self.alphaPerTile(data, items: items, limits: limits)
+        } else {
+            (alphaHandle, alphaSource) = (nil, nil)
+        }
+        self.cancel = cancel
+        allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
+        let alpha = info.has_alpha != 0 || alphaHandle != nil
         var header = RasterHeader(
-            format: .avif, width: Int(info.width), height: Int(info.height), channels: info.has_alpha != 0 ? 4 : 3,
-            hasAlpha: info.has_alpha != 0, bitDepth: Int(info.depth), colorSpace: "ycbcr")
+            format: .avif, width: Int(info.width), height: Int(info.height), channels: alpha ? 4 : 3,
+            hasAlpha: alpha, bitDepth: Int(info.depth), colorSpace: "ycbcr")
         header.orientation = Self.orientation(rotation: Int(info.rotation), mirror: Int(info.mirror))
         if let padding {
             header.notes.append(padding.note)
             header.paddedBytes = padding.bytes.count
         }
-        if grid.auxiliaryPerTile && info.has_alpha == 0 {
-            header.notes.append("the image's alpha is stored per grid tile, which this build's libavif (0.11) does not "
-                                + "read: it comes out opaque")
-        }
+        if let alphaNote { header.notes.append(alphaNote) }
         if info.clean_aperture == 2 {
             header.notes.append("the image's clean aperture (a crop its file declares) is invalid and not applied")
         }
@@ -78,7 +82,49 @@ final class AVIFDecoder: RasterDecoder {
         self.header = header
     }
 
-    deinit { ea_decoder_destroy(handle) }
+    deinit {
+        ea_decoder_destroy(handle)
+        ea_decoder_destroy(alphaHandle)
+    }
+
+    /// A copy of `data` with `change` made, from the decode's memory budget.
+    private static func copy(_ data: UnsafeRawBufferPointer, changing change: (range: Range<Int>, bytes: [UInt8]),
+                             limits: DecodeLimits) throws(ImagingError) -> Allocation {
+        let copy = try BufferAllocator(maxBytes: limits.maxBufferBytes).allocate(data.count, for: "the file, rewritten")
+        copy.mutableBytes.copyMemory(from: data)
+        change.bytes.withUnsafeBytes { bytes in
+            (copy.mutableBytes.baseAddress! + change.range.lowerBound).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        }
+        return copy
+    }
+
+    /// The decoder of a grid's alpha stored per tile, over the file rewritten so that the grid
+    /// lists the alpha tiles (in the file's naming order too, see `tilesInGridOrder`); or
+    /// nil and a note saying why the image comes out opaque.
+    private static func alphaPerTile(_ data: UnsafeRawBufferPointer, items: HEIFStructure.Items, limits: DecodeLimits)
+        -> (OpaquePointer?, Allocation?, String?) {
+        let opaque = "the image's alpha is stored per grid tile"
+        guard let change = HEIFStructure.alphaTilesAsGrid(data, items: items),
+              var copy = try? copy(data, changing: change, limits: limits) else {
+            return (nil, nil, opaque + " in a way this build cannot read: it comes out opaque")
+        }
+        let alphaItems = HEIFStructure.items(copy.bytes)
+        if HEIFStructure.gridIssues(alphaItems).tilesOutOfItemOrder {
+            guard let reordered = HEIFStructure.tilesInGridOrder(copy.bytes, items: alphaItems),
+                  let again = try? Self.copy(copy.bytes, changing: reordered, limits: limits) else {
+                return (nil, nil, opaque + ", its tiles in an order this build cannot read: it comes out opaque")
+            }
+            copy = again
+        }
+        var status = EA_OK
+        var message = [CChar](repeating: 0, count: 256)
+        guard let handle = ea_decoder_create(copy.base.assumingMemoryBound(to: UInt8.self), copy.count,
+                                             UInt32(clamping: limits.maxPixels), &status, &message, message.count) else {
+            let reason = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            return (nil, nil, opaque + ", which could not be read (\(reason)): it comes out opaque")
+        }
+        return (handle, copy, nil)
+    }
 
     var maxShrink: Int { 1 }
 
@@ -100,6 +146,12 @@ final class AVIFDecoder: RasterDecoder {
                                           what: "the decoded image", cancel: cancel) { (buffer) throws(ImagingError) in
             let status = ea_decode(handle, Int32(channels), buffer.baseAddress!, width * channels, cancel?.storage)
             guard status == EA_OK else { throw Self.error(status, String(cString: ea_message(handle))) }
+            if let alphaHandle {
+                // The alpha tiles' luma into every fourth byte, over the opaque alpha libavif wrote.
+                let status = ea_decode_luma(alphaHandle, buffer.baseAddress! + 3, width * 4, 4, UInt32(width), UInt32(height),
+                                            cancel?.storage)
+                guard status == EA_OK else { throw Self.error(status, "alpha: " + String(cString: ea_message(alphaHandle))) }
+            }
         }
     }
 

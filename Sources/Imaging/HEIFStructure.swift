@@ -76,6 +76,27 @@ enum HEIFStructure {
         return issues
     }
 
+    /// A grid primary whose alpha is stored per tile (each tile the master of its own `auxl`
+    /// AV1 item, the grid of none): the change that makes the grid's `dimg` list those alpha
+    /// items in place of its tiles, in the same order and the same bytes, so that a decoder
+    /// reads the alpha tiles as one monochrome image laid out as the grid. Nil when the file
+    /// is not so, or a tile has no such item or more than one.
+    static func alphaTilesAsGrid(_ data: UnsafeRawBufferPointer, items: Items) -> (range: Range<Int>, bytes: [UInt8])? {
+        guard let primary = items.primary, items.types[primary] == "grid", let meta = items.meta,
+              !items.references.contains(where: { $0.type == "auxl" && $0.to.contains(primary) }) else { return nil }
+        var reader = BoxReader(data: data)
+        guard let (at, idSize, tiles) = reader.dimgTargets(of: primary, in: meta) else { return nil }
+        var alpha: [Int] = []
+        for tile in tiles {
+            let auxiliary = items.references.filter { $0.type == "auxl" && $0.to == [tile] && items.types[$0.from] == "av01" }
+            guard auxiliary.count == 1 else { return nil }
+            alpha.append(auxiliary[0].from)
+        }
+        guard alpha.allSatisfy({ $0 >> (8 * idSize) == 0 }) else { return nil }
+        let bytes = alpha.flatMap { id in (0..<idSize).reversed().map { UInt8(truncatingIfNeeded: id >> (8 * $0)) } }
+        return (at..<(at + bytes.count), bytes)
+    }
+
     static func items(_ data: UnsafeRawBufferPointer) -> Items {
         var reader = BoxReader(data: data)
         guard let meta = reader.child("meta", in: 0..<data.count), meta.count >= 4 else { return Items() }
@@ -321,6 +342,22 @@ enum HEIFStructure {
             default:
                 return nil
             }
+        }
+
+        /// Where the `dimg` reference from `item` lists its inputs: the first id's offset, the
+        /// ids' size and the ids.
+        func dimgTargets(of item: Int, in meta: Range<Int>) -> (at: Int, idSize: Int, ids: [Int])? {
+            guard let iref = boxes(in: meta).first(where: { $0.type == "iref" })?.content,
+                  let version = uint(iref.lowerBound, 1) else { return nil }
+            let idSize = version == 0 ? 2 : 4
+            for (type, content, _) in boxes(in: (iref.lowerBound + 4)..<iref.upperBound).prefix(4096) where type == "dimg" {
+                guard uint(content.lowerBound, idSize) == item, let count = uint(content.lowerBound + idSize, 2),
+                      count <= 4096 else { continue }
+                let at = content.lowerBound + idSize + 2
+                guard at + count * idSize <= content.upperBound else { return nil }
+                return (at, idSize, (0..<count).compactMap { uint(at + $0 * idSize, idSize) })
+            }
+            return nil
         }
 
         /// The first bytes (up to 64) of the item's data, from the file or the `idat` box.

@@ -402,6 +402,38 @@ final class HEIFStructureTests: XCTestCase {
         XCTAssertFalse(HEIFStructure.gridIssues(items).auxiliaryPerTile)
     }
 
+    /// Alpha stored per grid tile (each alpha tile the auxiliary image of its colour tile)
+    /// is read: libavif 0.11 reads only a grid's own alpha, so the alpha tiles are read as a
+    /// grid of their own. The alpha ramp was coded losslessly: it comes back exact.
+    func testAlphaStoredPerGridTileIsRead() throws {
+        let bytes = try TestImages.bytes("avif-grid-alpha-per-tile.avif")
+        let info = try withBytes(bytes) { raw throws(ImagingError) in try ImagePipeline().info(of: raw) }
+        XCTAssertTrue(info.hasAlpha)
+        XCTAssertEqual(info.channels, 4)
+        try withBytes(bytes) { raw throws(ImagingError) in
+            let items = HEIFStructure.items(raw)
+            XCTAssertTrue(HEIFStructure.gridIssues(items).auxiliaryPerTile)
+            XCTAssertNotNil(HEIFStructure.alphaTilesAsGrid(raw, items: items))
+        }
+        let image = try TestImages.decode(bytes)
+        XCTAssertEqual(image.channels, 4)
+        XCTAssertEqual(image.width, 128)
+        let pixels = image.pixels
+        for y in [0, 31, 63] {
+            for x in 0..<128 {
+                let expected = UInt8((255 - 255 * Double(x) / 127).rounded())
+                XCTAssertEqual(pixels[(y * 128 + x) * 4 + 3], expected, "alpha at \(x),\(y)")
+            }
+        }
+        // The colour is the grid's without alpha (the same picture, coded the same way).
+        let opaque = try TestImages.decode(try TestImages.bytes("avif-grid.avif"))
+        var total = 0
+        for pixel in 0..<(128 * 64) where pixels[pixel * 4 + 3] > 32 {
+            for c in 0..<3 { total += abs(Int(pixels[pixel * 4 + c]) - Int(opaque.pixels[pixel * 3 + c])) }
+        }
+        XCTAssertLessThan(Double(total) / Double(128 * 64 * 3), 4, "mean difference in levels")
+    }
+
     /// The reversed grid decodes in its layout: the file lists the right tile first, so its
     /// picture is the in-order file's with the halves exchanged, pixel for pixel (the same
     /// tiles, the same decoder). libavif gets it with its `iloc` entries in `dimg` order.

@@ -51,6 +51,12 @@ void ea_read_info(const ea_decoder *decoder, ea_info *info);
 /// Decodes the (first) image to `channels` (3 RGB or 4 straight RGBA) into `output`, rows
 /// `stride` bytes apart; the size is the header's.
 ea_status ea_decode(ea_decoder *decoder, int channels, uint8_t *output, size_t stride, const int32_t *cancel_flag);
+/// Decodes a monochrome image (an alpha plane's tiles, read as an image of their own) and
+/// writes its luma, full range, reduced to 8 bits, into `output`: row y at y × `stride`,
+/// pixel x at x × `step` (every 4th byte from offset 3 for an RGBA buffer's alpha). The image
+/// must be `width`×`height` after its clean aperture, or EA_ERR_CORRUPT.
+ea_status ea_decode_luma(ea_decoder *decoder, uint8_t *output, size_t stride, size_t step, uint32_t width,
+                         uint32_t height, const int32_t *cancel_flag);
 const char *ea_message(const ea_decoder *decoder);
 void ea_decoder_destroy(ea_decoder *decoder);
 
