@@ -30,6 +30,10 @@ struct BenchBroker: ParsableCommand {
     @Option(help: "The `enlarger` executable that runs the broker (default: the one beside this executable).")
     var enlarger: String?
 
+    @Flag(inversion: .prefixedNo,
+          help: "Also measure a raw ZeroMQ relay moving the same messages (see RawRelay), and print the ratio.")
+    var relay = true
+
     @Option(name: .customLong("broker-option"), parsing: .unconditionalSingleValue,
             help: "An extra argument for `enlarger broker` (repeat it: --broker-option --log-level --broker-option notice).")
     var brokerOptions: [String] = []
@@ -91,10 +95,56 @@ struct BenchBroker: ParsableCommand {
         print("\(requests) requests after \(warmup) warm-up, \(inFlight) in flight, worker capacity \(capacity)")
         print(String(format: "throughput %.0f requests/s (target >= 50000); broker CPU %.2f s = %.1f µs per request (target <= 15)",
                      Double(requests) / elapsed, cpu, cpu / Double(requests) * 1e6))
+        if relay {
+            let (relayRate, relayCPU) = try measureRelay(context: context)
+            print(String(format: "raw ZeroMQ relay, same messages and window: %.0f requests/s, %.1f µs per request; "
+                         + "broker/relay CPU per request %.2f", relayRate, relayCPU * 1e6,
+                         cpu / Double(requests) / relayCPU))
+        }
         let drift = Double(samples.last! - rssAfterWarmup) / Double(rssAfterWarmup) * 100
         print("broker RSS after warm-up \(rssAfterWarmup / 1024) KB; every \(requests / 10) requests: "
               + samples.map { "\($0 / 1024)" }.joined(separator: " ") + " KB; "
               + String(format: "drift %+.1f%% (target within ±10%%)", drift))
+    }
+
+    /// The raw relay's throughput and CPU seconds per request, driven as the broker was.
+    private func measureRelay(context: Context) throws -> (rate: Double, cpuPerRequest: Double) {
+        let child = try RawRelay.Child()
+        defer { child.stop() }
+        usleep(200_000)
+        let endpoint = child.workers
+        let worker = Thread { RawRelay.runWorker(context: context, endpoint: endpoint) }
+        worker.start()
+        usleep(100_000)
+        let client = try Socket(context, .dealer)
+        defer { client.close() }
+        try client.connect(child.clients)
+        let image = [UInt8](repeating: 0xAB, count: 100)
+        var sent = 0, done = 0
+        var frames: [Message] = []
+        func submit() throws {
+            _ = try client.send(RawRelay.submitTag, .more)
+            _ = try client.send(RawRelay.header, .more)
+            _ = try client.send(image)
+            sent += 1
+        }
+        func drive(_ count: Int) throws {
+            let target = done + count
+            while sent < min(target, done + inFlight) { try submit() }
+            while done < target {
+                _ = try client.receive(multipart: &frames, wait: true)
+                guard frames.first?.bytes == RawRelay.resultTag else { continue }
+                done += 1
+                if sent < target { try submit() }
+            }
+        }
+        try drive(warmup)
+        let cpuBefore = Self.cpuSeconds(child.pid)
+        let start = ContinuousClock.now
+        try drive(requests)
+        let elapsed = milliseconds(ContinuousClock.now - start) / 1000
+        let cpu = Self.cpuSeconds(child.pid) - cpuBefore
+        return (Double(requests) / elapsed, cpu / Double(requests))
     }
 
     /// User + system CPU seconds of a process, from /proc/PID/stat.
