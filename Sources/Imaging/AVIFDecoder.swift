@@ -90,6 +90,10 @@ final class AVIFDecoder: RasterDecoder {
     /// A copy of `data` with `change` made, from the decode's memory budget.
     private static func copy(_ data: UnsafeRawBufferPointer, changing change: (range: Range<Int>, bytes: [UInt8]),
                              limits: DecodeLimits) throws(ImagingError) -> Allocation {
+        // A change replaces bytes in place, never past the end.
+        guard change.range.lowerBound >= 0, change.range.upperBound <= data.count, change.bytes.count == change.range.count else {
+            throw ImagingError(.corrupt, "AVIF: the file's boxes could not be rewritten in place")
+        }
         let copy = try BufferAllocator(maxBytes: limits.maxBufferBytes).allocate(data.count, for: "the file, rewritten")
         copy.mutableBytes.copyMemory(from: data)
         change.bytes.withUnsafeBytes { bytes in

@@ -132,7 +132,9 @@ enum HEIFStructure {
                 moved = true
             }
         }
-        guard moved, let first = naming.ranges.first, let last = naming.ranges.last else { return nil }
+        // A tile shared by two grids could be placed twice: only a permutation is written.
+        guard moved, Set(placement).count == placement.count,
+              let first = naming.ranges.first, let last = naming.ranges.last else { return nil }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(last.upperBound - first.lowerBound)
         for (slot, entry) in placement.enumerated() {
@@ -142,6 +144,7 @@ enum HEIFStructure {
                 bytes += data[naming.ranges[slot].upperBound..<naming.ranges[slot + 1].lowerBound]
             }
         }
+        guard bytes.count == last.upperBound - first.lowerBound else { return nil }
         return (first.lowerBound..<last.upperBound, bytes)
     }
 
@@ -206,6 +209,11 @@ enum HEIFStructure {
             return String(decoding: data[at..<at + 4], as: UTF8.self)
         }
 
+        /// What follows the first `offset` bytes of `range` (empty when the range is shorter).
+        func tail(of range: Range<Int>, from offset: Int) -> Range<Int> {
+            min(range.lowerBound + offset, range.upperBound)..<range.upperBound
+        }
+
         /// The boxes directly inside `range`: their type, content range and whole range.
         func boxes(in range: Range<Int>) -> [(type: String, content: Range<Int>, whole: Range<Int>)] {
             var result: [(String, Range<Int>, Range<Int>)] = []
@@ -237,7 +245,7 @@ enum HEIFStructure {
 
         mutating func itemTypes(in meta: Range<Int>) -> (types: [Int: String], order: [Int]) {
             guard let iinf = child("iinf", in: meta), let version = uint(iinf.lowerBound, 1) else { return ([:], []) }
-            let entries = (iinf.lowerBound + 4 + (version == 0 ? 2 : 4))..<iinf.upperBound
+            let entries = tail(of: iinf, from: 4 + (version == 0 ? 2 : 4))
             var types: [Int: String] = [:]
             var order: [Int] = []
             for (type, content, _) in boxes(in: entries) where type == "infe" {
@@ -256,12 +264,13 @@ enum HEIFStructure {
             guard let iref = child("iref", in: meta), let version = uint(iref.lowerBound, 1) else { return [] }
             let idSize = version == 0 ? 2 : 4
             var result: [(type: String, from: Int, to: [Int])] = []
-            for (type, content, _) in boxes(in: (iref.lowerBound + 4)..<iref.upperBound).prefix(4096) {
+            for (type, content, _) in boxes(in: tail(of: iref, from: 4)).prefix(4096) {
                 guard let from = uint(content.lowerBound, idSize), let count = uint(content.lowerBound + idSize, 2) else {
                     continue
                 }
                 var targets: [Int] = []
-                for i in 0..<min(count, 4096) {
+                // No more targets than the box holds.
+                for i in 0..<min(count, 4096, max(content.count - idSize - 2, 0) / idSize) {
                     guard let to = uint(content.lowerBound + idSize + 2 + i * idSize, idSize) else { break }
                     targets.append(to)
                 }
@@ -290,7 +299,10 @@ enum HEIFStructure {
             guard var at = Optional(iloc.lowerBound + 6), let count = uint(at, countSize) else { return nil }
             at += countSize
             var result: [Location] = []
+            let extentSize = indexSize + offsetSize + lengthSize
             for _ in 0..<min(count, 4096) {
+                // Every entry lies in the box: a damaged count cannot make this read on.
+                guard at <= iloc.upperBound else { return nil }
                 let start = at
                 let idSize = version < 2 ? 2 : 4
                 guard let id = uint(at, idSize) else { return nil }
@@ -307,7 +319,8 @@ enum HEIFStructure {
                 guard let extentCount = uint(at, 2) else { return nil }
                 at += 2
                 var extents: [(offset: Int, length: Int)] = []
-                for _ in 0..<extentCount {
+                guard extentCount * extentSize <= iloc.upperBound - at else { return nil }
+                for _ in 0..<(extentSize == 0 ? min(extentCount, 64) : extentCount) {
                     at += indexSize
                     guard let offset = uint(at, offsetSize), let length = uint(at + offsetSize, lengthSize) else { return nil }
                     at += offsetSize + lengthSize
@@ -330,7 +343,7 @@ enum HEIFStructure {
                 return (locations.map(\.id), locations.map(\.entry))
             case "iinf":
                 guard let version = uint(first.content.lowerBound, 1) else { return nil }
-                let entries = (first.content.lowerBound + 4 + (version == 0 ? 2 : 4))..<first.content.upperBound
+                let entries = tail(of: first.content, from: 4 + (version == 0 ? 2 : 4))
                 var ids: [Int] = [], ranges: [Range<Int>] = []
                 for (type, content, whole) in boxes(in: entries) where type == "infe" {
                     guard let infeVersion = uint(content.lowerBound, 1), infeVersion >= 2,
@@ -350,7 +363,7 @@ enum HEIFStructure {
             guard let iref = boxes(in: meta).first(where: { $0.type == "iref" })?.content,
                   let version = uint(iref.lowerBound, 1) else { return nil }
             let idSize = version == 0 ? 2 : 4
-            for (type, content, _) in boxes(in: (iref.lowerBound + 4)..<iref.upperBound).prefix(4096) where type == "dimg" {
+            for (type, content, _) in boxes(in: tail(of: iref, from: 4)).prefix(4096) where type == "dimg" {
                 guard uint(content.lowerBound, idSize) == item, let count = uint(content.lowerBound + idSize, 2),
                       count <= 4096 else { continue }
                 let at = content.lowerBound + idSize + 2

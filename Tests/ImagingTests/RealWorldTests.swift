@@ -387,6 +387,61 @@ final class HEIFStructureTests: XCTestCase {
         try withBytes(huge) { raw throws(ImagingError) in XCTAssertEqual(HEIFStructure.claimedLength(raw), Int.max) }
     }
 
+    /// Boxes read before libavif has seen the file (to find grid issues) are hostile: too
+    /// short to hold their own header, counts that point past them, entries of zero bytes
+    /// repeated 65,535 times, two grids sharing a tile. Each is refused or read as far as it
+    /// holds, at once, never a trap or a write past the file.
+    func testDamagedItemBoxesAreReadWithoutATrapOrAnOverrun() throws {
+        let ftyp = box("ftyp", Array("avif".utf8) + be(0, 4) + Array("mif1avif".utf8))
+        let pitm = box("pitm", [0, 0, 0, 0] + be(1, 2))
+        func infe(_ id: UInt64, _ type: String) -> [UInt8] { box("infe", [2, 0, 0, 0] + be(id, 2) + be(0, 2) + Array(type.utf8) + [0]) }
+        // iinf and iref shorter than their version, flags and count, then a byte more.
+        for meta in [[0, 0, 0, 0] + box("iinf", [0, 0]) + [7], [0, 0, 0, 0] + box("iref", [0]) + [7],
+                     [0, 0, 0, 0] + pitm + box("iinf", [1]) + box("iref", [])] as [[UInt8]] {
+            let file = ftyp + box("meta", meta)
+            let items = try withBytes(file) { raw in HEIFStructure.items(raw) }
+            XCTAssertTrue(items.types.isEmpty)
+            XCTAssertThrowsError(try TestImages.decode(file))
+        }
+        // A reference claiming 4,096 targets in a box that holds one: only that one is read.
+        let iref = box("iref", [0, 0, 0, 0] + box("dimg", be(1, 2) + be(4096, 2) + be(2, 2)))
+        let iinf = box("iinf", [0, 0, 0, 0] + be(3, 2) + infe(1, "grid") + infe(2, "av01") + infe(3, "av01"))
+        let counted = try withBytes(ftyp + box("meta", [0, 0, 0, 0] + pitm + iinf + iref)) { raw in HEIFStructure.items(raw) }
+        XCTAssertEqual(counted.references.first?.to, [2])
+        // iloc with fields of zero bytes: 4,096 items of 65,535 extents each read in no time,
+        // and an extent count past the box is refused.
+        var entries: [UInt8] = []
+        for id in 0..<UInt64(4096) {
+            entries += be(id, 2)
+            entries += [0, 0, 0, 0]  // construction method, data reference
+            entries += be(65535, 2)  // extents of zero bytes each
+        }
+        let header: [UInt8] = [1, 0, 0, 0, 0, 0]
+        let empty = box("iloc", header + be(4096, 2) + entries)
+        let start = ContinuousClock.now
+        let locations = try withBytes(ftyp + box("meta", [0, 0, 0, 0] + empty)) { raw in
+            HEIFStructure.BoxReader(data: raw).locations(in: HEIFStructure.items(raw).meta ?? 0..<0)
+        }
+        XCTAssertEqual(locations?.count, 4096)
+        XCTAssertEqual(locations?.first?.extents.count, 64)
+        XCTAssertLessThan(ContinuousClock.now - start, .seconds(2))
+        let past = box("iloc", [0, 0, 0, 0, 0x44, 0x00] + be(1, 2) + be(1, 2) + be(0, 2) + be(65535, 2) + be(0, 8))
+        XCTAssertNil(try withBytes(ftyp + box("meta", [0, 0, 0, 0] + past)) { raw in
+            HEIFStructure.BoxReader(data: raw).locations(in: HEIFStructure.items(raw).meta ?? 0..<0)
+        })
+        // Two grids sharing a tile, one out of order: its place would be written twice and
+        // another tile's lost, the rewrite longer than the entries it replaces. Refused.
+        let shared = box("iinf", [0, 0, 0, 0] + be(5, 2) + infe(1, "grid") + infe(2, "av01") + infe(3, "av01")
+                         + infe(4, "grid") + infe(5, "av01"))
+        let grids = box("iref", [0, 0, 0, 0] + box("dimg", be(1, 2) + be(2, 2) + be(3, 2) + be(2, 2))
+                        + box("dimg", be(4, 2) + be(2, 2) + be(5, 2) + be(2, 2)))
+        try withBytes(ftyp + box("meta", [0, 0, 0, 0] + pitm + shared + grids)) { raw throws(ImagingError) in
+            let items = HEIFStructure.items(raw)
+            XCTAssertTrue(HEIFStructure.gridIssues(items).tilesOutOfItemOrder)
+            XCTAssertNil(HEIFStructure.tilesInGridOrder(raw, items: items))
+        }
+    }
+
     /// What libavif 0.11 reads wrong in a grid: tiles listed out of item order (the layout is
     /// the list's), and alpha attached to each tile instead of the grid.
     func testGridIssuesAreFound() throws {
