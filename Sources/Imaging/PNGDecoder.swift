@@ -124,9 +124,16 @@ final class PNGDecoder: RasterDecoder {
         let (width, height, channels) = (header.width, header.height, header.channels)
         let outWidth = RasterDecoders.shrunk(width, shrink), outHeight = RasterDecoders.shrunk(height, shrink)
         let stride = width * channels, outStride = outWidth * channels
-        var row = [UInt8](repeating: 0, count: stride)
-        // 64-bit sums: a box may hold more than 2^32 / 255 samples (a reduction by thousands).
-        var sums = [UInt64](repeating: 0, count: outStride)
+        // Working rows from the decode's budget (a Swift array that cannot be allocated ends the
+        // process; these fail the request). 64-bit sums: a box may hold more than 2^32 / 255
+        // samples (a reduction by thousands).
+        let rowMemory = try allocator.allocate(stride, of: UInt8.self, for: "a decoded row")
+        let sumMemory = try allocator.allocate(outStride, of: UInt64.self, for: "the reduced row's sums")
+        let row = rowMemory.mutableBytes.bindMemory(to: UInt8.self)
+        let sums = sumMemory.mutableBytes.bindMemory(to: UInt64.self)
+        row.initialize(repeating: 0)
+        sums.initialize(repeating: 0)
+        defer { withExtendedLifetime((rowMemory, sumMemory)) {} }
         var translucent = false
         var notes: [String] = []
         let pixels = try PixelBuffer.make(width: outWidth, height: outHeight, channels: channels, allocator: allocator,
@@ -138,7 +145,7 @@ final class PNGDecoder: RasterDecoder {
                 var status = EP_OK
                 do throws(ImagingError) {
                     index = try nextRow()
-                    if index == y { status = row.withUnsafeMutableBufferPointer { ep_read_row(handle, $0.baseAddress!, stride) } }
+                    if index == y { status = ep_read_row(handle, row.baseAddress!, stride) }
                 } catch where error.code == .truncated && recoversCut {
                     index = y
                     status = EP_ERR_TRUNCATED
@@ -147,10 +154,8 @@ final class PNGDecoder: RasterDecoder {
                     // The rows before the cut are kept; a box they only began is averaged
                     // over them, and the boxes below are transparent black.
                     if rowsInBox > 0 {
-                        sums.withUnsafeMutableBufferPointer { sums in
-                            Self.emit(sums.baseAddress!, width: width, channels: channels, shrink: shrink, rows: rowsInBox,
-                                      into: buffer.baseAddress! + (y / shrink) * outStride)
-                        }
+                        Self.emit(sums.baseAddress!, width: width, channels: channels, shrink: shrink, rows: rowsInBox,
+                                  into: buffer.baseAddress! + (y / shrink) * outStride)
                     }
                     let kept = RasterDecoders.shrunk(y, shrink)
                     (buffer.baseAddress! + kept * outStride).update(repeating: 0, count: (outHeight - kept) * outStride)
@@ -162,19 +167,12 @@ final class PNGDecoder: RasterDecoder {
                 }
                 guard index == y else { throw ImagingError(.corrupt, "PNG: the decoder announced row \(index) for \(y)") }
                 if status != EP_OK { throw PNGDecoder.error(status, handle) }
-                row.withUnsafeMutableBufferPointer { samples in
-                    if channels == 4, Alpha.premultiply(samples.baseAddress!, count: width) { translucent = true }
-                    sums.withUnsafeMutableBufferPointer { sums in
-                        Self.accumulate(samples.baseAddress!, width: width, channels: channels, shrink: shrink,
-                                        into: sums.baseAddress!)
-                    }
-                }
+                if channels == 4, Alpha.premultiply(row.baseAddress!, count: width) { translucent = true }
+                Self.accumulate(row.baseAddress!, width: width, channels: channels, shrink: shrink, into: sums.baseAddress!)
                 rowsInBox += 1
                 if rowsInBox == shrink || y == height - 1 {
-                    sums.withUnsafeMutableBufferPointer { sums in
-                        Self.emit(sums.baseAddress!, width: width, channels: channels, shrink: shrink, rows: rowsInBox,
-                                  into: buffer.baseAddress! + (y / shrink) * outStride)
-                    }
+                    Self.emit(sums.baseAddress!, width: width, channels: channels, shrink: shrink, rows: rowsInBox,
+                              into: buffer.baseAddress! + (y / shrink) * outStride)
                     rowsInBox = 0
                 }
             }

@@ -47,29 +47,32 @@ extension Resampler.Job {
         // Each box row in two steps: its rows added up sample by sample (at most 65500 rows
         // of 255: `Int32` holds them), then each box's columns (in `Int64`: a whole box can
         // hold more than `Int32` does). One spare sample for `addColumns`' 4-lane loads.
-        var columnSums = [Int32](repeating: 0, count: rowLength + 1)
-        var boxSums = [Int64](repeating: 0, count: columns.count * Layout.channels)
+        // From the decode's budget, as every buffer sized by the image (a Swift array that
+        // cannot be allocated ends the process; these fail the request).
+        let columnMemory = try allocator.allocate(rowLength + 1, of: Int32.self, for: "the box filter's column sums")
+        let boxMemory = try allocator.allocate(columns.count * Layout.channels, of: Int64.self, for: "the box filter's sums")
+        let columnSums = columnMemory.mutableBytes.bindMemory(to: Int32.self)
+        let boxSums = boxMemory.mutableBytes.bindMemory(to: Int64.self)
+        columnSums.initialize(repeating: 0)
+        boxSums.initialize(repeating: 0)
+        defer { withExtendedLifetime((columnMemory, boxMemory)) {} }
         try forEachRun(of: 0..<rows.count, workPerRow: boxY * rowLength) { run in
-            columnSums.withUnsafeMutableBufferPointer { columnSums in
-                boxSums.withUnsafeMutableBufferPointer { boxSums in
-                    for row in run {
-                        let first = row * boxY
-                        addRows(first..<(first + rows.pixels(row)), of: input, rowLength: rowLength,
-                                into: columnSums.baseAddress!)
-                        addColumns(Layout.self, columnSums.baseAddress!, width: region.width, box: boxX,
-                                   into: boxSums.baseAddress!)
-                        let out = boxed + row * boxSums.count
-                        for column in 0..<columns.count {
-                            // `sum / pixels`, scaled and rounded, by a multiplication (a division
-                            // per sample would cost more than all the adding up).
-                            let pixels = columns.pixels(column) * rows.pixels(row)
-                            let scale = Double(1 << boxFractionBits) / Double(pixels)
-                            for c in 0..<Layout.channels {
-                                let i = column * Layout.channels + c
-                                // Non-negative: truncating is rounding down.
-                                out[i] = Int16(truncatingIfNeeded: Int32(Double(boxSums[i]) * scale + 0.5))
-                            }
-                        }
+            for row in run {
+                let first = row * boxY
+                addRows(first..<(first + rows.pixels(row)), of: input, rowLength: rowLength,
+                        into: columnSums.baseAddress!)
+                addColumns(Layout.self, columnSums.baseAddress!, width: region.width, box: boxX,
+                           into: boxSums.baseAddress!)
+                let out = boxed + row * boxSums.count
+                for column in 0..<columns.count {
+                    // `sum / pixels`, scaled and rounded, by a multiplication (a division
+                    // per sample would cost more than all the adding up).
+                    let pixels = columns.pixels(column) * rows.pixels(row)
+                    let scale = Double(1 << boxFractionBits) / Double(pixels)
+                    for c in 0..<Layout.channels {
+                        let i = column * Layout.channels + c
+                        // Non-negative: truncating is rounding down.
+                        out[i] = Int16(truncatingIfNeeded: Int32(Double(boxSums[i]) * scale + 0.5))
                     }
                 }
             }

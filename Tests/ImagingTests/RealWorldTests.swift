@@ -148,6 +148,19 @@ final class RealWorldTests: XCTestCase {
         XCTAssertEqual(Set(image.pixels), [200])
     }
 
+    /// The reduced decode's working rows come from the decode's buffer budget like the image
+    /// itself: a row of 16,384 samples past a 12 KiB limit per buffer fails the request
+    /// `tooLarge` (as a Swift array it could only have been allocated or ended the process).
+    func testTheReducedDecodesWorkingRowsAreWithinTheBufferLimit() throws {
+        let bytes = try TestImages.bytes("png-grey-16k.png")
+        var limits = DecodeLimits(maxPixels: 1 << 29)
+        limits.maxBufferBytes = 12 << 10
+        XCTAssertThrowsError(try ImagePipeline(limits: limits).run(bytes, options: ResizeOptions(width: 1, format: .pnm)) { _ in }) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .tooLarge, "\($0)")
+            XCTAssertTrue("\($0)".contains("a decoded row"), "\($0)")
+        }
+    }
+
     // MARK: WebP
 
     /// A WebP cut in half: the macroblock rows decoded before the cut at `none` (as the whole
