@@ -1,4 +1,6 @@
 import EnlargerProtocol
+import Logging
+import Telemetry
 
 /// What the broker core asks its I/O loop to do after an event, in order.
 public enum BrokerAction<Payload> {
@@ -76,6 +78,22 @@ public struct RequestEnd: Sendable, Equatable {
     public var bytesIn: Int
     /// Result bytes sent toward the client.
     public var bytesOut: Int
+
+    /// The fields of the request's log line, sorted by name (the order a line is printed in),
+    /// so that a handler can write them without building and sorting a dictionary.
+    public var logFields: [(key: String, value: Logger.MetadataValue)] {
+        var fields: [(key: String, value: Logger.MetadataValue)] = [
+            ("attempts", .stringConvertible(attempts)), ("bytes_in", .stringConvertible(bytesIn)),
+            ("bytes_out", .stringConvertible(bytesOut)), ("code", .string(outcome.code)),
+            ("duration_ms", .stringConvertible(LogField.milliseconds(duration))), ("job_id", .stringConvertible(jobID)),
+            ("outcome", .string(outcome.name)), ("principal", .string(principal)),
+        ]
+        fields.reserveCapacity(11)
+        if let queueWait { fields.append(("queue_wait_ms", .stringConvertible(LogField.milliseconds(queueWait)))) }
+        fields.append(("request_id", .string(requestID)))
+        fields.append(("stage", .string("ended")))
+        return fields
+    }
 }
 
 /// The two kinds of peer, one ROUTER socket each.

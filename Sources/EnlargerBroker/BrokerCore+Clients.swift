@@ -51,7 +51,7 @@ extension BrokerCore {
         counters.malformedDropped += 1
         actions.append(.report(.malformed(peer, role: .client, reason: error.description)))
         if let requestID = error.requestID {
-            tally(principal, \.submitted)
+            tally(principal, .submitted)
             reject(requestID, .malformed, error.description, to: peer, principal: principal, &actions)
         } else {
             var reply = Enlarger_V1_Error()
@@ -75,7 +75,7 @@ extension BrokerCore {
         _ submit: Enlarger_V1_Submit, image: Payload, from peer: PeerID, principal: Principal,
         now: MonotonicInstant, _ actions: inout [Action]
     ) {
-        tally(principal, \.submitted)
+        tally(principal, .submitted)
         let requestID = submit.requestID
         let key = RequestKey(principal: principal, id: requestID)
         let place: BatchPlace?
@@ -101,7 +101,7 @@ extension BrokerCore {
             return
         }
         guard requests[key] == nil else {
-            tally(principal, \.duplicateIds)
+            tally(principal, .duplicateIds)
             var failed = Enlarger_V1_Failed()
             failed.requestID = requestID
             failed.code = .duplicateID
@@ -124,7 +124,7 @@ extension BrokerCore {
             }
             return
         }
-        if shareKey?.namesVersion == true { tally(principal, \.cacheMisses) }
+        if shareKey?.namesVersion == true { tally(principal, .cacheMisses) }
         let joining = sharing.joinable(shareKey).flatMap { jobID in
             jobs[jobID].map { Self.sameBytes($0.image, image) } == true ? jobID : nil
         }
@@ -155,7 +155,7 @@ extension BrokerCore {
         if let joining {
             jobID = joining
             jobs[jobID]!.requests.append(key)
-            tally(principal, \.jobsShared)
+            tally(principal, .jobsShared)
             // A shared job waits in the higher of its requests' lanes.
             if lane < jobs[jobID]!.lane {
                 jobs[jobID]!.lane = lane
@@ -181,7 +181,7 @@ extension BrokerCore {
         // In place: a copy of the client would copy its set of requests.
         clients[peer, default: Client(principal: principal, lastSeen: now)].requests.insert(key)
         clients[peer]!.waitingBytes = clientBytesWaiting[peer] ?? 0
-        tally(principal, \.accepted)
+        tally(principal, .accepted)
         var accepted = Enlarger_V1_Accepted()
         accepted.requestID = requestID
         accepted.brokerInstance = configuration.instance
@@ -246,9 +246,9 @@ extension BrokerCore {
         _ key: RequestKey, _ hit: ResultCache<Payload>.Hit, bytesIn: Int, lifetime: Duration, to peer: PeerID,
         now: MonotonicInstant, _ actions: inout [Action]
     ) {
-        tally(key.principal, \.accepted)
-        tally(key.principal, \.cacheHits)
-        tally(key.principal, \.finished)
+        tally(key.principal, .accepted)
+        tally(key.principal, .cacheHits)
+        tally(key.principal, .finished)
         send(.accepted(.with {
             $0.requestID = key.id
             $0.brokerInstance = configuration.instance
@@ -322,7 +322,7 @@ extension BrokerCore {
         _ requestID: String, _ code: Enlarger_V1_ErrorCode, _ message: String, to peer: PeerID,
         principal: Principal, retryAfter: Duration? = nil, _ actions: inout [Action]
     ) {
-        tally(principal, \.rejected)
+        tally(principal, .rejected)
         var rejected = Enlarger_V1_Rejected()
         rejected.requestID = requestID
         rejected.code = code

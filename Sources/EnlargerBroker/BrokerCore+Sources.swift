@@ -50,7 +50,7 @@ extension BrokerCore {
                 dispatch(now: now, &actions)
                 return
             }
-            if job.attempt == 1 { for key in job.requests where requests[key] != nil { tally(key.principal, \.cacheMisses) } }
+            if job.attempt == 1 { for key in job.requests where requests[key] != nil { tally(key.principal, .cacheMisses) } }
             jobs[jobID]!.shareKey = versionKey
             if let other = sharing.joinable(versionKey), other != jobID, let target = jobs[other] {
                 // Merging moves requests onto a job that runs now and has sent them nothing
@@ -80,7 +80,7 @@ extension BrokerCore {
         result.cached = true
         for key in job.requests {
             guard let request = requests[key] else { continue }
-            tally(key.principal, \.cacheHits)
+            tally(key.principal, .cacheHits)
             result.requestID = request.requestID
             requests[key]!.bytesOut += hit.payload.count
             send(.result(result, image: hit.payload), to: request, &actions)
@@ -102,7 +102,7 @@ extension BrokerCore {
         for key in job.requests {
             guard let request = requests[key] else { continue }
             if !request.sharedWork {
-                tally(key.principal, \.jobsShared)
+                tally(key.principal, .jobsShared)
                 requests[key]!.sharedWork = true
             }
             requests[key]!.jobID = target

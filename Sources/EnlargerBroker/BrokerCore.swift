@@ -505,20 +505,42 @@ public struct BrokerCore<Payload: FrameBytes> {
 
     mutating func count(_ outcome: RequestOutcome, for principal: Principal) {
         switch outcome {
-        case .finished: tally(principal, \.finished)
+        case .finished: tally(principal, .finished)
         case .failed(let code):
-            tally(principal, \.failed)
-            if code == .deadlineExceeded { tally(principal, \.deadlinesExceeded) }
-        case .cancelled: tally(principal, \.cancelled)
+            tally(principal, .failed)
+            if code == .deadlineExceeded { tally(principal, .deadlinesExceeded) }
+        case .cancelled: tally(principal, .cancelled)
         case .rejected: preconditionFailure("a live request is never rejected")
         }
     }
 
     /// Counts a request's event in the broker's totals and in its principal's own, which is
     /// all a non-admin's Status shows.
-    mutating func tally(_ principal: Principal, _ field: WritableKeyPath<Enlarger_V1_Totals, UInt64>, _ n: UInt64 = 1) {
-        counters[keyPath: field] += n
-        tallies[principal.name, default: Enlarger_V1_Totals()][keyPath: field] += n
+    mutating func tally(_ principal: Principal, _ field: Tally, _ n: UInt64 = 1) {
+        field.add(n, to: &counters)
+        field.add(n, to: &tallies[principal.name, default: Enlarger_V1_Totals()])
+    }
+
+    /// The totals counted per principal (a switch: a key path costs more than the count).
+    enum Tally {
+        case submitted, accepted, finished, failed, cancelled, rejected, deadlinesExceeded, duplicateIds
+        case cacheHits, cacheMisses, jobsShared
+
+        func add(_ n: UInt64, to totals: inout Enlarger_V1_Totals) {
+            switch self {
+            case .submitted: totals.submitted += n
+            case .accepted: totals.accepted += n
+            case .finished: totals.finished += n
+            case .failed: totals.failed += n
+            case .cancelled: totals.cancelled += n
+            case .rejected: totals.rejected += n
+            case .deadlinesExceeded: totals.deadlinesExceeded += n
+            case .duplicateIds: totals.duplicateIds += n
+            case .cacheHits: totals.cacheHits += n
+            case .cacheMisses: totals.cacheMisses += n
+            case .jobsShared: totals.jobsShared += n
+            }
+        }
     }
 
     /// Takes a job out of the tables (its queue position, if any, is the caller's to settle).

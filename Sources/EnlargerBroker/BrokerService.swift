@@ -70,6 +70,11 @@ public final class BrokerService: @unchecked Sendable {
         /// second of a change (an unusable change is logged and the previous terms kept).
         public var tenantsFile: String?
 
+        /// Writes the per-request line ("request ended", at info) itself, from the request's
+        /// fields in order (`RequestEnd.logFields`), instead of through the logger, which
+        /// builds and sorts a dictionary of them per request. nil: the logger.
+        public var requestLog: (@Sendable (RequestEnd) -> Void)?
+
         /// Where to serve `/metrics`, `/healthz` and `/readyz` over HTTP (`HOST:PORT`, e.g.
         /// `0.0.0.0:9570`; port 0 picks one). `nil`: no HTTP port. Ready means at least one
         /// worker is registered and the broker is not stopping. The port carries no
@@ -607,14 +612,8 @@ public final class BrokerService: @unchecked Sendable {
         case .requestEnded(let end):
             // Once per request: the fields are built only when the line is logged.
             guard logger.logLevel <= .info else { return }
-            var metadata: Logger.Metadata = [
-                "request_id": "\(end.requestID)", "job_id": .stringConvertible(end.jobID), "principal": "\(end.principal)",
-                "stage": "ended", "outcome": "\(end.outcome.name)", "code": "\(end.outcome.code)",
-                "duration_ms": .stringConvertible(LogField.milliseconds(end.duration)), "attempts": .stringConvertible(end.attempts),
-                "bytes_in": .stringConvertible(end.bytesIn), "bytes_out": .stringConvertible(end.bytesOut),
-            ]
-            if let wait = end.queueWait { metadata["queue_wait_ms"] = .stringConvertible(LogField.milliseconds(wait)) }
-            logger.info("request ended", metadata: metadata)
+            if let requestLog = configuration.requestLog { return requestLog(end) }
+            logger.info("request ended", metadata: Logger.Metadata(uniqueKeysWithValues: end.logFields))
         case .requestRejected(let requestID, let code):
             logger.info("request rejected", metadata: [
                 "request_id": "\(requestID)", "stage": "rejected", "outcome": "rejected", "code": "\(code.contractName)",

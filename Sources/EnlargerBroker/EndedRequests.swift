@@ -44,7 +44,10 @@ struct EndedRequests {
 
     private mutating func dropOldest() {
         let oldest = order[head]
-        if newest[oldest.requestID]?.serial == oldest.serial { newest[oldest.requestID] = nil }
+        // One lookup: the id's newest entry goes only if it is this one.
+        if let index = newest.index(forKey: oldest.requestID), newest.values[index].serial == oldest.serial {
+            newest.remove(at: index)
+        }
         head += 1
         // Compact once the consumed prefix dominates, keeping appends amortised O(1).
         if head > 64 && head * 2 > order.count {

@@ -142,6 +142,7 @@ struct BrokerCommand: ParsableCommand {
         var configuration = brokerOptions.configuration(clients: clients, workers: workers, maxInputBytes: maxBytes)
         try auth.apply(to: &configuration)
         configuration.metricsAddress = metrics.metrics
+        configuration.requestLog = log.requestLog(label: logger.label)
         let service = try BrokerService(configuration: configuration, logger: logger)
         let signals = onTerminationSignals { _ in service.stop() }
         defer { signals.forEach { $0.cancel() } }

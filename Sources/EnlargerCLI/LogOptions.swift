@@ -1,4 +1,5 @@
 import ArgumentParser
+import EnlargerBroker
 import Foundation
 import Locking
 import Logging
@@ -30,6 +31,15 @@ struct LogOptions: ParsableArguments {
         }
     }
 
+    /// The broker's per-request line written straight from its fields, already in order: the
+    /// line `LineLogHandler` writes for it, without a dictionary built and sorted per request.
+    func requestLog(label: String) -> @Sendable (RequestEnd) -> Void {
+        let format = logFormat
+        return { end in
+            LogTimestamp.write(format.line(level: .info, label: label, message: "request ended", sortedFields: end.logFields))
+        }
+    }
+
     /// The same settings for a child `enlarger` process.
     var arguments: [String] { ["--log-level", logLevel.rawValue, "--log-format", logFormat.rawValue] }
 }
@@ -37,13 +47,19 @@ struct LogOptions: ParsableArguments {
 extension LogFormat {
     /// One line for a message: the time, level, label, message, then the fields sorted by name.
     func line(_ event: LogEvent, label: String, fields: Logger.Metadata) -> String {
-        let sorted = fields.sorted { $0.key < $1.key }
+        line(level: event.level, label: label, message: "\(event.message)",
+             sortedFields: fields.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) })
+    }
+
+    /// One line for fields already sorted by name.
+    func line(level: Logger.Level, label: String, message: String,
+              sortedFields sorted: [(key: String, value: Logger.MetadataValue)]) -> String {
         switch self {
         case .text:
             // `2026-11-27T08:28:43.123Z info enlarger.broker: request ended code=OK duration_ms=4.1 …`
             var line = LogTimestamp.now()
             line.reserveCapacity(64 + label.utf8.count + 32 * sorted.count)
-            line += " \(event.level.rawValue) \(label): \(event.message)"
+            line += " \(level.rawValue) \(label): \(message)"
             for (key, value) in sorted {
                 line += " "
                 line += key
@@ -55,9 +71,9 @@ extension LogFormat {
         case .json:
             var line = JSONLine()
             line.add("ts", LogTimestamp.now())
-            line.add("level", event.level.rawValue)
+            line.add("level", level.rawValue)
             line.add("label", label)
-            line.add("message", "\(event.message)")
+            line.add("message", message)
             for (key, value) in sorted {
                 let name = key.replacingOccurrences(of: "-", with: "_")
                 // Numbers stay numbers (a duration, a byte count), everything else is a string.

@@ -1002,6 +1002,12 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(registered["capacity"] as? Int, 1, "\(registered)")
         XCTAssertNotNil(registered["memory_budget_bytes"] as? Int, "\(registered)")
         let broker = try XCTUnwrap(ended["request ended"], text)
+        // The broker writes this line from its fields in order (`RequestEnd.logFields`), not
+        // through a dictionary: the same keys, sorted, as every other line.
+        let line = try XCTUnwrap(text.split(separator: "\n").first { $0.contains("\"request ended\"") && $0.contains("logged-0") })
+        let keys = line.matches(of: /"([a-z_]+)":/).map { String($0.output.1) }
+        XCTAssertEqual(keys, ["ts", "level", "label", "message", "attempts", "bytes_in", "bytes_out", "code", "duration_ms",
+                              "job_id", "outcome", "principal", "queue_wait_ms", "request_id", "stage"], String(line))
         XCTAssertEqual(broker["stage"] as? String, "ended")
         XCTAssertEqual(broker["code"] as? String, "OK")
         XCTAssertEqual(broker["outcome"] as? String, "finished")
