@@ -168,12 +168,12 @@ struct ClientOutbox<Payload: FrameBytes> {
         now: MonotonicInstant, transmit: (OutgoingMessage<Payload>) throws(Failure) -> SendOutcome
     ) throws(Failure) -> [Effect] {
         guard !discarding.contains(peer), let principal = intended ?? holders[peer] else { return [] }
-        if boxes[peer] != nil {
-            guard boxes[peer]!.principal == principal else {
-                boxes[peer] = nil  // another principal's: never to be delivered here
+        if let index = boxes.index(forKey: peer) {
+            guard boxes.values[index].principal == principal else {
+                boxes.remove(at: index)  // another principal's: never to be delivered here
                 return try send(message, to: peer, for: principal, shed: shed, now: now, transmit: transmit)
             }
-            append(Entry(message: message, shed: shed), to: peer)
+            Self.append(Entry(message: message, shed: shed), to: &boxes.values[index])
             return check(peer, now: now)
         }
         if holders[peer] != principal {
@@ -191,8 +191,12 @@ struct ClientOutbox<Payload: FrameBytes> {
     }
 
     private mutating func append(_ entry: Entry, to peer: PeerID) {
-        boxes[peer]!.entries.append(entry)
-        boxes[peer]!.bytes += entry.bytes
+        Self.append(entry, to: &boxes[peer]!)
+    }
+
+    private static func append(_ entry: Entry, to box: inout Box) {
+        box.entries.append(entry)
+        box.bytes += entry.bytes
     }
 
     /// Whether a box waits on a full pipe of a connected client (worth polling the socket
@@ -230,35 +234,45 @@ struct ClientOutbox<Payload: FrameBytes> {
         _ peer: PeerID, now: MonotonicInstant,
         transmit: (OutgoingMessage<Payload>) throws(Failure) -> SendOutcome
     ) throws(Failure) -> [Effect] {
-        guard let box = boxes[peer], box.verified else { return [] }
+        // The box is worked on in place: one lookup, however many messages go.
+        guard let index = boxes.index(forKey: peer), boxes.values[index].verified else { return [] }
+        let emptied = try Self.send(from: &boxes.values[index], now: now, transmit: transmit)
+        if emptied {
+            let reported = boxes.values[index].reported
+            boxes.remove(at: index)
+            return reported > 0 ? [.waiting(peer, bytes: 0)] : []
+        }
+        return check(peer, now: now)
+    }
+
+    /// Sends from `box` while its pipe takes messages; returns whether it is empty.
+    private static func send<Failure: Error>(
+        from box: inout Box, now: MonotonicInstant, transmit: (OutgoingMessage<Payload>) throws(Failure) -> SendOutcome
+    ) throws(Failure) -> Bool {
         var progressed = false
-        while !boxes[peer]!.isEmpty {
-            let entry = boxes[peer]!.entries[boxes[peer]!.head]
+        while !box.isEmpty {
+            let entry = box.entries[box.head]
             let outcome = try transmit(entry.message)
             guard outcome == .sent else {
                 // Not connected: whoever connects under the id next must speak first.
-                if outcome == .unreachable { boxes[peer]!.verified = false }
+                if outcome == .unreachable { box.verified = false }
                 break
             }
-            boxes[peer]!.bytes -= entry.bytes
-            boxes[peer]!.head += 1
+            box.bytes -= entry.bytes
+            box.head += 1
             progressed = true
         }
-        if boxes[peer]!.isEmpty {
-            let reported = boxes[peer]!.reported
-            boxes[peer] = nil
-            return reported > 0 ? [.waiting(peer, bytes: 0)] : []
-        }
+        if box.isEmpty { return true }
         if progressed {
-            boxes[peer]!.entries.removeFirst(boxes[peer]!.head)
-            boxes[peer]!.head = 0
-            boxes[peer]!.lastProgress = now
-            boxes[peer]!.retryDelay = .milliseconds(1)
+            box.entries.removeFirst(box.head)
+            box.head = 0
+            box.lastProgress = now
+            box.retryDelay = .milliseconds(1)
         } else {
-            boxes[peer]!.retryDelay = min(boxes[peer]!.retryDelay * 2, .milliseconds(100))
+            box.retryDelay = min(box.retryDelay * 2, .milliseconds(100))
         }
-        boxes[peer]!.retryAt = now + boxes[peer]!.retryDelay
-        return check(peer, now: now)
+        box.retryAt = now + box.retryDelay
+        return false
     }
 
     // MARK: Limits
