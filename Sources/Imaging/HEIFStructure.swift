@@ -29,6 +29,10 @@ enum HEIFStructure {
         /// inputs, in order; `auxl`: an auxiliary image, such as alpha, to its master).
         var references: [(type: String, from: Int, to: [Int])] = []
         var meta: Range<Int>?
+        /// Ids that `iinf` declares more than once, with another type or the same: what these
+        /// checks read of such an item need not be what a decoder reads (the type here is
+        /// the last declaration's; libheif decodes the first), so such a file is refused.
+        var declaredTwice: [Int] = []
 
         /// The items a decode of `item` reads: the item, its auxiliary images (alpha, depth:
         /// libheif reads them with it), and the inputs of every derived image among them.
@@ -101,10 +105,10 @@ enum HEIFStructure {
         var reader = BoxReader(data: data)
         guard let meta = reader.child("meta", in: 0..<data.count), meta.count >= 4 else { return Items() }
         let children = (meta.lowerBound + 4)..<meta.upperBound  // after version and flags
-        let (types, listed) = reader.itemTypes(in: children)
+        let (types, listed, declaredTwice) = reader.itemTypes(in: children)
         let naming = reader.namingEntries(in: children)
         return Items(primary: reader.primaryItem(in: children), types: types, order: naming?.ids ?? listed,
-                     references: reader.references(in: children), meta: children)
+                     references: reader.references(in: children), meta: children, declaredTwice: declaredTwice)
     }
 
     /// libavif 0.11 lays a grid's tiles out in the order `meta` first names them, not in the
@@ -243,20 +247,21 @@ enum HEIFStructure {
             return uint(pitm.lowerBound + 4, version == 0 ? 2 : 4)
         }
 
-        mutating func itemTypes(in meta: Range<Int>) -> (types: [Int: String], order: [Int]) {
-            guard let iinf = child("iinf", in: meta), let version = uint(iinf.lowerBound, 1) else { return ([:], []) }
+        mutating func itemTypes(in meta: Range<Int>) -> (types: [Int: String], order: [Int], declaredTwice: [Int]) {
+            guard let iinf = child("iinf", in: meta), let version = uint(iinf.lowerBound, 1) else { return ([:], [], []) }
             let entries = tail(of: iinf, from: 4 + (version == 0 ? 2 : 4))
             var types: [Int: String] = [:]
             var order: [Int] = []
+            var declaredTwice: [Int] = []
             for (type, content, _) in boxes(in: entries) where type == "infe" {
                 guard let infeVersion = uint(content.lowerBound, 1), infeVersion >= 2 else { continue }
                 let idSize = infeVersion == 2 ? 2 : 4
                 guard let id = uint(content.lowerBound + 4, idSize),
                       let itemType = fourCC(content.lowerBound + 4 + idSize + 2) else { continue }
-                types[id] = itemType
+                if types.updateValue(itemType, forKey: id) != nil { declaredTwice.append(id) }
                 order.append(id)
             }
-            return (types, order)
+            return (types, order, declaredTwice)
         }
 
         /// The `iref` box's references (at most 4096, each with at most 4096 targets).

@@ -441,9 +441,23 @@ final class FormatTests: XCTestCase {
         XCTAssertThrowsError(try TestImages.run(av1, ResizeOptions(width: 64))) { error in
             XCTAssertEqual((error as? ImagingError)?.code, .unsupported, "\(error)")
         }
+        // Item ids declared twice in iinf, an overlay (or AV1 data) first and a made-up type
+        // second: the checks read the second, libheif decoded the first, allocating 2.3 GB for
+        // a 1.2 KB file (or leaking in its AV1 decoder). Refused before libheif decodes.
+        for name in ["heic-duplicate-item-overlay.heic", "heic-duplicate-item-av1.heic"] {
+            let twice = [UInt8](try Data(contentsOf: url.deletingLastPathComponent().appendingPathComponent(name)))
+            let started = ContinuousClock.now
+            XCTAssertThrowsError(try TestImages.run(twice, ResizeOptions(width: 64)), name) { error in
+                XCTAssertEqual((error as? ImagingError)?.code, .corrupt, "\(name): \(error)")
+                XCTAssertTrue("\(error)".contains("declared twice"), "\(name): \(error)")
+            }
+            XCTAssertLessThan(ContinuousClock.now - started, .milliseconds(1500), name)
+        }
         // A 1.6 KB HEIF declaring a 96×42 primary whose av1C codes 34311×34816: libheif checked
         // only its side limit (2^18) and allocated 3.6 GB, then crashed. The coded size is held
-        // to twice the declared one: refused before any plane, at once.
+        // to twice the declared one: refused before any plane, at once. (Fuzzing made it with
+        // its item declared twice, refused above on its own; the second declaration is blanked
+        // here, a `free` box in its place, so that this check is the one that refuses it.)
         let coded = [UInt8](try Data(contentsOf: url.deletingLastPathComponent()
             .appendingPathComponent("heic-coded-size-bomb.heic")))
         let fourth = ContinuousClock.now
