@@ -13,7 +13,7 @@ import ZeroMQ
 ///   worker → relay   Result   (client id, tag, header, 100-byte image)
 ///   relay → client   Result   (tag, header, image)
 ///
-/// `enlarger-bench broker` runs it after the broker, in the same session, and prints the
+/// `enlarger-bench broker` runs it right after the broker, in the same run, and prints the
 /// broker's CPU per request as a multiple of the relay's.
 enum RawRelay {
     static let submitTag: [UInt8] = [1], acceptedTag: [UInt8] = [2], resultTag: [UInt8] = [3], readyTag: [UInt8] = [4]
