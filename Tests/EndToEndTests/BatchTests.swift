@@ -32,13 +32,18 @@ final class BatchTests: XCTestCase {
 
     func testAFailingItemFailsTheBatchNamingIt() async throws {
         let cluster = try Cluster(self)
-        try cluster.startThreadWorkers(1, concurrency: 1)
+        // Two slots and a second item of 99.6 MP, sent before the damaged one: it is still
+        // running when the damaged one fails in milliseconds, so there is always a live item
+        // to cancel. (With one slot and small items, both before the damaged one could finish
+        // first and the last one arrive after the failure, refused as late: then nothing was
+        // cancelled, and a busy machine made that happen.)
+        try cluster.startThreadWorkers(1, concurrency: 2)
         let client = try cluster.client()
         try await cluster.waitForWorkers(1, client: client)
         let options = ResizeOptions(width: 80)
         let requests = [
             ResizeRequest(id: "good-0", image: try Corpus.good("ljt_testorig.jpg"), options: options),
-            ResizeRequest(id: "good-1", image: try Corpus.good("bimg_vertical.jpg"), options: options),
+            ResizeRequest(id: "good-1", image: try Corpus.good("thumbor_9643x10328.jpg"), options: options),
             ResizeRequest(id: "bad-2", image: try Corpus.bad("sharp_truncated.jpg"), options: options),
             ResizeRequest(id: "good-3", image: try Corpus.good("sharp_flowers.jpeg"), options: options),
         ]
@@ -50,6 +55,10 @@ final class BatchTests: XCTestCase {
         let status = try await cluster.waitUntilIdle(client: client)
         XCTAssertEqual(status.totals.batchesFailed, 1)
         XCTAssertGreaterThan(status.totals.cancelled, 0, "the items still live were cancelled")
+        // Every accepted item ended once; an item that came after the failure was refused.
+        XCTAssertEqual(status.totals.finished + status.totals.cancelled + status.totals.failed, status.totals.accepted,
+                       "\(status.totals)")
+        XCTAssertEqual(status.totals.accepted + status.totals.rejected, 4, "\(status.totals)")
         await client.close()
     }
 
