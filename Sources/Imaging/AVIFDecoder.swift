@@ -37,7 +37,9 @@ final class AVIFDecoder: RasterDecoder {
                 throw ImagingError(.unsupported, "AVIF: the grid lists its tiles in another order than the file names "
                                    + "them, and the file cannot be read in the grid's order")
             }
-            let copy = try Self.copy(data, changing: reordered, limits: limits)
+            // A padded copy is ours to change; the caller's bytes are copied first.
+            let copy = if let rewritten { rewritten } else { try Self.copy(data, limits: limits) }
+            try Self.change(copy, reordered)
             rewritten = copy
             data = copy.bytes
         }
@@ -64,10 +66,9 @@ final class AVIFDecoder: RasterDecoder {
             format: .avif, width: Int(info.width), height: Int(info.height), channels: alpha ? 4 : 3,
             hasAlpha: alpha, bitDepth: Int(info.depth), colorSpace: "ycbcr")
         header.orientation = Self.orientation(rotation: Int(info.rotation), mirror: Int(info.mirror))
-        if let padding {
-            header.notes.append(padding.note)
-            header.paddedBytes = padding.bytes.count
-        }
+        if let padding { header.notes.append(padding.note) }
+        // The padded or reordered copy libavif reads, and the copy the alpha decoder reads.
+        header.inputCopyBytes = (rewritten?.count ?? 0) + (alphaSource?.count ?? 0)
         if let alphaNote { header.notes.append(alphaNote) }
         if info.clean_aperture == 2 {
             header.notes.append("the image's clean aperture (a crop its file declares) is invalid and not applied")
@@ -87,19 +88,21 @@ final class AVIFDecoder: RasterDecoder {
         ea_decoder_destroy(alphaHandle)
     }
 
-    /// A copy of `data` with `change` made, from the decode's memory budget.
-    private static func copy(_ data: UnsafeRawBufferPointer, changing change: (range: Range<Int>, bytes: [UInt8]),
-                             limits: DecodeLimits) throws(ImagingError) -> Allocation {
-        // A change replaces bytes in place, never past the end.
-        guard change.range.lowerBound >= 0, change.range.upperBound <= data.count, change.bytes.count == change.range.count else {
-            throw ImagingError(.corrupt, "AVIF: the file's boxes could not be rewritten in place")
-        }
+    /// A copy of `data`, from the decode's memory budget, to be rewritten.
+    private static func copy(_ data: UnsafeRawBufferPointer, limits: DecodeLimits) throws(ImagingError) -> Allocation {
         let copy = try BufferAllocator(maxBytes: limits.maxBufferBytes).allocate(data.count, for: "the file, rewritten")
         copy.mutableBytes.copyMemory(from: data)
-        change.bytes.withUnsafeBytes { bytes in
-            (copy.mutableBytes.baseAddress! + change.range.lowerBound).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
-        }
         return copy
+    }
+
+    /// Makes `change` in `file`: bytes replaced in place, never past the end.
+    private static func change(_ file: Allocation, _ change: (range: Range<Int>, bytes: [UInt8])) throws(ImagingError) {
+        guard change.range.lowerBound >= 0, change.range.upperBound <= file.count, change.bytes.count == change.range.count else {
+            throw ImagingError(.corrupt, "AVIF: the file's boxes could not be rewritten in place")
+        }
+        change.bytes.withUnsafeBytes { bytes in
+            (file.mutableBytes.baseAddress! + change.range.lowerBound).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        }
     }
 
     /// The decoder of a grid's alpha stored per tile, over the file rewritten so that the grid
@@ -108,26 +111,25 @@ final class AVIFDecoder: RasterDecoder {
     private static func alphaPerTile(_ data: UnsafeRawBufferPointer, items: HEIFStructure.Items, limits: DecodeLimits)
         -> (OpaquePointer?, Allocation?, String?) {
         let opaque = "the image's alpha is stored per grid tile"
-        guard let change = HEIFStructure.alphaTilesAsGrid(data, items: items),
-              var copy = try? copy(data, changing: change, limits: limits) else {
+        guard let alphaTiles = HEIFStructure.alphaTilesAsGrid(data, items: items),
+              let alphaFile = try? copy(data, limits: limits), (try? change(alphaFile, alphaTiles)) != nil else {
             return (nil, nil, opaque + " in a way this build cannot read: it comes out opaque")
         }
-        let alphaItems = HEIFStructure.items(copy.bytes)
+        let alphaItems = HEIFStructure.items(alphaFile.bytes)
         if HEIFStructure.gridIssues(alphaItems).tilesOutOfItemOrder {
-            guard let reordered = HEIFStructure.tilesInGridOrder(copy.bytes, items: alphaItems),
-                  let again = try? Self.copy(copy.bytes, changing: reordered, limits: limits) else {
+            guard let reordered = HEIFStructure.tilesInGridOrder(alphaFile.bytes, items: alphaItems),
+                  (try? change(alphaFile, reordered)) != nil else {
                 return (nil, nil, opaque + ", its tiles in an order this build cannot read: it comes out opaque")
             }
-            copy = again
         }
         var status = EA_OK
         var message = [CChar](repeating: 0, count: 256)
-        guard let handle = ea_decoder_create(copy.base.assumingMemoryBound(to: UInt8.self), copy.count,
+        guard let handle = ea_decoder_create(alphaFile.base.assumingMemoryBound(to: UInt8.self), alphaFile.count,
                                              UInt32(clamping: limits.maxPixels), &status, &message, message.count) else {
             let reason = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             return (nil, nil, opaque + ", which could not be read (\(reason)): it comes out opaque")
         }
-        return (handle, copy, nil)
+        return (handle, alphaFile, nil)
     }
 
     var maxShrink: Int { 1 }

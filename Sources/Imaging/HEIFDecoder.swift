@@ -80,7 +80,7 @@ final class HEIFDecoder: RasterDecoder {
         }
         if let padding {
             header.notes.append(padding.note)
-            header.paddedBytes = padding.bytes.count
+            header.inputCopyBytes = padding.bytes.count
         }
         header.thumbnailWidth = Int(info.thumbnail_width)
         header.thumbnailHeight = Int(info.thumbnail_height)

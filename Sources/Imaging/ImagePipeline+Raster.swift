@@ -29,7 +29,7 @@ extension ImagePipeline {
             _ = Self.transform(profile, channels: channels, alpha: false, notes: &notes)
         }
         let estimate = MemoryEstimate(raster: header, plan: plan, shrink: shrink, options: options, delivery: delivery,
-                                      inputBytes: input.count + header.paddedBytes)
+                                      inputBytes: input.count + header.inputCopyBytes)
         let prepared = PreparedResize(pipeline: self, source: .raster(decoder), plan: plan, options: options,
                                       delivery: delivery, cancel: cancel, estimate: estimate)
         prepared.shrink = shrink

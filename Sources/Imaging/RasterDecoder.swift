@@ -30,9 +30,10 @@ public struct RasterHeader: Sendable, Equatable {
     public var animated = false
     /// What the decoder cannot honour, said in every result (see `StageResult.notes`).
     public var notes: [String] = []
-    /// HEIF at `fail_on none`: the bytes of the padded copy of a cut file, held as long as
-    /// the input (counted with it in the memory estimate).
-    public var paddedBytes = 0
+    /// Bytes of copies of the input the decoder holds as long as the input (counted with it
+    /// in the memory estimate): a cut HEIF or AVIF padded at `fail_on none`, an AVIF rewritten
+    /// for libavif (its grid's tiles in order, its alpha tiles as a grid).
+    public var inputCopyBytes = 0
 
     public var orientedSize: (width: Int, height: Int) { orientation.orientedSize(width: width, height: height) }
     var hasThumbnail: Bool { thumbnailWidth > 0 && thumbnailHeight > 0 }

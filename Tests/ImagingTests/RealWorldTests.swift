@@ -483,6 +483,11 @@ final class HEIFStructureTests: XCTestCase {
             XCTAssertTrue(HEIFStructure.gridIssues(items).auxiliaryPerTile)
             XCTAssertNotNil(HEIFStructure.alphaTilesAsGrid(raw, items: items))
         }
+        // The alpha decoder's copy of the file is counted with the input in the memory estimate.
+        let copied = try withBytes(bytes) { raw throws(ImagingError) in
+            try RasterDecoders.make(.avif, data: raw, limits: DecodeLimits(), cancel: nil, failOn: .error).header.inputCopyBytes
+        }
+        XCTAssertEqual(copied, bytes.count)
         let image = try TestImages.decode(bytes)
         XCTAssertEqual(image.channels, 4)
         XCTAssertEqual(image.width, 128)
@@ -521,6 +526,12 @@ final class HEIFStructureTests: XCTestCase {
             XCTAssertFalse(HEIFStructure.gridIssues(items).tilesOutOfItemOrder)
             XCTAssertNil(HEIFStructure.tilesInGridOrder(raw, items: items), "nothing left to move")
         }
+
+        // The copy libavif reads is counted with the input in the memory estimate.
+        let copied = try withBytes(bytes) { raw throws(ImagingError) in
+            try RasterDecoders.make(.avif, data: raw, limits: DecodeLimits(), cancel: nil, failOn: .error).header.inputCopyBytes
+        }
+        XCTAssertEqual(copied, bytes.count)
 
         let reversed = try TestImages.decode(bytes)
         let inOrder = try TestImages.decode(try TestImages.bytes("avif-grid.avif"))
