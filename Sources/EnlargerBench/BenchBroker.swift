@@ -27,8 +27,7 @@ struct BenchBroker: ParsableCommand {
     @Option(help: "Worker capacity announced to the broker.")
     var capacity = 64
 
-    @Option(help: "The `enlarger` executable that runs the broker (default: the one beside this executable).")
-    var enlarger: String?
+    @OptionGroup var enlarger: EnlargerExecutable
 
     @Flag(inversion: .prefixedNo,
           help: "Also measure a raw ZeroMQ relay moving the same messages (see RawRelay), and print the ratio.")
@@ -39,7 +38,7 @@ struct BenchBroker: ParsableCommand {
     var brokerOptions: [String] = []
 
     func run() throws {
-        let broker = try BrokerProcess(enlarger: enlarger, name: "broker",
+        let broker = try BrokerProcess(enlarger: enlarger.path, name: "broker",
                                        arguments: ["--queue-limit", "\(inFlight * 2)"] + brokerOptions)
         defer { broker.stop() }
         let clients = broker.clients, workers = broker.workers

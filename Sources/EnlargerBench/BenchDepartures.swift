@@ -24,8 +24,7 @@ struct BenchDepartures: ParsableCommand {
     @Option(help: "Seconds to wait after the last client before the settled sample (the broker's default client patience is 30).")
     var settle = 35.0
 
-    @Option(help: "The `enlarger` executable that runs the broker (default: the one beside this executable).")
-    var enlarger: String?
+    @OptionGroup var enlarger: EnlargerExecutable
 
     func validate() throws {
         guard connections >= 1 else { throw ValidationError("--connections must be at least 1") }
@@ -34,7 +33,7 @@ struct BenchDepartures: ParsableCommand {
     }
 
     func run() throws {
-        let broker = try BrokerProcess(enlarger: enlarger, name: "left")
+        let broker = try BrokerProcess(enlarger: enlarger.path, name: "left")
         defer { broker.stop() }
         let clients = broker.clients, workers = broker.workers
         usleep(300_000)

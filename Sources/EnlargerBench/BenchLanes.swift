@@ -41,8 +41,7 @@ struct BenchLanes: ParsableCommand {
     @Option(help: "Completions counted in the third phase.")
     var shareCompletions = 4000
 
-    @Option(help: "The `enlarger` executable that runs the broker (default: the one beside this executable).")
-    var enlarger: String?
+    @OptionGroup var enlarger: EnlargerExecutable
 
     func run() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-bench-lanes-\(getpid())")
@@ -63,7 +62,7 @@ struct BenchLanes: ParsableCommand {
         // Below Linux's ephemeral range (32768 up), which outgoing connections take from.
         let port = Int.random(in: 21000...32000)
         let clients = "tcp://127.0.0.1:\(port)", workersEndpoint = "tcp://127.0.0.1:\(port + 1)"
-        let broker = try BrokerProcess(enlarger: enlarger, arguments: [
+        let broker = try BrokerProcess(enlarger: enlarger.path, arguments: [
             "--clients", clients, "--workers", workersEndpoint, "--server-key", serverFiles.keyFile,
             "--client-keys", directory.appendingPathComponent("clients").path,
             "--worker-keys", directory.appendingPathComponent("workers").path,

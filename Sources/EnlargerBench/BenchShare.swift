@@ -33,18 +33,13 @@ struct BenchShare: AsyncParsableCommand {
     @Option(help: "Output width.")
     var width = 720
 
-    @Option(help: "The `enlarger` executable (default: the one beside this executable).")
-    var enlarger: String?
+    @OptionGroup var enlarger: EnlargerExecutable
 
     func run() async throws {
         let photo = try Array(Data(contentsOf: URL(fileURLWithPath: input)))
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-bench-share-\(getpid())")
         defer { try? FileManager.default.removeItem(at: directory) }
-        let executable = enlarger.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/proc/self/exe")
-            .resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("enlarger")
-        guard FileManager.default.isExecutableFile(atPath: executable.path) else {
-            throw CLIError("no enlarger executable at \(executable.path): build it (swift build -c release) or give --enlarger")
-        }
+        let executable = try EnlargerExecutable.resolve(enlarger.path)
         let serve = Process()
         serve.executableURL = executable
         serve.arguments = ["serve", "--workers", "\(workers)", "--concurrency", "1", "--runtime-dir", directory.path,

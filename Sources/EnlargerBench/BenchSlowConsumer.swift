@@ -27,11 +27,10 @@ struct BenchSlowConsumer: ParsableCommand {
     @Option(help: "Worker capacity announced to the broker.")
     var capacity = 4
 
-    @Option(help: "The `enlarger` executable that runs the broker (default: the one beside this executable).")
-    var enlarger: String?
+    @OptionGroup var enlarger: EnlargerExecutable
 
     func run() throws {
-        let broker = try BrokerProcess(enlarger: enlarger, name: "slow")
+        let broker = try BrokerProcess(enlarger: enlarger.path, name: "slow")
         defer { broker.stop() }
         let clients = broker.clients, workers = broker.workers
         usleep(300_000)

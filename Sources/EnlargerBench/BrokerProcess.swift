@@ -1,5 +1,24 @@
+import ArgumentParser
 import CLISupport
 import Foundation
+
+/// `--enlarger`: the `enlarger` executable a benchmark runs (its broker, or `serve`).
+struct EnlargerExecutable: ParsableArguments {
+    @Option(name: .customLong("enlarger"),
+            help: "The `enlarger` executable to run (default: the one beside this executable, of the same build).")
+    var path: String?
+
+    /// `path`, or the `enlarger` beside this executable (both are products of one package
+    /// build), checked to be executable.
+    static func resolve(_ path: String?) throws -> URL {
+        let executable = path.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/proc/self/exe")
+            .resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("enlarger")
+        guard FileManager.default.isExecutableFile(atPath: executable.path) else {
+            throw CLIError("no enlarger executable at \(executable.path): build it (scripts/build) or give --enlarger")
+        }
+        return executable
+    }
+}
 
 /// An `enlarger broker` child process for a benchmark, which reads its CPU time and RSS from
 /// /proc. Started by `init`; `stop()` sends SIGTERM, waits for it and removes its sockets'
@@ -16,12 +35,7 @@ final class BrokerProcess {
     /// - Parameter enlarger: the `enlarger` executable (`--enlarger`); nil looks beside this
     ///   executable (both are products of the same package build).
     init(enlarger: String?, arguments: [String]) throws {
-        let executable = enlarger.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/proc/self/exe")
-            .resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("enlarger")
-        guard FileManager.default.isExecutableFile(atPath: executable.path) else {
-            throw CLIError("no enlarger executable at \(executable.path): build it (scripts/build) or give --enlarger")
-        }
-        process.executableURL = executable
+        process.executableURL = try EnlargerExecutable.resolve(enlarger)
         process.arguments = ["broker"] + arguments
         process.standardError = FileHandle.nullDevice
         try process.run()

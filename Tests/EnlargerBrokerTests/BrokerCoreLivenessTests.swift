@@ -139,25 +139,38 @@ final class BrokerCoreLivenessTests: XCTestCase {
         XCTAssertEqual(broker.core.totals.unroutable, 1)
     }
 
-    func testSilentClientVanishesAndItsWorkIsStopped() {
+    /// Alice with a request running on w1 and one waiting, her Accepted frames taken: the
+    /// broker and the running job.
+    private func aliceRunningAndWaiting() -> (CoreHarness, job: UInt64) {
         var broker = harness()
         broker.ready(w1)
         broker.submit(alice, "running")
         broker.submit(alice, "waiting")
-        let job = broker.jobs(for: w1)[0]
+        let job = broker.jobs(for: w1)[0].jobID
         _ = broker.events(for: alice)
+        return (broker, job)
+    }
 
+    /// Alice's work was stopped: her running job cancelled on w1, both requests failed, she
+    /// counted as vanished; once w1 acknowledges, nothing is left.
+    private func assertAlicesWorkStopped(_ broker: inout CoreHarness, job: UInt64,
+                                         file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertEqual(broker.commands(for: w1).map(\.summary), ["cancelJob \(job) #1"], file: file, line: line)
+        XCTAssertEqual(broker.core.totals.failed, 2, file: file, line: line)
+        XCTAssertEqual(broker.core.totals.clientsVanished, 1, file: file, line: line)
+        broker.worker(w1, .jobCancelled(.with { $0.jobID = job; $0.attempt = 1 }))
+        XCTAssertTrue(broker.core.isIdle, file: file, line: line)
+    }
+
+    func testSilentClientVanishesAndItsWorkIsStopped() {
+        var (broker, job) = aliceRunningAndWaiting()
         pass(4, &broker, alive: [w1])
         XCTAssertEqual(
             broker.events(for: alice).map(\.summary),
             ["failed running clientSilent", "failed waiting clientSilent"],
             "each request ends with a code, in case the client is still listening")
-        XCTAssertEqual(broker.commands(for: w1).map(\.summary), ["cancelJob \(job.jobID) #1"])
-        XCTAssertEqual(broker.core.totals.failed, 2)
-        XCTAssertEqual(broker.core.totals.clientsVanished, 1)
         XCTAssertTrue(broker.takeReports().contains(.clientVanished(alice, cancelled: 2)))
-        broker.worker(w1, .jobCancelled(.with { $0.jobID = job.jobID; $0.attempt = 1 }))
-        XCTAssertTrue(broker.core.isIdle)
+        assertAlicesWorkStopped(&broker, job: job)
     }
 
     func testPingingClientStaysAliveWhileItsRequestWaits() {
@@ -171,20 +184,11 @@ final class BrokerCoreLivenessTests: XCTestCase {
     /// A client whose connection (and with it its libzmq-made id) ended is gone at once: its
     /// work is stopped without waiting for the silence limit, and nothing is sent to it.
     func testADepartedClientsWorkIsStoppedAtOnceAndItIsToldNothing() {
-        var broker = harness()
-        broker.ready(w1)
-        broker.submit(alice, "running")
-        broker.submit(alice, "waiting")
-        let job = broker.jobs(for: w1)[0]
-        _ = broker.events(for: alice)
+        var (broker, job) = aliceRunningAndWaiting()
         broker.record(broker.core.clientDeparted(alice, now: broker.now))
         XCTAssertEqual(broker.events(for: alice).map(\.summary), [], "nobody is there to tell")
-        XCTAssertEqual(broker.commands(for: w1).map(\.summary), ["cancelJob \(job.jobID) #1"])
-        XCTAssertEqual(broker.core.totals.failed, 2)
-        XCTAssertEqual(broker.core.totals.clientsVanished, 1)
         XCTAssertEqual(broker.core.totals.unroutable, 0)
-        broker.worker(w1, .jobCancelled(.with { $0.jobID = job.jobID; $0.attempt = 1 }))
-        XCTAssertTrue(broker.core.isIdle)
+        assertAlicesWorkStopped(&broker, job: job)
     }
 
     func testUnreachableClientIsTreatedAsVanished() {
