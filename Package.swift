@@ -38,6 +38,7 @@ let package = Package(
             name: "Telemetry",
             dependencies: [
                 "Locking",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ]
@@ -128,7 +129,9 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["Locking"], path: "Tests/Support"),
         .testTarget(name: "LockingTests", dependencies: ["Locking"]),
         .testTarget(name: "TimekeepingTests", dependencies: ["Timekeeping", "TestSupport"]),
-        .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "TestSupport"]),
+        .testTarget(name: "TelemetryTests", dependencies: [
+            "Telemetry", "TestSupport", .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "ImageModelTests", dependencies: ["ImageModel"]),
         .testTarget(name: "MirroringTests", dependencies: ["Mirroring", "TestSupport"]),
         .testTarget(name: "FetchingTests", dependencies: ["Fetching", "Locking", "TestSupport"]),
@@ -138,7 +141,10 @@ let package = Package(
         .testTarget(name: "EnlargerProtocolTests", dependencies: ["EnlargerProtocol", "ImageModel", "TestSupport"]),
         .testTarget(
             name: "EnlargerBrokerTests",
-            dependencies: ["EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "TestSupport", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "EnlargerBroker", "EnlargerProtocol", "ZeroMQ", "Telemetry", "TestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .testTarget(
             name: "EnlargerWorkerTests",

@@ -94,6 +94,22 @@ public struct RequestEnd: Sendable, Equatable {
         fields.append(("stage", .string("ended")))
         return fields
     }
+
+    /// Appends the same fields as `logFields`, in the same order, to a text line, without
+    /// boxing each value.
+    public func appendFields(to line: inout TextLogLine) {
+        line.append(key: "attempts", UInt64(attempts))
+        line.append(key: "bytes_in", bytesIn)
+        line.append(key: "bytes_out", bytesOut)
+        line.append(key: "code", outcome.code)
+        line.append(key: "duration_ms", milliseconds: duration)
+        line.append(key: "job_id", jobID)
+        line.append(key: "outcome", outcome.name)
+        line.append(key: "principal", principal)
+        if let queueWait { line.append(key: "queue_wait_ms", milliseconds: queueWait) }
+        line.append(key: "request_id", requestID)
+        line.append(key: "stage", "ended")
+    }
 }
 
 /// The two kinds of peer, one ROUTER socket each.

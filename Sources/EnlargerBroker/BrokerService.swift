@@ -74,6 +74,9 @@ public final class BrokerService: @unchecked Sendable {
         /// fields in order (`RequestEnd.logFields`), instead of through the logger, which
         /// builds and sorts a dictionary of them per request. nil: the logger.
         public var requestLog: (@Sendable (RequestEnd) -> Void)?
+        /// Called once per pass of the loop, before it waits: a `requestLog` that keeps its
+        /// lines writes them here.
+        public var flushRequestLog: (@Sendable () -> Void)?
 
         /// Where to serve `/metrics`, `/healthz` and `/readyz` over HTTP (`HOST:PORT`, e.g.
         /// `0.0.0.0:9570`; port 0 picks one). `nil`: no HTTP port. Ready means at least one
@@ -140,6 +143,8 @@ public final class BrokerService: @unchecked Sendable {
     public var metricsAddress: String? { telemetry?.address }
     /// What waits for clients, and whose each routing id is (see `ClientOutbox`).
     private var outbox: ClientOutbox<Message>
+    /// Whether this pass of the loop has read the ended connections yet.
+    private var connectionsRead = false
     /// The tenants file as last read, to notice a change.
     private var tenantsVersion: TenantsFileVersion?
     private var tenantsCheckedAt = MonotonicInstant.now()
@@ -275,6 +280,7 @@ public final class BrokerService: @unchecked Sendable {
         var lastTick = MonotonicInstant.now()
         var pending = false  // a socket had more to read than one batch
         while true {
+            connectionsRead = false
             var now = MonotonicInstant.now()
             if closeAt == nil, stopRequested.load(ordering: .acquiring) {
                 logger.info("broker stopping", metadata: ["live_requests": .stringConvertible(core.liveRequestCount)])
@@ -290,6 +296,7 @@ public final class BrokerService: @unchecked Sendable {
             deadline = min(deadline, now + gatekeeper.timeUntilRefresh)
             if configuration.tenantsFile != nil { deadline = min(deadline, tenantsCheckedAt + .seconds(1)) }
             poller.setEvents(outbox.awaitsRoom ? .readable : [], at: clientsSignalIndex)
+            configuration.flushRequestLog?()
             _ = try poller.poll(timeout: pending ? .zero : deadline.duration(since: now))
             if poller.events(at: wakeupIndex).contains(.readable) { wakeup.drain() }
             // A handshake may be what re-reads a changed list: the connections it revokes end
@@ -318,7 +325,8 @@ public final class BrokerService: @unchecked Sendable {
             if poller.events(at: workersIndex).contains(.readable) {
                 pending = try serve(workers, role: .worker, frames: &frames, now: now) || pending
             }
-            forgetEndedConnections()
+            // Once a pass at least, sends or none: a connection that ended is noticed while idle.
+            if !connectionsRead { forgetEndedConnections() }
             try apply(outbox.takeDeparted(), now: now)
             // Every wakeup may have made room: libzmq takes in a client's reads (its pipe's
             // room) while the loop receives or polls, and trying a pipe that is still full
@@ -335,6 +343,7 @@ public final class BrokerService: @unchecked Sendable {
             }
             probe?.answer { publish(now: now, stopping: closeAt != nil) }
         }
+        configuration.flushRequestLog?()
         logger.info("broker stopped")
     }
 
@@ -348,11 +357,25 @@ public final class BrokerService: @unchecked Sendable {
     private static let batchSize = 256
 
     /// Reads one batch; returns whether more may be waiting.
+    ///
+    /// What the core asks for is performed once the batch is read, as one burst of sends:
+    /// libzmq's I/O thread then wakes once for the burst rather than once per message, and
+    /// the ended connections are read once before it. The burst goes out early only where
+    /// its order matters to whom a message goes: before the outbox hears an id on another
+    /// connection or as another principal (a reply goes to whoever was last heard on its
+    /// id), and before a revoked key's requests end.
     private func serve(
         _ socket: Socket, role: BrokerRole, frames: inout [Message], now: MonotonicInstant
     ) throws(ZMQError) -> Bool {
+        var burst: [BrokerAction<Message>] = []
+        // Clients heard in this batch, each once: what waited for them is tried after the burst.
+        var heard: [PeerID] = []
+        var more = true
         for _ in 0..<Self.batchSize {
-            guard try socket.receive(multipart: &frames, wait: false) else { return false }
+            guard try socket.receive(multipart: &frames, wait: false) else {
+                more = false
+                break
+            }
             // A ROUTER always puts the routing id first; anything else is left to the core.
             let peer = PeerID(frames[0].bytes)
             let body = frames[1...]
@@ -360,39 +383,49 @@ public final class BrokerService: @unchecked Sendable {
             guard gatekeeper.admits(userID: sender.name, domain: role == .client ? Self.clientDomain : Self.workerDomain)
             else {
                 // Its key was revoked since the handshake: nothing of it is taken any more.
+                try perform(burst, now: now)
+                burst.removeAll(keepingCapacity: true)
                 try perform(role == .client ? core.clientPrincipalRevoked(sender, now: now)
                                             : core.workerPrincipalRevoked(sender, now: now), now: now)
                 continue
             }
             if role == .client {
-                forgetEndedConnections()
                 // The connection is told by the frames read from it: the routing-id frame is
                 // the ROUTER's own and carries none.
-                let effects = outbox.heard(from: peer, as: sender, on: frames.dropFirst().first?.sourceFileDescriptor)
-                if !effects.isEmpty {
-                    logger.notice("routing id taken over by another principal; dropping what waited",
-                                  metadata: ["peer": "\(peer)"])
+                let descriptor = frames.dropFirst().first?.sourceFileDescriptor
+                if !outbox.hasHeard(peer, as: sender, on: descriptor) {
+                    try perform(burst, now: now)
+                    burst.removeAll(keepingCapacity: true)
+                    forgetEndedConnections()
+                    let effects = outbox.heard(from: peer, as: sender, on: descriptor)
+                    if !effects.isEmpty {
+                        logger.notice("routing id taken over by another principal; dropping what waited",
+                                      metadata: ["peer": "\(peer)"])
+                    }
+                    try apply(effects, now: now)
                 }
-                try apply(effects, now: now)
+                if heard.last != peer { heard.append(peer) }
             }
             let actions = switch role {
             case .client: core.clientFrames(from: peer, principal: sender, body, now: now)
-            case .worker: core.workerFrames(from: peer, principal: principal(of: frames), body, now: now)
+            case .worker: core.workerFrames(from: peer, principal: sender, body, now: now)
             }
-            try perform(actions, now: now)
-            // A client that sends is reading again, perhaps on a new connection: try what
-            // waited for it now rather than at the next retry.
-            if role == .client {
-                try apply(outbox.flush(peer, now: now) { (message) throws(ZMQError) in
-                    try send(message, to: peer, on: clients)
-                }, now: now)
-                if core.clientPrincipal(peer) == nil { outbox.forgetIfIdle(peer) }
-            }
+            burst += actions
         }
-        return true
+        try perform(burst, now: now)
+        // A client that sends is reading again, perhaps on a new connection: try what waited
+        // for it now rather than at the next retry.
+        var tried = Set<PeerID>()
+        for peer in heard where tried.insert(peer).inserted {
+            try apply(outbox.flush(peer, now: now) { (message) throws(ZMQError) in
+                try send(message, to: peer, on: clients)
+            }, now: now)
+            if core.clientPrincipal(peer) == nil { outbox.forgetIfIdle(peer) }
+        }
+        return more
     }
 
-    /// After the allow-lists changed: every live principal whose key is no longer listed
+    /// After the allow-lists changed:    /// After the allow-lists changed: every live principal whose key is no longer listed
     /// for its role loses its requests (clients) or its jobs (workers), within a second of the
     /// change, whether or not it sends anything.
     private func revokeWithdrawnKeys(now: MonotonicInstant) throws(ZMQError) {
@@ -410,9 +443,11 @@ public final class BrokerService: @unchecked Sendable {
 
     /// Reads the client connections that ended: their routing ids are no one's until heard
     /// again, so nothing more is sent to them before the next connection under the id has
-    /// spoken as its principal. Read before every send that is not held back: libzmq reports
-    /// a connection's end before it can give its routing id to another connection.
+    /// spoken as its principal. Read before every burst of sends (the last retries of a
+    /// pass go out after the pass's bursts, without another read): libzmq reports a
+    /// connection's end before it can give its routing id to another connection.
     private func forgetEndedConnections() {
+        connectionsRead = true
         while let event = try? clientConnections.receiveMonitorEvent() {
             guard event.isDisconnect else { continue }
             outbox.connectionEnded(Int32(bitPattern: event.value))
@@ -506,6 +541,8 @@ public final class BrokerService: @unchecked Sendable {
     /// the broker gave up on, is reported back to the core, whose follow-up actions are
     /// performed in turn.
     private func perform(_ actions: [BrokerAction<Message>], now: MonotonicInstant) throws(ZMQError) {
+        guard !actions.isEmpty else { return }
+        forgetEndedConnections()
         var pending = actions
         var next = 0
         while next < pending.count {
@@ -513,7 +550,6 @@ public final class BrokerService: @unchecked Sendable {
             next += 1
             switch action {
             case .sendToClient(let peer, let message, let principal, let shed):
-                forgetEndedConnections()
                 let effects = try outbox.send(message, to: peer, for: principal, shed: shed, now: now) {
                     (message) throws(ZMQError) in try send(message, to: peer, on: clients)
                 }

@@ -121,6 +121,13 @@ struct ClientOutbox<Payload: FrameBytes> {
         return []
     }
 
+    /// Whether hearing `peer` on `descriptor` as `principal` would change nothing: it was
+    /// last heard so, and nothing waits for it unverified.
+    func hasHeard(_ peer: PeerID, as principal: Principal, on descriptor: Int32?) -> Bool {
+        guard holders[peer] == principal, descriptor == nil || connectionOf[peer] == descriptor else { return false }
+        return boxes[peer]?.verified ?? true
+    }
+
     /// A client connection ended: the ids heard on it are no one's until heard again. An id
     /// libzmq made up for the connection (`PeerID.isGenerated`) is never heard again: what
     /// waits for it is dropped at once, whatever comes for it is discarded, and

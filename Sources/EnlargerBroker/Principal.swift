@@ -24,9 +24,31 @@ public struct Principal: Hashable, Comparable, Sendable, CustomStringConvertible
 }
 
 /// A request's identity at the broker: the producer's id within its principal.
+///
+/// Hashed once, when made: the broker looks a request up in several tables per message,
+/// and each lookup would otherwise hash both strings again. The hash is the process's
+/// seeded `Hasher`, so a producer choosing its ids cannot aim them at one bucket.
 struct RequestKey: Hashable, Comparable {
     let principal: Principal
     let id: String
+    private let hashOfStrings: Int
+
+    init(principal: Principal, id: String) {
+        self.principal = principal
+        self.id = id
+        var hasher = Hasher()
+        hasher.combine(principal.name)
+        hasher.combine(id)
+        hashOfStrings = hasher.finalize()
+    }
+
+    static func == (lhs: RequestKey, rhs: RequestKey) -> Bool {
+        lhs.hashOfStrings == rhs.hashOfStrings && lhs.id == rhs.id && lhs.principal == rhs.principal
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(hashOfStrings)
+    }
 
     static func < (lhs: RequestKey, rhs: RequestKey) -> Bool {
         (lhs.principal, lhs.id) < (rhs.principal, rhs.id)

@@ -143,6 +143,7 @@ struct BrokerCommand: ParsableCommand {
         try auth.apply(to: &configuration)
         configuration.metricsAddress = metrics.metrics
         configuration.requestLog = log.requestLog(label: logger.label)
+        configuration.flushRequestLog = log.flushRequestLog
         let service = try BrokerService(configuration: configuration, logger: logger)
         let signals = onTerminationSignals { _ in service.stop() }
         defer { signals.forEach { $0.cancel() } }

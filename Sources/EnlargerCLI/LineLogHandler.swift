@@ -1,13 +1,15 @@
 import Foundation
 import Locking
 import Logging
+import Telemetry
 
 /// Writes each message to standard error as one line, readable text or a JSON object
 /// (`LogFormat.line`).
 ///
 /// Cheap enough for a line per request at tens of thousands of requests a second: the
 /// timestamp is UTC (no time-zone file is consulted per line), its date and time are
-/// formatted once a second, and the line goes out in one `write`.
+/// formatted once a second, and the line goes out in one `write` (the broker's per-request
+/// lines, one `write` per pass of its loop: `LogTimestamp.keep`).
 struct LineLogHandler: LogHandler {
     let label: String
     var logLevel: Logger.Level
@@ -46,31 +48,40 @@ struct LineLogHandler: LogHandler {
 enum LogTimestamp {
     private struct Cache {
         var second = -1
-        var prefix = ""
+        /// `YYYY-MM-DDTHH:MM:SS` of `second`.
+        var prefix: [UInt8] = []
     }
 
     private static let cache = Lock(Cache())
-    // Whole lines from concurrent threads.
-    private static let output = Lock(())
 
     /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, the date and time formatted once per second.
     static func now() -> String {
+        var line = TextLogLine(capacity: 24)
+        appendNow(to: &line)
+        return String(decoding: line.bytes, as: UTF8.self)
+    }
+
+    /// Appends `now()` to `line`.
+    static func appendNow(to line: inout TextLogLine) {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         let second = Int(now.tv_sec)
-        let prefix = cache.withLock { cache in
+        cache.withLock { cache in
             if cache.second != second {
                 var seconds = now.tv_sec
                 var parts = tm()
                 gmtime_r(&seconds, &parts)
                 cache.second = second
-                cache.prefix = pad(Int(parts.tm_year) + 1900, 4) + "-" + pad(Int(parts.tm_mon) + 1, 2) + "-"
+                cache.prefix = Array((pad(Int(parts.tm_year) + 1900, 4) + "-" + pad(Int(parts.tm_mon) + 1, 2) + "-"
                     + pad(Int(parts.tm_mday), 2) + "T" + pad(Int(parts.tm_hour), 2) + ":" + pad(Int(parts.tm_min), 2)
-                    + ":" + pad(Int(parts.tm_sec), 2)
+                    + ":" + pad(Int(parts.tm_sec), 2)).utf8)
             }
-            return cache.prefix
+            line.append(bytes: cache.prefix)
         }
-        return prefix + "." + pad(now.tv_nsec / 1_000_000, 3) + "Z"
+        let milliseconds = Int(now.tv_nsec / 1_000_000)
+        line.append(bytes: [UInt8(ascii: "."), UInt8(ascii: "0") + UInt8(milliseconds / 100),
+                            UInt8(ascii: "0") + UInt8(milliseconds / 10 % 10), UInt8(ascii: "0") + UInt8(milliseconds % 10),
+                            UInt8(ascii: "Z")])
     }
 
     private static func pad(_ value: Int, _ width: Int) -> String {
@@ -78,22 +89,54 @@ enum LogTimestamp {
         return digits.count >= width ? digits : String(repeating: "0", count: width - digits.count) + digits
     }
 
+    /// Lines `keep` holds for the next `write` or `flush`.
+    private static let kept = Lock([UInt8]())
+    private static let keptLimit = 64 << 10
+
     /// Writes `line` to standard error in one call (retrying a short write), so lines from
-    /// several threads never interleave.
-    static func write(_ line: String) {
-        var line = line
-        output.withLock { _ in
-            line.withUTF8 { bytes in
-                var offset = 0
-                while offset < bytes.count {
-                    let written = Glibc.write(2, bytes.baseAddress! + offset, bytes.count - offset)
-                    if written > 0 {
-                        offset += written
-                    } else if written < 0 && errno == EINTR {
-                        continue
-                    } else {
-                        return
-                    }
+    /// several threads never interleave; what `keep` holds goes first.
+    static func write(_ line: [UInt8]) {
+        kept.withLock { kept in
+            if !kept.isEmpty {
+                writeAll(kept)
+                kept.removeAll(keepingCapacity: true)
+            }
+            writeAll(line)
+        }
+    }
+
+    /// Holds `line` for the next `flush` (or `write`), writing at once past 64 KiB: for a
+    /// loop that logs a line per message and flushes once per pass.
+    static func keep(_ line: [UInt8]) {
+        kept.withLock { kept in
+            kept.append(contentsOf: line)
+            if kept.count >= keptLimit {
+                writeAll(kept)
+                kept.removeAll(keepingCapacity: true)
+            }
+        }
+    }
+
+    /// Writes what `keep` holds.
+    static func flush() {
+        kept.withLock { kept in
+            guard !kept.isEmpty else { return }
+            writeAll(kept)
+            kept.removeAll(keepingCapacity: true)
+        }
+    }
+
+    private static func writeAll(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let written = Glibc.write(2, bytes.baseAddress! + offset, bytes.count - offset)
+                if written > 0 {
+                    offset += written
+                } else if written < 0 && errno == EINTR {
+                    continue
+                } else {
+                    return
                 }
             }
         }

@@ -78,6 +78,7 @@ struct ServeCommand: ParsableCommand {
             clients: directory.clientsEndpoint, workers: directory.workersEndpoint, maxInputBytes: limitOptions.maxBytes)
         configuration.metricsAddress = metrics
         configuration.requestLog = log.requestLog(label: "enlarger.broker")
+        configuration.flushRequestLog = log.flushRequestLog
         let service = try BrokerService(configuration: configuration, logger: Logger(label: "enlarger.broker"))
         // A stop request or the broker's own end (a failure) wakes the main thread.
         let wake = DispatchSemaphore(value: 0)

@@ -96,6 +96,19 @@ extension Socket {
         return descriptor
     }
 
+    /// What the socket can do now without blocking (`ZMQ_EVENTS`): `.readable` when a
+    /// message waits, `.writable` when one can be sent. Asking processes the commands that
+    /// reached the socket, which quiets its `signalDescriptor()`.
+    public func pendingEvents() throws(ZMQError) -> Poller.Events {
+        let handle = liveHandle
+        var events: Int32 = 0
+        var size = MemoryLayout<Int32>.size
+        _ = try zmqCall("zmq_getsockopt(ZMQ_EVENTS)") {
+            zmq_getsockopt(handle, ZMQ_EVENTS, &events, &size)
+        }
+        return Poller.Events(rawValue: Int16(truncatingIfNeeded: events))
+    }
+
     func setInt32(_ option: Int32, _ value: Int32, _ name: String) throws(ZMQError) {
         let handle = liveHandle
         var value = value

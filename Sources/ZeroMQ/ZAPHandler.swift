@@ -121,9 +121,11 @@ public final class ZAPHandler {
 
 extension Poller {
     /// Adds `handler`'s socket, polled for readability; call `handler.serviceRequests()`
-    /// when `events(at:)` of the returned index is `.readable`.
+    /// when `events(at:)` of the returned index is `.readable`. It is asked for its events
+    /// only when signalled: `serviceRequests()` is the only use of the socket, and it ends
+    /// with a receive that finds nothing.
     @discardableResult
     public mutating func register(_ handler: ZAPHandler) -> Int {
-        register(handler.socket, for: .readable)
+        register(quietUntilSignalled: handler.socket, for: .readable)
     }
 }

@@ -1,6 +1,7 @@
 import XCTest
 
 @testable import EnlargerBroker
+import Telemetry
 
 /// The small containers behind the core: the job queue and the memory of ended ids.
 final class BrokerBookkeepingTests: XCTestCase {
@@ -37,6 +38,25 @@ final class BrokerBookkeepingTests: XCTestCase {
         XCTAssertTrue(ended.contains("a", at: start + .seconds(11.5)))
         ended.expire(at: start + .seconds(14))
         XCTAssertEqual(ended.count, 0)
+    }
+
+    /// The per-request text line is written straight from the fields (`appendFields`); it
+    /// must say what the dictionary path (`logFields`) says, field for field.
+    func testTheRequestLinesFieldsMatchItsLogFields() {
+        let ends = [
+            RequestEnd(requestID: "photo 1\n", jobID: 17, principal: "local", outcome: .finished,
+                       queueWait: .microseconds(1_250), duration: .milliseconds(4) + .microseconds(140), attempts: 2,
+                       bytesIn: 85_267, bytesOut: 1_614),
+            RequestEnd(requestID: "x", jobID: .max, principal: "Zx3q=", outcome: .failed(.deadlineExceeded),
+                       queueWait: nil, duration: .seconds(30), attempts: 0, bytesIn: 0, bytesOut: 0),
+        ]
+        for end in ends {
+            var direct = TextLogLine()
+            end.appendFields(to: &direct)
+            var general = TextLogLine()
+            for (key, value) in end.logFields { general.append(key: key, value) }
+            XCTAssertEqual(String(decoding: direct.bytes, as: UTF8.self), String(decoding: general.bytes, as: UTF8.self))
+        }
     }
 
     func testPeerIDsPrintAsHex() {
