@@ -59,7 +59,11 @@ let package = Package(
         .target(name: "CDigest", linkerSettings: [.linkedLibrary("crypto")]),
         .target(
             name: "EnlargerProtocol",
-            dependencies: ["ImageModel", "CDigest", .product(name: "SwiftProtobuf", package: "swift-protobuf")]
+            dependencies: ["ImageModel", "CDigest", .product(name: "SwiftProtobuf", package: "swift-protobuf")],
+            // The generated messages keep their fields in a class; every field access paid a
+            // run-time exclusivity check (a thread-local lookup), about 4% of the broker's CPU.
+            // The compile-time checks stay; the generated accessors cannot overlap.
+            swiftSettings: [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
         ),
         // Where the protocol meets ZeroMQ: shared by the broker, the worker and the client.
         .target(name: "EnlargerTransport", dependencies: ["EnlargerProtocol", "ZeroMQ"]),
