@@ -24,11 +24,7 @@ final class PollerTests: XCTestCase {
 
     func testReportsWhichSocketIsReadable() throws {
         let endpoints = try TemporaryEndpoints(self)
-        let context = try Context()
-        let first = try Socket(context, .pair)
-        let second = try Socket(context, .pair)
-        try first.bind(endpoints.ipc("pair"))
-        try second.connect(endpoints.ipc("pair"))
+        let (first, second) = try connectedPair(Context(), at: endpoints.ipc("pair"))
         let wakeup = try Wakeup()
         var poller = Poller()
         let firstIndex = poller.register(first)
@@ -89,11 +85,7 @@ final class PollerTests: XCTestCase {
     /// file of its own to hear of a full pipe's room.
     func testFilesAreReportedWhenASocketIsReadyToo() throws {
         let endpoints = try TemporaryEndpoints(self)
-        let context = try Context()
-        let first = try Socket(context, .pair)
-        let second = try Socket(context, .pair)
-        try first.bind(endpoints.ipc("pair"))
-        try second.connect(endpoints.ipc("pair"))
+        let (first, second) = try connectedPair(Context(), at: endpoints.ipc("pair"))
         let wakeup = try Wakeup()
         var poller = Poller()
         let socketIndex = poller.register(first)
@@ -147,14 +139,8 @@ final class PollerTests: XCTestCase {
     func testAQuietSocketIsSeenWhileAnotherStaysBusy() throws {
         let endpoints = try TemporaryEndpoints(self)
         let context = try Context()
-        let busy = try Socket(context, .pair)
-        let busyPeer = try Socket(context, .pair)
-        try busy.bind(endpoints.ipc("busy"))
-        try busyPeer.connect(endpoints.ipc("busy"))
-        let quiet = try Socket(context, .pair)
-        let quietPeer = try Socket(context, .pair)
-        try quiet.bind(endpoints.ipc("quiet"))
-        try quietPeer.connect(endpoints.ipc("quiet"))
+        let (busy, busyPeer) = try connectedPair(context, at: endpoints.ipc("busy"))
+        let (quiet, quietPeer) = try connectedPair(context, at: endpoints.ipc("quiet"))
         var poller = Poller()
         let busyIndex = poller.register(busy)
         let quietIndex = poller.register(quietUntilSignalled: quiet)
@@ -245,6 +231,15 @@ final class PollerTests: XCTestCase {
             }
         }
         XCTAssertEqual(received, peers * messagesPerPeer)
+    }
+
+    /// Two PAIR sockets, the first bound at `endpoint` and the second connected to it.
+    private func connectedPair(_ context: Context, at endpoint: String) throws -> (Socket, Socket) {
+        let bound = try Socket(context, .pair)
+        let connected = try Socket(context, .pair)
+        try bound.bind(endpoint)
+        try connected.connect(endpoint)
+        return (bound, connected)
     }
 
     func testTimeoutsRoundUpToWholeMilliseconds() {
