@@ -357,6 +357,12 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// so a gap of more than 1.5 intervals is a stall; the time beyond one interval is
     /// forgiven.
     mutating func noteActivity(_ now: MonotonicInstant) {
+        // Per message: nanoseconds compared, not Durations divided.
+        let heartbeat = configuration.heartbeatInterval.nanoseconds
+        guard now.nanoseconds > lastActivity.nanoseconds &+ heartbeat &+ heartbeat / 2 else {
+            if now > lastActivity { lastActivity = now }
+            return
+        }
         let stall = now.duration(since: lastActivity + configuration.heartbeatInterval)
         if stall > configuration.heartbeatInterval / 2 {
             for index in workers.indices { workers[index].lastSeen = workers[index].lastSeen + stall }

@@ -319,12 +319,15 @@ public final class BrokerService: @unchecked Sendable {
             // or the timers.
             now = MonotonicInstant.now()
             pending = false
+            // What both sockets' batches ask for goes out as one burst (see `serve`).
+            var burst = Burst()
             if poller.events(at: clientsIndex).contains(.readable) {
-                pending = try serve(clients, role: .client, frames: &frames, now: now) || pending
+                pending = try serve(clients, role: .client, frames: &frames, into: &burst, now: now) || pending
             }
             if poller.events(at: workersIndex).contains(.readable) {
-                pending = try serve(workers, role: .worker, frames: &frames, now: now) || pending
+                pending = try serve(workers, role: .worker, frames: &frames, into: &burst, now: now) || pending
             }
+            try send(burst, now: now)
             // Once a pass at least, sends or none: a connection that ended is noticed while idle.
             if !connectionsRead { forgetEndedConnections() }
             try apply(outbox.takeDeparted(), now: now)
@@ -356,26 +359,26 @@ public final class BrokerService: @unchecked Sendable {
 
     private static let batchSize = 256
 
-    /// Reads one batch; returns whether more may be waiting.
-    ///
-    /// What the core asks for is performed once the batch is read, as one burst of sends:
-    /// libzmq's I/O thread then wakes once for the burst rather than once per message, and
-    /// the ended connections are read once before it. The burst goes out early only where
-    /// its order matters to whom a message goes: before the outbox hears an id on another
-    /// connection or as another principal (a reply goes to whoever was last heard on its
-    /// id), and before a revoked key's requests end.
-    private func serve(
-        _ socket: Socket, role: BrokerRole, frames: inout [Message], now: MonotonicInstant
-    ) throws(ZMQError) -> Bool {
-        var burst: [BrokerAction<Message>] = []
-        // Clients heard in this batch, each once: what waited for them is tried after the burst.
+    /// What a pass's batches asked for, not yet sent.
+    private struct Burst {
+        var actions: [BrokerAction<Message>] = []
+        /// Clients heard, each once: what waited for them is tried after the burst.
         var heard: [PeerID] = []
-        var more = true
+    }
+
+    /// Reads one batch into `burst`; returns whether more may be waiting.
+    ///
+    /// What the core asks for is performed once the pass has read its batches, as one burst
+    /// of sends: libzmq's I/O thread then wakes once for the burst rather than once per
+    /// message, and the ended connections are read once before it. The burst goes out early
+    /// only where its order matters to whom a message goes: before the outbox hears an id on
+    /// another connection or as another principal (a reply goes to whoever was last heard on
+    /// its id), and before a revoked key's requests end.
+    private func serve(
+        _ socket: Socket, role: BrokerRole, frames: inout [Message], into burst: inout Burst, now: MonotonicInstant
+    ) throws(ZMQError) -> Bool {
         for _ in 0..<Self.batchSize {
-            guard try socket.receive(multipart: &frames, wait: false) else {
-                more = false
-                break
-            }
+            guard try socket.receive(multipart: &frames, wait: false) else { return false }
             // A ROUTER always puts the routing id first; anything else is left to the core.
             let peer = PeerID(frames[0].bytes)
             let body = frames[1...]
@@ -383,8 +386,8 @@ public final class BrokerService: @unchecked Sendable {
             guard gatekeeper.admits(userID: sender.name, domain: role == .client ? Self.clientDomain : Self.workerDomain)
             else {
                 // Its key was revoked since the handshake: nothing of it is taken any more.
-                try perform(burst, now: now)
-                burst.removeAll(keepingCapacity: true)
+                try send(burst, now: now)
+                burst = Burst()
                 try perform(role == .client ? core.clientPrincipalRevoked(sender, now: now)
                                             : core.workerPrincipalRevoked(sender, now: now), now: now)
                 continue
@@ -394,8 +397,8 @@ public final class BrokerService: @unchecked Sendable {
                 // the ROUTER's own and carries none.
                 let descriptor = frames.dropFirst().first?.sourceFileDescriptor
                 if !outbox.hasHeard(peer, as: sender, on: descriptor) {
-                    try perform(burst, now: now)
-                    burst.removeAll(keepingCapacity: true)
+                    try send(burst, now: now)
+                    burst = Burst()
                     forgetEndedConnections()
                     let effects = outbox.heard(from: peer, as: sender, on: descriptor)
                     if !effects.isEmpty {
@@ -404,25 +407,28 @@ public final class BrokerService: @unchecked Sendable {
                     }
                     try apply(effects, now: now)
                 }
-                if heard.last != peer { heard.append(peer) }
+                if burst.heard.last != peer { burst.heard.append(peer) }
             }
             let actions = switch role {
             case .client: core.clientFrames(from: peer, principal: sender, body, now: now)
             case .worker: core.workerFrames(from: peer, principal: sender, body, now: now)
             }
-            burst += actions
+            burst.actions += actions
         }
-        try perform(burst, now: now)
-        // A client that sends is reading again, perhaps on a new connection: try what waited
-        // for it now rather than at the next retry.
+        return true
+    }
+
+    /// Performs `burst`'s actions, then tries what waited for the clients it heard: a client
+    /// that sends is reading again, perhaps on a new connection.
+    private func send(_ burst: Burst, now: MonotonicInstant) throws(ZMQError) {
+        try perform(burst.actions, now: now)
         var tried = Set<PeerID>()
-        for peer in heard where tried.insert(peer).inserted {
+        for peer in burst.heard where tried.insert(peer).inserted {
             try apply(outbox.flush(peer, now: now) { (message) throws(ZMQError) in
                 try send(message, to: peer, on: clients)
             }, now: now)
             if core.clientPrincipal(peer) == nil { outbox.forgetIfIdle(peer) }
         }
-        return more
     }
 
     /// After the allow-lists changed:    /// After the allow-lists changed: every live principal whose key is no longer listed
