@@ -421,7 +421,8 @@ public final class BrokerService: @unchecked Sendable {
     /// Performs `burst`'s actions, then tries what waited for the clients it heard: a client
     /// that sends is reading again, perhaps on a new connection.
     private func send(_ burst: Burst, now: MonotonicInstant) throws(ZMQError) {
-        try perform(burst.actions, now: now)
+        try perform(burst.actions, now: now)  // reads the ended connections first, if it sends
+        if burst.actions.isEmpty && !burst.heard.isEmpty { forgetEndedConnections() }
         var tried = Set<PeerID>()
         for peer in burst.heard where tried.insert(peer).inserted {
             try apply(outbox.flush(peer, now: now) { (message) throws(ZMQError) in
