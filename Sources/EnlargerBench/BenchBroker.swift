@@ -54,7 +54,8 @@ struct BenchBroker: ParsableCommand {
         let image: [UInt8] = Array(repeating: 0xAB, count: 100)
         var spec = Enlarger_V1_ResizeSpec()
         spec.width = 10
-        var sent = 0, done = 0
+        // Everything goes over one connection: what it receives is the one-connection figure.
+        var sent = 0, done = 0, received = 0
         func submit() throws {
             var header = Enlarger_V1_Submit()
             header.requestID = "b\(sent)"
@@ -71,6 +72,7 @@ struct BenchBroker: ParsableCommand {
             while sent < min(target, done + inFlight) { try submit() }
             while done < target {
                 let frames = try client.receiveMultipart().map(\.bytes)
+                received += 1
                 guard case .result(let result, _) = try BrokerToClientMessage<[UInt8]>(frames: frames) else { continue }
                 if result.terminal {
                     done += 1
@@ -81,6 +83,7 @@ struct BenchBroker: ParsableCommand {
 
         let pid = broker.pid
         try drive(warmup)
+        let receivedBefore = received
         let rssAfterWarmup = Self.rss(pid)
         let cpuBefore = Self.cpuSeconds(pid)
         let start = ContinuousClock.now
@@ -94,6 +97,8 @@ struct BenchBroker: ParsableCommand {
         print("\(requests) requests after \(warmup) warm-up, \(inFlight) in flight, worker capacity \(capacity)")
         print(String(format: "throughput %.0f requests/s (target >= 50000); broker CPU %.2f s = %.1f µs per request (target <= 15)",
                      Double(requests) / elapsed, cpu, cpu / Double(requests) * 1e6))
+        print(String(format: "one client connection received %.0f messages/s, %.0f of them results (target >= 20000 results/s)",
+                     Double(received - receivedBefore) / elapsed, Double(requests) / elapsed))
         if relay {
             let (relayRate, relayCPU) = try measureRelay(context: context)
             print(String(format: "raw ZeroMQ relay, same messages and window: %.0f requests/s, %.1f µs per request; "
