@@ -2,7 +2,8 @@
 # The service end to end, side by side with libvips in the same session:
 #  1. throughput: the >= 6 MP photos (COPIES copies of each) through `enlarger serve` with 2
 #     workers (1 job each) vs `vipsthumbnail` over the same files as 2 parallel processes
-#     (fit 720x588, q80): wall-time ratio (target <= 0.9);
+#     (fit 720x588, q80): wall-time ratio (target <= 0.9), and the CPU seconds of each part
+#     (the workers, serve's broker, the submitting client; vips's two processes);
 #  2. time to first result: degraded vs final t_ms per photo (median), one request at a time;
 #  3. cancel: `enlarger-bench cancel-rtt` (cancel() -> Cancelled over ipc) against the same serve.
 #   Benchmarks/service.sh [ROUNDS] [COPIES]   (default 5 rounds, 4 copies)
@@ -37,12 +38,42 @@ run_vips() {
 }
 echo "1. throughput: ${#files[@]} requests (${#photos[@]} photos x $copies), 2 workers vs 2 vipsthumbnail processes"
 run_service >/dev/null 2>&1; run_vips >/dev/null 2>&1
-printf '%-6s %10s %10s %8s\n' round vips_s service_s ratio
+# Where the service's CPU goes, per round: its workers, serve's own (the broker) and the
+# submitting client, read from /proc and from the shell's `times`; and vips's, for scale.
+ticks=$(getconf CLK_TCK)
+cpu_of() { local total=0 pid; for pid in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done; echo "$total"; }
+# CPU seconds of this shell's finished children so far: `times` run here (a command
+# substitution is a subshell with children of its own), its second line.
+children_cpu() {
+    times > "$work/times"
+    awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.2f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$work/times"
+}
+workers=$(pgrep -P "$serve" | tr '\n' ' ')
+printf '%-6s %10s %10s %8s %12s %11s %11s %9s\n' round vips_s service_s ratio workers_cpu broker_cpu submit_cpu vips_cpu
 : > "$work/ratios"
+# Timed in this shell (not in a command substitution), so that `times` counts the children.
+timed_service() {
+    w0=$(cpu_of $workers) b0=$(cpu_of "$serve")
+    children_cpu > "$work/c0"
+    wall run_service > "$work/wall"
+    children_cpu > "$work/c1"
+    w1=$(cpu_of $workers) b1=$(cpu_of "$serve")
+    s=$(< "$work/wall")
+    submit_cpu=$(awk -v a="$(< "$work/c0")" -v b="$(< "$work/c1")" 'BEGIN { printf "%.2f", b - a }')
+}
+timed_vips() {
+    children_cpu > "$work/c0"
+    wall run_vips > "$work/wall"
+    children_cpu > "$work/c1"
+    v=$(< "$work/wall")
+    vips_cpu=$(awk -v a="$(< "$work/c0")" -v b="$(< "$work/c1")" 'BEGIN { printf "%.2f", b - a }')
+}
 for ((i = 1; i <= rounds; i++)); do
-    if ((i % 2)); then v=$(wall run_vips); s=$(wall run_service); else s=$(wall run_service); v=$(wall run_vips); fi
+    if ((i % 2)); then timed_vips; timed_service; else timed_service; timed_vips; fi
     r=$(awk -v s="$s" -v v="$v" 'BEGIN { printf "%.3f", s / v }')
-    printf '%-6s %10s %10s %8s\n' "$i" "$v" "$s" "$r"
+    awk -v i="$i" -v v="$v" -v s="$s" -v r="$r" -v t="$ticks" -v w=$((w1 - w0)) -v b=$((b1 - b0)) \
+        -v c="$submit_cpu" -v vc="$vips_cpu" \
+        'BEGIN { printf "%-6s %10s %10s %8s %12.2f %11.2f %11s %9s\n", i, v, s, r, w / t, b / t, c, vc }'
     echo "$r" >> "$work/ratios"
 done
 echo "median wall-time ratio service/vips: $(median < "$work/ratios")  (target <= 0.9, must be <= 1.0)"
