@@ -432,7 +432,7 @@ public final class BrokerService: @unchecked Sendable {
         }
     }
 
-    /// After the allow-lists changed:    /// After the allow-lists changed: every live principal whose key is no longer listed
+    /// After the allow-lists changed: every live principal whose key is no longer listed
     /// for its role loses its requests (clients) or its jobs (workers), within a second of the
     /// change, whether or not it sends anything.
     private func revokeWithdrawnKeys(now: MonotonicInstant) throws(ZMQError) {

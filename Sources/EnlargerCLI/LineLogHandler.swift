@@ -71,22 +71,34 @@ enum LogTimestamp {
                 var seconds = now.tv_sec
                 var parts = tm()
                 gmtime_r(&seconds, &parts)
+                var prefix = TextLogLine(capacity: 19)
+                prefix.append(digits: Int(parts.tm_year) + 1900, width: 4)
+                for (separator, value) in [("-", parts.tm_mon + 1), ("-", parts.tm_mday), ("T", parts.tm_hour),
+                                           (":", parts.tm_min), (":", parts.tm_sec)] {
+                    prefix.append(separator)
+                    prefix.append(digits: Int(value), width: 2)
+                }
                 cache.second = second
-                cache.prefix = Array((pad(Int(parts.tm_year) + 1900, 4) + "-" + pad(Int(parts.tm_mon) + 1, 2) + "-"
-                    + pad(Int(parts.tm_mday), 2) + "T" + pad(Int(parts.tm_hour), 2) + ":" + pad(Int(parts.tm_min), 2)
-                    + ":" + pad(Int(parts.tm_sec), 2)).utf8)
+                cache.prefix = prefix.bytes
             }
             line.append(bytes: cache.prefix)
         }
-        let milliseconds = Int(now.tv_nsec / 1_000_000)
-        line.append(bytes: [UInt8(ascii: "."), UInt8(ascii: "0") + UInt8(milliseconds / 100),
-                            UInt8(ascii: "0") + UInt8(milliseconds / 10 % 10), UInt8(ascii: "0") + UInt8(milliseconds % 10),
-                            UInt8(ascii: "Z")])
+        line.append(".")
+        line.append(digits: Int(now.tv_nsec / 1_000_000), width: 3)
+        line.append("Z")
     }
 
-    private static func pad(_ value: Int, _ width: Int) -> String {
-        let digits = String(value)
-        return digits.count >= width ? digits : String(repeating: "0", count: width - digits.count) + digits
+    /// `time level label: message`, the start of every text line; the fields follow.
+    static func textLine(level: Logger.Level, label: String, message: String, capacity: Int) -> TextLogLine {
+        var line = TextLogLine(capacity: capacity)
+        appendNow(to: &line)
+        line.append(" ")
+        line.append(level.rawValue)
+        line.append(" ")
+        line.append(label)
+        line.append(": ")
+        line.append(message)
+        return line
     }
 
     /// Lines `keep` holds for the next `write` or `flush`.

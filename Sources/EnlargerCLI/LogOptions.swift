@@ -40,11 +40,8 @@ struct LogOptions: ParsableArguments {
         let format = logFormat
         switch format {
         case .text:
-            let head = " info \(label): request ended"
             return { end in
-                var line = TextLogLine(capacity: 256)
-                LogTimestamp.appendNow(to: &line)
-                line.append(head)
+                var line = LogTimestamp.textLine(level: .info, label: label, message: "request ended", capacity: 256)
                 end.appendFields(to: &line)
                 line.end()
                 LogTimestamp.keep(line.bytes)
@@ -77,14 +74,8 @@ extension LogFormat {
         case .text:
             // `2026-11-27T08:28:43.123Z info enlarger.broker: request ended code=OK duration_ms=4.1 …`
             // Values are quoted where they need it (see `TextLogLine`).
-            var line = TextLogLine(capacity: 64 + label.utf8.count + message.utf8.count + 32 * sorted.count)
-            LogTimestamp.appendNow(to: &line)
-            line.append(" ")
-            line.append(level.rawValue)
-            line.append(" ")
-            line.append(label)
-            line.append(": ")
-            line.append(message)
+            var line = LogTimestamp.textLine(level: level, label: label, message: message,
+                                             capacity: 64 + label.utf8.count + message.utf8.count + 32 * sorted.count)
             for (key, value) in sorted { line.append(key: key, value) }
             line.end()
             return line.bytes

@@ -24,6 +24,14 @@ public struct TextLogLine {
         bytes.append(contentsOf: more)
     }
 
+    /// Appends `value` (not negative) in decimal, zero-padded to `width` digits.
+    public mutating func append(digits value: Int, width: Int) {
+        let start = bytes.count
+        appendDecimal(value.magnitude)
+        let missing = width - (bytes.count - start)
+        if missing > 0 { bytes.insert(contentsOf: repeatElement(UInt8(ascii: "0"), count: missing), at: start) }
+    }
+
     /// Appends ` key=value`.
     public mutating func append(key: String, _ value: String) {
         appendKey(key)

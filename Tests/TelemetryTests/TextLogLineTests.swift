@@ -19,6 +19,13 @@ final class TextLogLineTests: XCTestCase {
         XCTAssertEqual(text { $0.append(key: "job_id", UInt64.max) }, " job_id=\(UInt64.max)")
     }
 
+    func testDigitsArePaddedToTheirWidth() {
+        XCTAssertEqual(text { $0.append(digits: 7, width: 3) }, "007")
+        XCTAssertEqual(text { $0.append(digits: 0, width: 2) }, "00")
+        XCTAssertEqual(text { $0.append(digits: 2026, width: 4) }, "2026")
+        XCTAssertEqual(text { $0.append(digits: 12345, width: 2) }, "12345", "never cut")
+    }
+
     /// A value a producer chose (a request id) cannot end the line, forge a field or a line.
     func testValuesThatCouldForgeAFieldOrALineAreQuoted() {
         let forged = "x\n2026-11-27T08:00:00.000Z info enlarger.broker: request ended principal=victim"
