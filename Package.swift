@@ -52,8 +52,10 @@ let package = Package(
         .target(name: "CWebP", linkerSettings: [.linkedLibrary("webp"), .linkedLibrary("webpdemux"), .linkedLibrary("webpmux")]),
         .target(name: "CHEIF", linkerSettings: [.linkedLibrary("heif")]),
         .target(name: "CAVIF", linkerSettings: [.linkedLibrary("avif")]),
+        .target(name: "CGIF", linkerSettings: [.linkedLibrary("gif")]),
+        .target(name: "CJXL", linkerSettings: [.linkedLibrary("jxl")]),
         .target(name: "Imaging",
-                dependencies: ["CJPEG", "CColour", "CPNG", "CWebP", "CHEIF", "CAVIF", "ImageModel", "Locking"]),
+                dependencies: ["CJPEG", "CColour", "CPNG", "CWebP", "CHEIF", "CAVIF", "CGIF", "CJXL", "ImageModel", "Locking"]),
         .target(name: "ZeroMQ", dependencies: ["CZeroMQ", "Locking"]),
         // C: SHA-256 from the system's libcrypto, for the contract's digests.
         .target(name: "CDigest", linkerSettings: [.linkedLibrary("crypto")]),

@@ -4,7 +4,7 @@ import ImageModel
 
 /// Where a request's image comes from.
 public enum ImageSource: Sendable, Equatable {
-    /// The image itself (JPEG, PNG, WebP, HEIC or AVIF), sent with the request.
+    /// The image itself (JPEG, PNG, WebP, HEIC, AVIF, GIF or JPEG XL), sent with the request.
     case bytes([UInt8])
     /// A file under the worker's files root (`enlarger worker --files-root DIR`), by its
     /// path relative to that root; the worker refuses paths that leave it.
@@ -31,7 +31,7 @@ public struct ResizeRequest: Sendable {
     public var id: String
     /// Where the image comes from.
     public var source: ImageSource
-    /// The source image, when it is sent with the request (JPEG, PNG, WebP, HEIC or AVIF);
+    /// The source image, when it is sent with the request (JPEG, PNG, WebP, HEIC, AVIF, GIF or JPEG XL);
     /// empty for a file or URL source. Setting it makes the source `.bytes`.
     public var image: [UInt8] {
         get { if case .bytes(let bytes) = source { bytes } else { [] } }

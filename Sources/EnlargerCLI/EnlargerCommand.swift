@@ -6,7 +6,7 @@ import Foundation
 struct EnlargerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "enlarger",
-        abstract: "Resize images (JPEG, PNG, WebP, HEIC, AVIF), alone or as a ZeroMQ job service (broker + workers) with degraded-then-final results and strict cancel.",
+        abstract: "Resize images (JPEG, PNG, WebP, HEIC, AVIF, GIF, JPEG XL), alone or as a ZeroMQ job service (broker + workers) with degraded-then-final results and strict cancel.",
         version: enlargerVersion,
         subcommands: [
             ServeCommand.self, SubmitCommand.self, CancelCommand.self, StatusCommand.self,

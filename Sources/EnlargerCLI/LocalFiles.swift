@@ -151,7 +151,8 @@ enum InputSource {
     }
 
     /// Why `bytes` are not an image Enlarger reads, naming what they look like; `nil` for
-    /// anything that starts like a JPEG, PNG, WebP, HEIC or AVIF (the decoder judges the rest).
+    /// anything that starts like a JPEG, PNG, WebP, HEIC, AVIF, GIF or JPEG XL (the
+    /// decoder judges the rest).
     static func notAnImage(_ bytes: [UInt8], input: String) -> ImagingError? {
         do throws(ImagingError) {
             _ = try InputFormat.of(bytes)

@@ -6,7 +6,7 @@ import Imaging
 struct ResizeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "resize",
-        abstract: "Resize images (JPEG, PNG, WebP, HEIC, AVIF) locally, in one process (no broker needed).",
+        abstract: "Resize images (JPEG, PNG, WebP, HEIC, AVIF, GIF, JPEG XL) locally, in one process (no broker needed).",
         discussion: """
             Writes OUT/<name>.<ext> for each input (and OUT/<name>.degraded.<ext> with --degraded), \
             <ext> being the format written, printing one line per file, or one JSON object per line \

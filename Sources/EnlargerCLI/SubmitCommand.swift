@@ -9,7 +9,7 @@ import Locking
 struct SubmitCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "submit",
-        abstract: "Submit images (JPEG, PNG, WebP, HEIC, AVIF) to the service and write their degraded and final results.",
+        abstract: "Submit images (JPEG, PNG, WebP, HEIC, AVIF, GIF, JPEG XL) to the service and write their degraded and final results.",
         discussion: """
             All inputs are submitted concurrently (at most --in-flight at a time). Results go to \
             OUT/<name>.<ext> and OUT/<name>.degraded.<ext>. With --json, one JSON object per \
@@ -22,7 +22,7 @@ struct SubmitCommand: AsyncParsableCommand {
 
             An input of - is read from standard input (written as OUT/stdin.<ext>). Inputs are \
             recognised by their content; one in none of the formats the service reads (JPEG, PNG, \
-            WebP, HEIC, AVIF) is refused before anything is sent, naming what it looks like. The \
+            WebP, HEIC, AVIF, GIF, JPEG XL) is refused before anything is sent, naming what it looks like. The \
             extension of each result is the format the worker chose (see --accept).
 
             Ctrl-C (or SIGTERM) cancels every live request at the broker at once, prints their \

@@ -1,6 +1,7 @@
 /// What an image's header says about it, read without decoding any pixel.
 public struct ImageInfo: Sendable, Equatable {
-    /// The container format detected from the content: `jpeg`, `png`, `webp`, `heic` or `avif`.
+    /// The container format detected from the content: `jpeg`, `png`, `webp`, `heic`,
+    /// `avif`, `gif` or `jxl`.
     public var format: String
     /// Displayed size, after EXIF orientation.
     public var width: Int
@@ -13,7 +14,8 @@ public struct ImageInfo: Sendable, Equatable {
     /// Bits per sample.
     public var bitDepth: Int
     /// How the file stores colour: `gray`, `ycbcr`, `rgb`, `cmyk` or `ycck` (JPEG); `gray`, `rgb`
-    /// or `palette` (PNG); `ycbcr` or `argb` (WebP lossy or lossless); `ycbcr` (HEIC, AVIF).
+    /// or `palette` (PNG); `ycbcr` or `argb` (WebP lossy or lossless); `ycbcr` (HEIC, AVIF);
+    /// `palette` (GIF); `xyb` (JPEG XL lossy), `rgb` or `gray` (JPEG XL lossless).
     public var colorSpace: String
     /// The embedded colour profile's description, `nil` when there is none (or it is unreadable).
     public var profileDescription: String?

@@ -1,6 +1,6 @@
 import ImageModel
 
-// PNG, WebP, HEIC and AVIF: decode (reduced while decoding where the format allows) →
+// PNG, WebP, HEIC, AVIF, GIF and JPEG XL: decode (reduced while decoding where the format allows) →
 // resample premultiplied → orient → straight alpha, colour to sRGB, flatten if the output
 // format needs it → encode. The degraded result comes from a HEIF thumbnail item or from the
 // decoded buffer, as for JPEG.

@@ -229,6 +229,13 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
         case .webp:
             // A lossless image is decoded whole as ARGB first; a lossy one by rows.
             decoder = Self.decoderOverhead + (header.colorSpace == "argb" || header.animated ? pixels * 8 : header.width * 96)
+        case .gif:
+            // giflib's state and LZW tables, one row of palette indices.
+            decoder = Self.decoderOverhead + header.width
+        case .jxl:
+            // libjxl's planes in 32-bit floats (colour, alpha), its group caches and the
+            // conversion to 8 bits: about 20 bytes a pixel, measured at under that.
+            decoder = (16 << 20) + pixels * 24
         case .heic, .avif, .jpeg:
             // libheif's decoded planes (up to 16 bits), its RGB conversion and the codec's frames.
             decoder = (8 << 20) + pixels * (channels + 9)

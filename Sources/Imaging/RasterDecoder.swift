@@ -4,13 +4,13 @@ import Glibc
 import CColour
 import ImageModel
 
-/// What a PNG, WebP or HEIF decoder reads before decoding pixels.
+/// What a PNG, WebP, HEIF, GIF or JPEG XL decoder reads before decoding pixels.
 public struct RasterHeader: Sendable, Equatable {
     public var format: InputFormat
     /// Size as stored, before orientation.
     public var width: Int
     public var height: Int
-    /// From the file's EXIF (PNG, WebP); HEIF's own rotation and mirroring are applied by
+    /// From the file's EXIF (PNG, WebP) or codestream header (JPEG XL); HEIF's own rotation and mirroring are applied by
     /// the decoder, so its images come upright.
     public var orientation: Orientation = .up
     /// Channels of the decoded image: 1 grey, 3 RGB, 4 RGBA.
@@ -18,15 +18,17 @@ public struct RasterHeader: Sendable, Equatable {
     /// The file declares transparency (an alpha channel or a transparent colour).
     public var hasAlpha: Bool
     public var bitDepth: Int
-    /// `gray`, `rgb` or `palette` (PNG), `ycbcr` (WebP lossy, HEIF), `argb` (WebP lossless).
+    /// `gray`, `rgb` or `palette` (PNG), `ycbcr` (WebP lossy, HEIF), `argb` (WebP lossless),
+    /// `palette` (GIF), `xyb` (JPEG XL lossy) or `rgb`/`gray` (JPEG XL lossless).
     public var colorSpace: String
     public var iccProfile: [UInt8]?
-    /// PNG: Adam7 interlacing.
+    /// PNG: Adam7 interlacing; GIF: the first image's rows stored in four passes.
     public var interlaced = false
     /// HEIF: the first embedded thumbnail's size.
     public var thumbnailWidth = 0
     public var thumbnailHeight = 0
-    /// WebP: an animation (its first frame is used).
+    /// WebP, GIF, JPEG XL: an animation (its first frame is used). A GIF says so by its looping
+    /// extension, read before the first image.
     public var animated = false
     /// What the decoder cannot honour, said in every result (see `StageResult.notes`).
     public var notes: [String] = []
@@ -73,6 +75,8 @@ enum RasterDecoders {
         case .webp: try WebPDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
         case .heic: try HEIFDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
         case .avif: try AVIFDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
+        case .gif: try GIFDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
+        case .jxl: try JXLDecoder(data: data, limits: limits, cancel: cancel, failOn: failOn)
         case .jpeg: preconditionFailure("JPEG has its own decoder")
         }
         let header = decoder.header

@@ -1,5 +1,5 @@
 // A libFuzzer target over decode → resize → encode, for every input format (JPEG, PNG, WebP,
-// HEIC, AVIF: the decoder is chosen by the content, as in the service).
+// HEIC, AVIF, GIF, JPEG XL: the decoder is chosen by the content, as in the service).
 //
 // Fuzzing build (libFuzzer supplies `main`, so the replay `main` below is compiled out):
 //   swift build -c release --sanitize=fuzzer --sanitize=address --product imaging-fuzzer \

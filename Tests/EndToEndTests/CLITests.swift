@@ -279,19 +279,19 @@ final class CLITests: XCTestCase {
     func testUnsupportedInputIsRefusedBeforeSendingAndNamed() async throws {
         let cluster = try Cluster(self)
         let directory = try temporaryDirectory()
-        let gif = directory.appendingPathComponent("picture.jpg").path
-        _ = FileManager.default.createFile(atPath: gif, contents: Data(Array("GIF89a".utf8) + [UInt8](repeating: 0, count: 32)))
-        let result = try run(["submit", gif, "--width", "64", "--out", directory.appendingPathComponent("out").path,
+        let tiff = directory.appendingPathComponent("picture.jpg").path
+        _ = FileManager.default.createFile(atPath: tiff, contents: Data([0x49, 0x49, 0x2A, 0x00] + [UInt8](repeating: 0, count: 32)))
+        let result = try run(["submit", tiff, "--width", "64", "--out", directory.appendingPathComponent("out").path,
                               "--broker", cluster.clientsEndpoint])
         XCTAssertEqual(result.status, 1)
-        XCTAssert(result.stderr.contains("a GIF image"), result.stderr)
+        XCTAssert(result.stderr.contains("a TIFF image"), result.stderr)
         // Codes as the contract names them, never as Swift cases.
         XCTAssert(result.stderr.contains("failed UNKNOWN_FORMAT:"), result.stderr)
         XCTAssert(result.stderr.contains("1 failed (UNKNOWN_FORMAT 1)"), result.stderr)
         let client = try cluster.client()
         let status = try await client.status()
         await client.close()
-        XCTAssertEqual(status.totals.submitted, 0, "the GIF was sent")
+        XCTAssertEqual(status.totals.submitted, 0, "the TIFF was sent")
     }
 
     func testSubmitBatchWritesEveryFinalOrNone() async throws {
@@ -569,7 +569,7 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(text.status, 0, text.stderr)
         XCTAssertEqual(text.stdout, "\(photo): jpeg 3024x4032, orientation 6, ycbcr 8-bit, 3 channels, profile \"Display P3\", "
                        + "baseline, EXIF thumbnail, 3970480 bytes\n")
-        let json = try run(["info", "--json", photo, Corpus.root.appendingPathComponent("bad/sharp_animated-loop-3.jpg").path])
+        let json = try run(["info", "--json", photo, Corpus.root.appendingPathComponent("bad/sharp_8bit_depth.jpg").path])
         XCTAssertEqual(json.status, 1)
         let lines = json.stdout.split(separator: "\n")
         XCTAssertEqual(lines.count, 2, json.stdout)
@@ -579,7 +579,7 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(first["embedded_thumbnail"] as? Bool, true)
         let second = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(lines[1].utf8)) as? [String: Any])
         let error = try XCTUnwrap(second["error"] as? [String: Any])
-        XCTAssert((error["message"] as? String)?.contains("a GIF image") == true, "\(second)")
+        XCTAssert((error["message"] as? String)?.contains("a TIFF image") == true, "\(second)")
     }
 
     func testFailOnChoosesWhichDamageFails() throws {

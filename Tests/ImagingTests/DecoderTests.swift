@@ -49,7 +49,8 @@ final class DecoderTests: XCTestCase {
 
     func testEmptyAndTinyInputs() {
         for (bytes, code) in [([], ImagingError.Code.empty), ([0xFF], .unknownFormat), ([0xFF, 0xD8], .truncated),
-                              ([0xFF, 0xD8, 0xFF], .truncated), (Array("GIF89a".utf8), .unknownFormat)] as [([UInt8], ImagingError.Code)] {
+                              ([0xFF, 0xD8, 0xFF], .truncated), (Array("GIF89a".utf8), .truncated),
+                              (Array("GIF8".utf8), .unknownFormat)] as [([UInt8], ImagingError.Code)] {
             XCTAssertThrowsError(try ImagePipeline().resize(bytes, options: .init(width: 10))) {
                 XCTAssertEqual(($0 as? ImagingError)?.code, code, "\(bytes)")
             }

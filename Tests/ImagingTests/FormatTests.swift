@@ -33,7 +33,7 @@ enum TestImages {
         }
     }
 
-    /// Straight (not premultiplied) pixels of an encoded PNG, WebP, HEIC or AVIF.
+    /// Straight (not premultiplied) pixels of an encoded PNG, WebP, HEIC, AVIF, GIF or JPEG XL.
     static func decode(_ bytes: [UInt8]) throws -> PixelBuffer {
         try withBytes(bytes) { raw throws(ImagingError) in
             let format = try InputFormat.detect(raw, limits: DecodeLimits())
@@ -52,7 +52,11 @@ enum TestImages {
     }
 
     static func final(_ file: String, _ options: ResizeOptions) throws -> StageResult {
-        try run(try bytes(file), options).last!
+        try final(try bytes(file), options)
+    }
+
+    static func final(_ bytes: [UInt8], _ options: ResizeOptions) throws -> StageResult {
+        try run(bytes, options).last!
     }
 
     static func psnr(_ a: PixelBuffer, _ b: PixelBuffer) -> Double {
@@ -65,7 +69,7 @@ enum TestImages {
     }
 }
 
-/// PNG, WebP, HEIC and AVIF input over the test images, each expectation from the manifest.
+/// PNG, WebP, HEIC, AVIF, GIF and JPEG XL input over the test images, each expectation from the manifest.
 final class FormatTests: XCTestCase {
 
     func testEveryTestImageIsReadAsItsManifestSays() throws {

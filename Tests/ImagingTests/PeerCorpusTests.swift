@@ -37,7 +37,13 @@ final class PeerCorpusTests: XCTestCase {
 
     /// Enlarger's decode as the peer's layout: upright, straight alpha (or none), grey as RGB.
     private func enlargerDecode(_ bytes: [UInt8]) throws -> PixelBuffer {
-        try withBytes(bytes) { raw throws(ImagingError) in
+        if try InputFormat.of(bytes) == .jpeg {
+            // The JPEG decoder has no raster interface: a resize to its own size, as PNM.
+            let width = try withBytes(bytes) { raw throws(ImagingError) in try ImagePipeline().info(of: raw).width }
+            let final = try TestImages.final(bytes, ResizeOptions(width: width, format: .pnm))
+            return try Encoder.decodePNM(final.image.bytes)
+        }
+        return try withBytes(bytes) { raw throws(ImagingError) in
             let format = try InputFormat.detect(raw, limits: DecodeLimits())
             let decoder = try RasterDecoders.make(format, data: raw, limits: DecodeLimits(), cancel: nil, failOn: .error)
             let raster = try decoder.decode(shrink: 1)
@@ -122,7 +128,11 @@ final class PeerCorpusTests: XCTestCase {
                 continue
             }
             XCTAssertEqual((image.width, image.height) == (facts.width, facts.height), true, row.file)
-            XCTAssertEqual(facts.hasAlpha, row.alpha, "\(row.file): alpha")
+            guard facts.hasAlpha == row.alpha else {
+                XCTAssertFalse(row.verdict.isEmpty, "\(row.file): Enlarger \(facts.hasAlpha ? "has" : "has no") alpha, the "
+                               + "peer \(row.alpha ? "has" : "has none"): PEERS.tsv needs a verdict")
+                continue
+            }
             let channels = row.alpha ? 4 : 3
             let reference = try TestImages.decode(try [UInt8](Data(contentsOf: Self.root.appendingPathComponent(row.reference))))
             XCTAssertEqual(reference.channels, channels, row.file)

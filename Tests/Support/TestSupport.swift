@@ -103,7 +103,8 @@ public func milliseconds(_ d: Duration) -> Double {
     return Double(s) * 1e3 + Double(a) * 1e-15
 }
 
-/// The repository's own PNG, WebP, HEIC and AVIF test images (`Tests/ImagingTests/Images`,
+/// The repository's own PNG, WebP, HEIC, AVIF, GIF and JPEG XL test
+/// images (`Tests/ImagingTests/Images`,
 /// made by scripts/make-test-images).
 public enum SampleImages {
     public static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -447,8 +447,8 @@ public nonisolated enum Enlarger_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIte
   /// Rejected, Failed: the ResizeSpec (or Delivery) is out of range or cannot be honoured.
   case invalidArgument // = 5
 
-  /// Failed: the payload is not in a format the worker reads (JPEG, PNG, WebP, HEIC, AVIF),
-  /// told by its first bytes (a file whose signature is damaged included): the message
+  /// Failed: the payload is not in a format the worker reads (JPEG, PNG, WebP, HEIC, AVIF,
+  /// GIF, JPEG XL), told by its first bytes (a file whose signature is damaged included): the message
   /// names what it looks like.
   case unknownFormat // = 6
 
@@ -635,7 +635,8 @@ public nonisolated struct Enlarger_V1_ImageInfo: Sendable {
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  /// The container format, detected from the content: "jpeg", "png", "webp", "heic" or "avif".
+  /// The container format, detected from the content: "jpeg", "png", "webp", "heic", "avif",
+  /// "gif" or "jxl".
   public var format: String = String()
 
   /// Displayed size, after EXIF orientation.
@@ -678,8 +679,8 @@ public nonisolated struct Enlarger_V1_ImageInfo: Sendable {
   public init() {}
 }
 
-/// What to produce from the submitted image: JPEG, PNG, WebP, HEIC or AVIF, recognised from
-/// its content. The source's orientation (EXIF, or HEIF's own rotation) is applied first, so
+/// What to produce from the submitted image: JPEG, PNG, WebP, HEIC, AVIF, GIF or JPEG XL,
+/// recognised from its content. The source's orientation (EXIF, or HEIF's own rotation) is applied first, so
 /// width and height refer to the upright image.
 public nonisolated struct Enlarger_V1_ResizeSpec: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the

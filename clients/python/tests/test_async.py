@@ -54,7 +54,7 @@ class AsyncClientTest(unittest.TestCase):
             info = await client.info(corpus(WITH_DEGRADED))
             self.assertEqual((info.width, info.height), (3872, 2403))
             with self.assertRaises(enlarger.RequestError) as caught:
-                await client.info(b"GIF89a not an image at all")
+                await client.info(b"II*\x00 a TIFF, not read")
             self.assertIsInstance(caught.exception.event, enlarger.Failed)
             status = await client.status(timeout=10)
             self.assertEqual(len(status.workers), 1)

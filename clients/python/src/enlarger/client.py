@@ -234,7 +234,7 @@ class Client:
                degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
                timeout: float | None = None, share: bool = True, wait: bool | float = True,
                priority: Priority | str = Priority.INTERACTIVE) -> Request:
-        """Submits one image (JPEG, PNG, WebP, HEIC or AVIF, recognised by the worker from its
+        """Submits one image (JPEG, PNG, WebP, HEIC, AVIF, GIF or JPEG XL, recognised by the worker from its
         content) and returns its `Request`, an iterator of events.
 
         - The image, exactly one of:

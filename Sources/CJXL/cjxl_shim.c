@@ -1,0 +1,221 @@
+#include "cjxl_shim.h"
+
+#include <jxl/decode.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void ex_say(char *message, size_t length, const char *text) {
+    if (message != NULL && length > 0) snprintf(message, length, "%s", text);
+}
+
+static int ex_cancelled(const int32_t *flag) {
+    return flag != NULL && __atomic_load_n(flag, __ATOMIC_ACQUIRE) != 0;
+}
+
+// The decoder's tasks, run one after another on the calling thread. Once the flag is set the
+// rest are skipped, not failed: libjxl 0.7 traps (JXL_CHECK) when a runner reports an error
+// in some of its stages, so a cancelled decode runs on, its tasks empty, to where the caller
+// looks at the flag and throws the result away.
+static JxlParallelRetCode ex_run(void *runner_opaque, void *jpegxl_opaque, JxlParallelRunInit init,
+                                 JxlParallelRunFunction run, uint32_t start, uint32_t end) {
+    const int32_t *flag = runner_opaque;
+    if (init(jpegxl_opaque, 1) != 0) return JXL_PARALLEL_RET_RUNNER_ERROR;
+    for (uint32_t i = start; i < end && !ex_cancelled(flag); i++) run(jpegxl_opaque, i, 0);
+    return 0;
+}
+
+static int ex_signature(const uint8_t *data, size_t length) {
+    static const uint8_t container[12] = {0, 0, 0, 0x0C, 'J', 'X', 'L', ' ', 0x0D, 0x0A, 0x87, 0x0A};
+    JxlSignature kind = JxlSignatureCheck(data, length);
+    if (kind == JXL_SIG_CODESTREAM || kind == JXL_SIG_CONTAINER) return 1;
+    return (length >= 2 && data[0] == 0xFF && data[1] == 0x0A) || (length >= 12 && memcmp(data, container, 12) == 0);
+}
+
+// A decoder running its tasks on `ex_run` with `cancel_flag`, given the first `length` bytes
+// of its input. The input is never marked closed: libjxl 0.7 then reports a cut file as
+// needing more input (closed, it would call it an error like any damage).
+static JxlDecoder *ex_open(const uint8_t *data, size_t length, int events, const int32_t *cancel_flag,
+                           char *message, size_t message_length) {
+    JxlDecoder *decoder = JxlDecoderCreate(NULL);
+    if (decoder == NULL) {
+        ex_say(message, message_length, "out of memory starting a JPEG XL decoder");
+        return NULL;
+    }
+    if (JxlDecoderSubscribeEvents(decoder, events) != JXL_DEC_SUCCESS
+        || JxlDecoderSetKeepOrientation(decoder, JXL_TRUE) != JXL_DEC_SUCCESS
+        || JxlDecoderSetUnpremultiplyAlpha(decoder, JXL_TRUE) != JXL_DEC_SUCCESS
+        || JxlDecoderSetParallelRunner(decoder, ex_run, (void *)cancel_flag) != JXL_DEC_SUCCESS
+        || JxlDecoderSetInput(decoder, data, length) != JXL_DEC_SUCCESS) {
+        ex_say(message, message_length, "the JPEG XL decoder refused its settings");
+        JxlDecoderDestroy(decoder);
+        return NULL;
+    }
+    return decoder;
+}
+
+// What a decoder status other than the awaited events means.
+static ex_status ex_failure(JxlDecoderStatus status, const int32_t *cancel_flag, char *message, size_t length) {
+    if (ex_cancelled(cancel_flag)) {
+        ex_say(message, length, "cancelled");
+        return EX_ERR_CANCELLED;
+    }
+    if (status == JXL_DEC_NEED_MORE_INPUT) {
+        ex_say(message, length, "the JPEG XL data ends early");
+        return EX_ERR_TRUNCATED;
+    }
+    ex_say(message, length, status == JXL_DEC_ERROR ? "damaged JPEG XL data (libjxl could not decode it)"
+                                                    : "unexpected JPEG XL decoder event");
+    return EX_ERR_CORRUPT;
+}
+
+static int ex_is_srgb(const JxlColorEncoding *encoding) {
+    if (encoding->transfer_function != JXL_TRANSFER_FUNCTION_SRGB || encoding->white_point != JXL_WHITE_POINT_D65) {
+        return 0;
+    }
+    return encoding->color_space == JXL_COLOR_SPACE_GRAY
+           || (encoding->color_space == JXL_COLOR_SPACE_RGB && encoding->primaries == JXL_PRIMARIES_SRGB);
+}
+
+ex_status ex_read_header(const uint8_t *data, size_t length, ex_info *info, char *message, size_t message_length) {
+    memset(info, 0, sizeof *info);
+    if (!ex_signature(data, length)) {
+        ex_say(message, message_length, "not a JPEG XL image: no codestream or container signature");
+        return EX_ERR_NOT_JXL;
+    }
+    JxlDecoder *decoder = ex_open(data, length, JXL_DEC_BASIC_INFO | JXL_DEC_COLOR_ENCODING, NULL, message,
+                                  message_length);
+    if (decoder == NULL) return EX_ERR_NO_MEMORY;
+    ex_status result = EX_OK;
+    for (;;) {
+        JxlDecoderStatus status = JxlDecoderProcessInput(decoder);
+        if (status == JXL_DEC_BASIC_INFO) {
+            JxlBasicInfo basic;
+            if (JxlDecoderGetBasicInfo(decoder, &basic) != JXL_DEC_SUCCESS) {
+                result = ex_failure(JXL_DEC_ERROR, NULL, message, message_length);
+                break;
+            }
+            if (basic.xsize > 0x7FFFFFFF || basic.ysize > 0x7FFFFFFF) {
+                ex_say(message, message_length, "the JPEG XL image's size does not fit a 32-bit integer");
+                result = EX_ERR_CORRUPT;
+                break;
+            }
+            info->width = (int)basic.xsize;
+            info->height = (int)basic.ysize;
+            info->orientation = basic.orientation >= 1 && basic.orientation <= 8 ? (int)basic.orientation : 1;
+            info->colour_channels = basic.num_color_channels == 1 ? 1 : 3;
+            info->has_alpha = basic.alpha_bits > 0;
+            info->bits_per_sample = (int)basic.bits_per_sample;
+            info->animated = basic.have_animation ? 1 : 0;
+            info->lossless = basic.uses_original_profile ? 1 : 0;
+        } else if (status == JXL_DEC_COLOR_ENCODING) {
+            JxlColorEncoding encoding;
+            if (JxlDecoderGetColorAsEncodedProfile(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, &encoding)
+                    == JXL_DEC_SUCCESS
+                && ex_is_srgb(&encoding)) {
+                info->srgb = 1;
+                break;
+            }
+            size_t size = 0;
+            if (JxlDecoderGetICCProfileSize(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, &size) != JXL_DEC_SUCCESS
+                || size == 0) {
+                // No profile to be had: the pixels are taken as sRGB.
+                info->srgb = 1;
+                break;
+            }
+            info->icc = malloc(size);
+            if (info->icc == NULL) {
+                ex_say(message, message_length, "out of memory reading the JPEG XL colour profile");
+                result = EX_ERR_NO_MEMORY;
+                break;
+            }
+            if (JxlDecoderGetColorAsICCProfile(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, info->icc, size)
+                != JXL_DEC_SUCCESS) {
+                free(info->icc);
+                info->icc = NULL;
+                info->srgb = 1;
+                break;
+            }
+            info->icc_length = size;
+            break;
+        } else {
+            result = ex_failure(status, NULL, message, message_length);
+            break;
+        }
+    }
+    JxlDecoderDestroy(decoder);
+    if (result != EX_OK) ex_free(info);
+    return result;
+}
+
+void ex_free(ex_info *info) {
+    free(info->icc);
+    info->icc = NULL;
+    info->icc_length = 0;
+}
+
+ex_status ex_decode(const uint8_t *data, size_t length, int width, int height, int channels, uint8_t *output,
+                    size_t output_length, int keep_partial, int *partial, const int32_t *cancel_flag, char *message,
+                    size_t message_length) {
+    *partial = 0;
+    if (ex_cancelled(cancel_flag)) {
+        ex_say(message, message_length, "cancelled");
+        return EX_ERR_CANCELLED;
+    }
+    if (channels != 1 && channels != 3 && channels != 4) {
+        ex_say(message, message_length, "a JPEG XL decode needs 1, 3 or 4 channels");
+        return EX_ERR_CORRUPT;
+    }
+    // The input is handed over in growing slices, so that the flag is also looked at between
+    // them: libjxl decodes what each slice completes.
+    const size_t slice = 64 << 10;
+    size_t offered = length < slice ? length : slice, consumed = 0;
+    JxlDecoder *decoder = ex_open(data, offered, JXL_DEC_BASIC_INFO | JXL_DEC_FULL_IMAGE, cancel_flag, message,
+                                  message_length);
+    if (decoder == NULL) return EX_ERR_NO_MEMORY;
+    JxlPixelFormat format = {(uint32_t)channels, JXL_TYPE_UINT8, JXL_NATIVE_ENDIAN, 0};
+    if (keep_partial) memset(output, 0, output_length);
+    int buffer_set = 0;
+    ex_status result = EX_OK;
+    for (;;) {
+        JxlDecoderStatus status = JxlDecoderProcessInput(decoder);
+        if (status == JXL_DEC_BASIC_INFO) {
+            JxlBasicInfo basic;
+            if (JxlDecoderGetBasicInfo(decoder, &basic) != JXL_DEC_SUCCESS || (int)basic.xsize != width
+                || (int)basic.ysize != height) {
+                ex_say(message, message_length, "the JPEG XL decode was asked for another size than its header gives");
+                result = EX_ERR_CORRUPT;
+                break;
+            }
+        } else if (status == JXL_DEC_NEED_IMAGE_OUT_BUFFER) {
+            size_t needed = 0;
+            if (JxlDecoderImageOutBufferSize(decoder, &format, &needed) != JXL_DEC_SUCCESS || needed > output_length
+                || JxlDecoderSetImageOutBuffer(decoder, &format, output, needed) != JXL_DEC_SUCCESS) {
+                ex_say(message, message_length, "the JPEG XL image does not fit the buffer its header sized");
+                result = EX_ERR_CORRUPT;
+                break;
+            }
+            buffer_set = 1;
+        } else if (status == JXL_DEC_FULL_IMAGE) {
+            // The first frame (the rest of an animation is not read), unless its tasks were
+            // skipped.
+            if (ex_cancelled(cancel_flag)) result = ex_failure(status, cancel_flag, message, message_length);
+            break;
+        } else if (status == JXL_DEC_NEED_MORE_INPUT && offered < length && !ex_cancelled(cancel_flag)) {
+            consumed += offered - consumed - JxlDecoderReleaseInput(decoder);
+            offered = length - offered > slice ? offered + slice : length;
+            if (JxlDecoderSetInput(decoder, data + consumed, offered - consumed) != JXL_DEC_SUCCESS) {
+                result = ex_failure(JXL_DEC_ERROR, cancel_flag, message, message_length);
+                break;
+            }
+        } else {
+            result = ex_failure(status, cancel_flag, message, message_length);
+            if (result == EX_ERR_TRUNCATED && keep_partial && buffer_set) {
+                *partial = JxlDecoderFlushImage(decoder) == JXL_DEC_SUCCESS;
+            }
+            break;
+        }
+    }
+    JxlDecoderDestroy(decoder);
+    return result;
+}
