@@ -165,8 +165,8 @@ final class EndToEndTests: XCTestCase {
         await client.close()
     }
 
-    /// PNG, WebP, HEIC and AVIF through the service: the accept list chooses the output, the
-    /// result says which type it is, and notes travel with it.
+    /// PNG, WebP, HEIC, AVIF, GIF and JPEG XL through the service: the accept list chooses the
+    /// output, the result says which type it is, and notes travel with it.
     func testOtherFormatsThroughTheService() async throws {
         let cluster = try Cluster(self)
         try cluster.startThreadWorkers(1, concurrency: 2)
@@ -200,6 +200,19 @@ final class EndToEndTests: XCTestCase {
         let info = try await client.info(try SampleImages.bytes("avif-rgba.avif"))
         XCTAssertEqual(info.format, "avif")
         XCTAssertTrue(info.hasAlpha)
+        // GIF in, transparency kept in WebP; an animation's note travels with its result.
+        options = ResizeOptions(width: 48)
+        options.accept = [.jpeg, .webp]
+        let gif = try await client.resize(try SampleImages.bytes("gif-transparent.gif"), options: options)
+        XCTAssertEqual(gif.format, .webp)
+        let animated = try await client.resize(try SampleImages.bytes("gif-animated.gif"), options: options)
+        XCTAssertEqual(animated.format, .jpeg)
+        XCTAssertTrue(animated.notes.contains { $0.contains("first frame") }, "\(animated.notes)")
+        let jxl = try await client.resize(try SampleImages.bytes("jxl-lossy-p3.jxl"), options: ResizeOptions(width: 48))
+        XCTAssertEqual([jxl.width, jxl.height], [48, 32])
+        let jxlInfo = try await client.info(try SampleImages.bytes("jxl-rgba.jxl"))
+        XCTAssertEqual([jxlInfo.format, jxlInfo.colorSpace], ["jxl", "rgb"])
+        XCTAssertTrue(jxlInfo.hasAlpha)
         await client.close()
     }
 
