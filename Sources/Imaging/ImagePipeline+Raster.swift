@@ -62,9 +62,23 @@ extension ImagePipeline {
         let wantsDegraded = delivery != .final
         var timings = StageTimings()
         var degradedSent = false
+        let convert = { (image: PixelBuffer) throws(ImagingError) -> PixelBuffer in
+            guard job.colourManaged, !job.options.keepProfile, let profile = header.iccProfile else { return image }
+            var ignored: [String] = []  // said once, in `prepareRaster`
+            guard let colour = Self.transform(profile, channels: image.channels, alpha: image.channels == 4,
+                                              notes: &ignored) else { return image }
+            return try colour.apply(image, allocator: self.allocator, cancel: cancel)
+        }
+        func offer(_ pixels: PixelBuffer, _ source: DegradedSource) throws(ImagingError) {
+            try job.offerPlaceholder(pixels, sourceWidth: header.width, sourceHeight: header.height,
+                                     orientation: header.orientation, source: source, convert: convert)
+        }
+        // A HEIF thumbnail, decoded once for the placeholder and the degraded result.
+        let thumbnail = (wantsDegraded || job.onPlaceholder != nil) && header.hasThumbnail
+            ? (try? decoder.decodeThumbnail()).flatMap { $0 }.flatMap { Self.sameAspect($0.pixels, header) ? $0 : nil } : nil
+        if let thumbnail { try offer(thumbnail.pixels, .heifThumbnail) }
 
-        if wantsDegraded, header.hasThumbnail,
-           let thumbnail = try? decoder.decodeThumbnail(), Self.sameAspect(thumbnail.pixels, header) {
+        if wantsDegraded, let thumbnail {
             var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
             let made = try finishRaster(thumbnail, .degraded, job: job, header: header, thumbnail: true,
                                         timings: &previewTimings, clock: &clock)
@@ -81,6 +95,7 @@ extension ImagePipeline {
         }
         decoded = raster.pixels
         timings.decodeMilliseconds = clock.lap()
+        try offer(raster.pixels, .decodedBuffer)
         if wantsDegraded && !degradedSent {
             // The decode is the degraded result's: the final's timings count only what it adds.
             var previewTimings = timings

@@ -167,8 +167,20 @@ public struct ImagePipeline: Sendable {
         }
         let wantsDegraded = delivery != .final
         var timings = StageTimings()
+        let convert = { (image: PixelBuffer) throws(ImagingError) -> PixelBuffer in
+            guard let colour = job.colour, colour.inputChannels == image.channels else { return image }
+            return try colour.apply(image, allocator: self.allocator, cancel: cancel)
+        }
+        func offer(_ pixels: PixelBuffer, _ source: DegradedSource) throws(ImagingError) {
+            try job.offerPlaceholder(pixels, sourceWidth: header.width, sourceHeight: header.height,
+                                     orientation: header.orientation, source: source, convert: convert)
+        }
+        // The EXIF thumbnail, decoded once for the placeholder and the degraded result.
+        let thumbnail = wantsDegraded || job.onPlaceholder != nil
+            ? decoder.thumbnail.flatMap { decodeThumbnail($0, header: header, cancel: cancel) } : nil
+        if let thumbnail { try offer(thumbnail.pixels, .exifThumbnail) }
 
-        if wantsDegraded, let thumbnail = decoder.thumbnail,
+        if wantsDegraded, let thumbnail,
            let preview = thumbnailPreview(thumbnail, header: header, plan: plan, options: options, colour: job.colour, cancel: cancel) {
             try cancel?.check()
             try emit(result(.degraded, preview.image, .exifThumbnail, preview.timings))
@@ -176,12 +188,14 @@ public struct ImagePipeline: Sendable {
             clock.reset()
             decoded = try decoder.decode(scaleNumerator: plan.scaleNumerator)
             timings.decodeMilliseconds = clock.lap()
+            try offer(decoded!, .decodedBuffer)
         } else if wantsDegraded && header.progressive {
             let size = try decoder.startBuffered(scaleNumerator: plan.scaleNumerator)
             let complete = try decoder.consume(scans: previewScans)
             var early: PixelBuffer? = try decoder.outputPass(width: size.width, height: size.height,
                                                              channels: size.channels, fast: true)
             var previewTimings = StageTimings(decodeMilliseconds: clock.lap())
+            try offer(early!, .progressiveScans)
             let image = try finish(early!, .degraded, plan: plan, header: header, options: options, colour: job.colour,
                                    quality: degradedQuality, cancel: cancel, timings: &previewTimings, clock: &clock)
             // Not alive during the final pass, which allocates a buffer of the same size.
@@ -196,6 +210,7 @@ public struct ImagePipeline: Sendable {
         } else {
             decoded = try decoder.decode(scaleNumerator: plan.scaleNumerator)
             timings.decodeMilliseconds = clock.lap()
+            try offer(decoded!, .decodedBuffer)
             if wantsDegraded {
                 // The decode is the degraded result's: the final reuses the buffer, and its
                 // timings count only what it adds.
@@ -270,13 +285,12 @@ public struct ImagePipeline: Sendable {
         return image
     }
 
-    /// A degraded result from the EXIF thumbnail, or nil when the thumbnail is unusable
+    /// The EXIF thumbnail decoded, and how long that took; nil when it is unusable
     /// (undecodable, or its aspect ratio differs from the image's, as with letterboxed ones).
-    private func thumbnailPreview(_ bytes: [UInt8], header: JPEGHeader, plan: ResizePlan, options: ResizeOptions,
-                                  colour: ColourTransform?,
-                                  cancel: CancellationFlag?) -> (image: EncodedImage, timings: StageTimings)? {
+    private func decodeThumbnail(_ bytes: [UInt8], header: JPEGHeader,
+                                 cancel: CancellationFlag?) -> (pixels: PixelBuffer, milliseconds: Double)? {
         var clock = Stopwatch()
-        return try? withBytes(bytes) { raw throws(ImagingError) -> (image: EncodedImage, timings: StageTimings)? in
+        return try? withBytes(bytes) { raw throws(ImagingError) -> (pixels: PixelBuffer, milliseconds: Double)? in
             // A thumbnail is small by definition: one declaring more is not worth decoding.
             var limits = Self.thumbnailLimits(raw.count)
             limits.maxBufferBytes = self.limits.maxBufferBytes
@@ -284,8 +298,19 @@ public struct ImagePipeline: Sendable {
             let (tw, th) = (thumb.header.width, thumb.header.height)
             let aspect = Double(tw) / Double(th), expected = Double(header.width) / Double(header.height)
             guard abs(aspect / expected - 1) < 0.02 else { return nil }
-            let pixels = try thumb.decode(scaleNumerator: 8)
-            var timings = StageTimings(decodeMilliseconds: clock.lap())
+            return (try thumb.decode(scaleNumerator: 8), clock.lap())
+        }
+    }
+
+    /// A degraded result from the decoded EXIF thumbnail, or nil when it cannot be made.
+    private func thumbnailPreview(_ thumbnail: (pixels: PixelBuffer, milliseconds: Double), header: JPEGHeader,
+                                  plan: ResizePlan, options: ResizeOptions, colour: ColourTransform?,
+                                  cancel: CancellationFlag?) -> (image: EncodedImage, timings: StageTimings)? {
+        var clock = Stopwatch()
+        return try? { () throws(ImagingError) -> (image: EncodedImage, timings: StageTimings)? in
+            let pixels = thumbnail.pixels
+            let (tw, th) = (pixels.width, pixels.height)
+            var timings = StageTimings(decodeMilliseconds: thumbnail.milliseconds)
             let region = Self.scale(plan.region, fromWidth: header.width, fromHeight: header.height, toWidth: tw, toHeight: th)
             // Never enlarge the thumbnail: the degraded result may be smaller than the final.
             let factor = min(1, Double(region.width) / Double(plan.storedOutputWidth),
@@ -309,7 +334,7 @@ public struct ImagePipeline: Sendable {
                                            allocator: allocator, maxAVIFPixels: limits.maxAVIFPixels)
             timings.encodeMilliseconds = clock.lap()
             return (image, timings)
-        }
+        }()
     }
 
     /// Maps a rectangle of a `fromWidth`×`fromHeight` image onto the same image at another
@@ -395,6 +420,11 @@ public final class PreparedResize {
     var notes: [String] = []
     /// Whether the embedded profile is applied (tests compare with it off).
     var colourManaged = true
+    /// Called on `run`'s thread, before any result, with the placeholder: at most once, and
+    /// not at all when nil (the default: then none is made) or when the run fails first.
+    public var onPlaceholder: ((Placeholder) -> Void)?
+    private var placeholderSent = false
+    private var started = ContinuousClock.now
     private var hasRun = false
 
     enum Source {
@@ -430,6 +460,7 @@ public final class PreparedResize {
     public func run(emit: (StageResult) throws(ImagingError) -> Void) throws(ImagingError) {
         precondition(!hasRun, "a prepared resize runs once")
         hasRun = true
+        started = .now
         // Owned here so that the big buffer is freed off this thread, whatever the outcome.
         var decoded: PixelBuffer?
         defer { BufferReaper.release(&decoded) }
@@ -437,6 +468,25 @@ public final class PreparedResize {
         case .jpeg(let decoder): try pipeline.run(self, decoder: decoder, decoded: &decoded, emit: emit)
         case .raster(let decoder): try pipeline.runRaster(self, decoder: decoder, decoded: &decoded, emit: emit)
         }
+    }
+}
+
+extension PreparedResize {
+    /// Makes and hands over the placeholder from `pixels` (the whole image at another size,
+    /// premultiplied when it has four channels), unless one was sent or none is wanted.
+    func offerPlaceholder(_ pixels: PixelBuffer, sourceWidth: Int, sourceHeight: Int, orientation: Orientation,
+                          source: DegradedSource,
+                          convert: (PixelBuffer) throws(ImagingError) -> PixelBuffer) throws(ImagingError) {
+        guard let onPlaceholder, !placeholderSent else { return }
+        placeholderSent = true
+        let region = ImagePipeline.scale(plan.region, fromWidth: sourceWidth, fromHeight: sourceHeight,
+                                         toWidth: pixels.width, toHeight: pixels.height)
+        let hash = try pipeline.thumbHash(pixels, region: region, orientation: orientation, cancel: cancel, convert: convert)
+        try cancel?.check()
+        let elapsed = ContinuousClock.now - started
+        let (seconds, attoseconds) = elapsed.components
+        onPlaceholder(Placeholder(width: plan.outputWidth, height: plan.outputHeight, thumbHash: hash, source: source,
+                                  milliseconds: Double(seconds) * 1e3 + Double(attoseconds) * 1e-15))
     }
 }
 
