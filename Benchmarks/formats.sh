@@ -5,7 +5,8 @@
 #   1. JPEG: CPU over the >= 6 MP photos of the corpus (target: Enlarger/vips <= 0.7).
 #   2. PNG and WebP made from the 12 MP and 24 MP photos (vips copy; WebP at Q 80): CPU per
 #      file (target <= 1.0x vips) and peak RSS (target <= 1.2x vips).
-#   3. HEIC and AVIF made from the same photos: CPU per file, reported.
+#   3. HEIC, AVIF, GIF (vips' cgif, 256 colours) and JPEG XL (libjxl, Q 80) made from the
+#      same photos: CPU per file, reported.
 #   4. The cost of AVIF and WebP output: Enlarger's CPU writing each, against writing JPEG.
 #   Benchmarks/formats.sh [ROUNDS]   (default 5)
 source "$(dirname "$0")/common.sh"
@@ -51,6 +52,8 @@ for photo in bimg_test_exif_full bimg_vertical; do
     vips copy "$corpus/good/$photo.jpg" "$out/in/$photo.webp[Q=80]"
     vips copy "$corpus/good/$photo.jpg" "$out/in/$photo.heic[compression=hevc,Q=80]"
     vips copy "$corpus/good/$photo.jpg" "$out/in/$photo.avif[compression=av1,Q=80]"
+    vips copy "$corpus/good/$photo.jpg" "$out/in/$photo.gif"
+    vips copy "$corpus/good/$photo.jpg" "$out/in/$photo.jxl[Q=80]"
 done
 for format in png webp; do
     for photo in bimg_test_exif_full bimg_vertical; do
@@ -59,8 +62,8 @@ for format in png webp; do
     done
 done
 
-echo "== 3. HEIC and AVIF at 12 and 24 MP (report)"
-for format in heic avif; do
+echo "== 3. HEIC, AVIF, GIF and JPEG XL at 12 and 24 MP (report)"
+for format in heic avif gif jxl; do
     for photo in bimg_test_exif_full bimg_vertical; do
         compare "$format $photo" "$out/in/$photo.$format"
     done
