@@ -13,8 +13,10 @@ static int eg_cancelled(const int32_t *flag) {
     return flag != NULL && __atomic_load_n(flag, __ATOMIC_ACQUIRE) != 0;
 }
 
-// The caller's bytes, read by giflib through `eg_read`. A short read is how giflib learns
-// that the file is cut.
+// The caller's bytes, read by giflib through `eg_read`. Past their end it reads zeros (and
+// the cursor notes that the file is cut): a zero is the end of a run of data blocks, so an
+// image whose data is whole but whose last block terminator is missing still decodes to
+// its last row, and anything else stops at giflib's next check.
 typedef struct {
     const uint8_t *data;
     size_t length;
@@ -29,23 +31,27 @@ static int eg_read(GifFileType *gif, GifByteType *into, int wanted) {
     size_t count = (size_t)wanted < left ? (size_t)wanted : left;
     memcpy(into, cursor->data + cursor->offset, count);
     cursor->offset += count;
-    if (count < (size_t)wanted) cursor->exhausted = 1;
-    return (int)count;
+    if (count < (size_t)wanted) {
+        memset(into + count, 0, (size_t)wanted - count);
+        cursor->exhausted = 1;
+    }
+    return wanted;
 }
 
-// giflib's error code as a status and a message. A read that came up short (the only way
-// `eg_read` fails) means the file is cut, whichever code giflib gives for it (opening a file
-// too short for its screen descriptor says D_GIF_ERR_NO_SCRN_DSCR, say).
+// giflib's error code as a status and a message. Once the bytes have run out the file is
+// cut, whichever code giflib then gives (opening a file too short for its screen descriptor
+// says D_GIF_ERR_NO_SCRN_DSCR, say); before that, every code is damage (giflib also says
+// D_GIF_ERR_READ_FAILED of a bad LZW code size, and D_GIF_ERR_EOF_TOO_SOON of an end code
+// before the image's last pixel).
 static eg_status eg_status_of(int error, const eg_cursor *cursor, char *message, size_t length) {
-    if (cursor->exhausted) error = D_GIF_ERR_READ_FAILED;
-    char text[160];
-    const char *what = GifErrorString(error);
-    snprintf(text, sizeof text, "%s", what != NULL ? what : "damaged GIF");
-    switch (error) {
-    case D_GIF_ERR_READ_FAILED:
-    case D_GIF_ERR_EOF_TOO_SOON:
+    if (cursor->exhausted) {
         eg_say(message, length, "the GIF data ends early");
         return EG_ERR_TRUNCATED;
+    }
+    char text[160];
+    const char *what = GifErrorString(error);
+    snprintf(text, sizeof text, "damaged GIF: %s", what != NULL ? what : "unknown error");
+    switch (error) {
     case D_GIF_ERR_NOT_GIF_FILE:
         eg_say(message, length, "not a GIF: no GIF87a/GIF89a signature");
         return EG_ERR_NOT_GIF;
@@ -103,10 +109,9 @@ static eg_status eg_open_first_image(eg_cursor *cursor, eg_info *info, GifFileTy
         int first = 1;
         while (block != NULL) {
             if (code == GRAPHICS_EXT_FUNC_CODE && first && block[0] >= 4) {
-                GraphicsControlBlock control;
-                if (DGifExtensionToGCB(block[0], block + 1, &control) == GIF_OK) {
-                    info->transparent_index = control.TransparentColor;
-                }
+                // Packed fields, delay (2 bytes), transparent index: read here, as browsers
+                // read a block longer than its 4 bytes (giflib's DGifExtensionToGCB refuses it).
+                info->transparent_index = (block[1] & 0x01) ? block[4] : -1;
             } else if (code == APPLICATION_EXT_FUNC_CODE && first && block[0] == 11
                        && (memcmp(block + 1, "NETSCAPE2.0", 11) == 0 || memcmp(block + 1, "ANIMEXTS1.0", 11) == 0)) {
                 info->animated = 1;
@@ -239,5 +244,11 @@ eg_status eg_decode(const uint8_t *data, size_t length, const eg_info *expected,
     }
     free(line);
     eg_close(gif);
+    // Every row decoded, but only with zeros read past the end (a missing block terminator):
+    // the file is cut after its last row.
+    if (status == EG_OK && cursor.exhausted) {
+        eg_say(message, message_length, "the GIF data ends early, after the image's last row");
+        status = EG_ERR_TRUNCATED;
+    }
     return status;
 }

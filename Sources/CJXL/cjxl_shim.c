@@ -16,11 +16,13 @@ static int ex_cancelled(const int32_t *flag) {
 // The decoder's tasks, run one after another on the calling thread. Once the flag is set the
 // rest are skipped, not failed: libjxl 0.7 traps (JXL_CHECK) when a runner reports an error
 // in some of its stages, so a cancelled decode runs on, its tasks empty, to where the caller
-// looks at the flag and throws the result away.
+// looks at the flag and throws the result away (with buffers the skipped tasks never
+// filled: nothing of that decode is used).
 static JxlParallelRetCode ex_run(void *runner_opaque, void *jpegxl_opaque, JxlParallelRunInit init,
                                  JxlParallelRunFunction run, uint32_t start, uint32_t end) {
     const int32_t *flag = runner_opaque;
-    if (init(jpegxl_opaque, 1) != 0) return JXL_PARALLEL_RET_RUNNER_ERROR;
+    JxlParallelRetCode started = init(jpegxl_opaque, 1);
+    if (started != 0) return started;
     for (uint32_t i = start; i < end && !ex_cancelled(flag); i++) run(jpegxl_opaque, i, 0);
     return 0;
 }
@@ -85,7 +87,7 @@ ex_status ex_read_header(const uint8_t *data, size_t length, ex_info *info, char
     }
     JxlDecoder *decoder = ex_open(data, length, JXL_DEC_BASIC_INFO | JXL_DEC_COLOR_ENCODING, NULL, message,
                                   message_length);
-    if (decoder == NULL) return EX_ERR_NO_MEMORY;
+    if (decoder == NULL) return EX_ERR_CORRUPT;
     ex_status result = EX_OK;
     for (;;) {
         JxlDecoderStatus status = JxlDecoderProcessInput(decoder);
@@ -109,6 +111,11 @@ ex_status ex_read_header(const uint8_t *data, size_t length, ex_info *info, char
             info->animated = basic.have_animation ? 1 : 0;
             info->lossless = basic.uses_original_profile ? 1 : 0;
         } else if (status == JXL_DEC_COLOR_ENCODING) {
+            // An XYB (lossy) image is decoded to sRGB (see ex_decode): no profile to apply.
+            if (!info->lossless) {
+                info->srgb = 1;
+                break;
+            }
             JxlColorEncoding encoding;
             if (JxlDecoderGetColorAsEncodedProfile(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, &encoding)
                     == JXL_DEC_SUCCESS
@@ -117,8 +124,9 @@ ex_status ex_read_header(const uint8_t *data, size_t length, ex_info *info, char
                 break;
             }
             size_t size = 0;
+            // A profile is a few KiB; one of megabytes (libjxl allows 256 MiB) is not copied.
             if (JxlDecoderGetICCProfileSize(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, &size) != JXL_DEC_SUCCESS
-                || size == 0) {
+                || size == 0 || size > (4u << 20)) {
                 // No profile to be had: the pixels are taken as sRGB.
                 info->srgb = 1;
                 break;
@@ -166,13 +174,13 @@ ex_status ex_decode(const uint8_t *data, size_t length, int width, int height, i
         ex_say(message, message_length, "a JPEG XL decode needs 1, 3 or 4 channels");
         return EX_ERR_CORRUPT;
     }
-    // The input is handed over in growing slices, so that the flag is also looked at between
-    // them: libjxl decodes what each slice completes.
-    const size_t slice = 64 << 10;
-    size_t offered = length < slice ? length : slice, consumed = 0;
-    JxlDecoder *decoder = ex_open(data, offered, JXL_DEC_BASIC_INFO | JXL_DEC_FULL_IMAGE, cancel_flag, message,
-                                  message_length);
-    if (decoder == NULL) return EX_ERR_NO_MEMORY;
+    // The whole input at once: handed over in slices, libjxl copies what it has not consumed
+    // into a buffer of its own each time it asks for more. Cancellation is looked at by the
+    // task runner.
+    JxlDecoder *decoder = ex_open(data, length, JXL_DEC_BASIC_INFO | JXL_DEC_COLOR_ENCODING | JXL_DEC_FULL_IMAGE,
+                                  cancel_flag, message, message_length);
+    if (decoder == NULL) return EX_ERR_CORRUPT;
+    int xyb = 0, grey = 0;
     JxlPixelFormat format = {(uint32_t)channels, JXL_TYPE_UINT8, JXL_NATIVE_ENDIAN, 0};
     if (keep_partial) memset(output, 0, output_length);
     int buffer_set = 0;
@@ -186,6 +194,25 @@ ex_status ex_decode(const uint8_t *data, size_t length, int width, int height, i
                 ex_say(message, message_length, "the JPEG XL decode was asked for another size than its header gives");
                 result = EX_ERR_CORRUPT;
                 break;
+            }
+            xyb = !basic.uses_original_profile;
+            grey = basic.num_color_channels == 1;
+        } else if (status == JXL_DEC_COLOR_ENCODING) {
+            // XYB is converted to sRGB here, not to libjxl's default for an original that
+            // only an ICC profile describes (linear sRGB: banded in 8 bits).
+            if (xyb) {
+                JxlColorEncoding srgb;
+                memset(&srgb, 0, sizeof srgb);
+                srgb.color_space = grey ? JXL_COLOR_SPACE_GRAY : JXL_COLOR_SPACE_RGB;
+                srgb.white_point = JXL_WHITE_POINT_D65;
+                srgb.primaries = JXL_PRIMARIES_SRGB;
+                srgb.transfer_function = JXL_TRANSFER_FUNCTION_SRGB;
+                srgb.rendering_intent = JXL_RENDERING_INTENT_RELATIVE;
+                if (JxlDecoderSetPreferredColorProfile(decoder, &srgb) != JXL_DEC_SUCCESS) {
+                    ex_say(message, message_length, "libjxl refused to decode the XYB image to sRGB");
+                    result = EX_ERR_CORRUPT;
+                    break;
+                }
             }
         } else if (status == JXL_DEC_NEED_IMAGE_OUT_BUFFER) {
             size_t needed = 0;
@@ -201,17 +228,12 @@ ex_status ex_decode(const uint8_t *data, size_t length, int width, int height, i
             // skipped.
             if (ex_cancelled(cancel_flag)) result = ex_failure(status, cancel_flag, message, message_length);
             break;
-        } else if (status == JXL_DEC_NEED_MORE_INPUT && offered < length && !ex_cancelled(cancel_flag)) {
-            consumed += offered - consumed - JxlDecoderReleaseInput(decoder);
-            offered = length - offered > slice ? offered + slice : length;
-            if (JxlDecoderSetInput(decoder, data + consumed, offered - consumed) != JXL_DEC_SUCCESS) {
-                result = ex_failure(JXL_DEC_ERROR, cancel_flag, message, message_length);
-                break;
-            }
         } else {
             result = ex_failure(status, cancel_flag, message, message_length);
             if (result == EX_ERR_TRUNCATED && keep_partial && buffer_set) {
                 *partial = JxlDecoderFlushImage(decoder) == JXL_DEC_SUCCESS;
+                // The flush runs tasks too: cancelled during it, its image is not whole.
+                if (ex_cancelled(cancel_flag)) result = ex_failure(status, cancel_flag, message, message_length);
             }
             break;
         }

@@ -74,7 +74,7 @@ extension ImagePipeline {
                                      orientation: header.orientation, source: source, convert: convert)
         }
         // A HEIF thumbnail, decoded once for the placeholder and the degraded result.
-        let thumbnail = (wantsDegraded || job.onPlaceholder != nil) && header.hasThumbnail
+        var thumbnail = (wantsDegraded || job.onPlaceholder != nil) && header.hasThumbnail
             ? (try? decoder.decodeThumbnail()).flatMap { $0 }.flatMap { Self.sameAspect($0.pixels, header) ? $0 : nil } : nil
         if let thumbnail { try offer(thumbnail.pixels, .heifThumbnail) }
 
@@ -88,6 +88,7 @@ extension ImagePipeline {
             degradedSent = true
             clock.reset()
         }
+        thumbnail = nil  // let go before the main decode
         var raster = try decoder.decode(shrink: job.shrink)
         // Declared but unused transparency costs a channel all the way: dropped here.
         if raster.pixels.channels == 4 && !raster.translucent {

@@ -175,13 +175,17 @@ public struct ImagePipeline: Sendable {
             try job.offerPlaceholder(pixels, sourceWidth: header.width, sourceHeight: header.height,
                                      orientation: header.orientation, source: source, convert: convert)
         }
-        // The EXIF thumbnail, decoded once for the placeholder and the degraded result.
-        let thumbnail = wantsDegraded || job.onPlaceholder != nil
+        // The EXIF thumbnail, decoded once for the placeholder and the degraded result, and
+        // let go before the main decode.
+        var thumbnail = wantsDegraded || job.onPlaceholder != nil
             ? decoder.thumbnail.flatMap { decodeThumbnail($0, header: header, cancel: cancel) } : nil
         if let thumbnail { try offer(thumbnail.pixels, .exifThumbnail) }
+        let preview = wantsDegraded ? thumbnail.flatMap {
+            thumbnailPreview($0, header: header, plan: plan, options: options, colour: job.colour, cancel: cancel)
+        } : nil
+        thumbnail = nil
 
-        if wantsDegraded, let thumbnail,
-           let preview = thumbnailPreview(thumbnail, header: header, plan: plan, options: options, colour: job.colour, cancel: cancel) {
+        if let preview {
             try cancel?.check()
             try emit(result(.degraded, preview.image, .exifThumbnail, preview.timings))
             if delivery == .degraded { return }
@@ -481,7 +485,16 @@ extension PreparedResize {
         placeholderSent = true
         let region = ImagePipeline.scale(plan.region, fromWidth: sourceWidth, fromHeight: sourceHeight,
                                          toWidth: pixels.width, toHeight: pixels.height)
-        let hash = try pipeline.thumbHash(pixels, region: region, orientation: orientation, cancel: cancel, convert: convert)
+        // A placeholder that cannot be made (no memory for its small buffers, a profile that
+        // fails) is left out: the results do not depend on it. A cancel still ends the run.
+        let hash: [UInt8]
+        do throws(ImagingError) {
+            hash = try pipeline.thumbHash(pixels, region: region, orientation: orientation, cancel: cancel, convert: convert)
+        } catch where error.code == .cancelled {
+            throw error
+        } catch {
+            return
+        }
         try cancel?.check()
         let elapsed = ContinuousClock.now - started
         let (seconds, attoseconds) = elapsed.components

@@ -2,7 +2,8 @@ import CJXL
 import ImageModel
 
 /// One libjxl decode of a JPEG XL image's first frame over bytes the caller keeps alive. The
-/// pixels come in their stored orientation, which the header reports like an EXIF one. There
+/// pixels come in their stored orientation, which the header reports like an EXIF one; a
+/// lossy (XYB) image comes as sRGB, a lossless one in its own colour space with its profile. There
 /// is no reduced decode (libjxl 0.7 has none to offer): the image is decoded whole, its
 /// tasks run on the calling thread with cancellation looked at between them.
 final class JXLDecoder: RasterDecoder {
@@ -59,8 +60,8 @@ final class JXLDecoder: RasterDecoder {
             // A cut file fails unless nothing fails on truncation; then what libjxl could render
             // of the data there is is kept (the rest black), or the file fails after all.
             if status == EX_ERR_TRUNCATED, failOn == .none, partial != 0 {
-                notes.append("the file is cut: the image is what libjxl could render of the data there is, the rest "
-                             + "left transparent black (fail_on none)")
+                notes.append("the file is cut: the image is what libjxl could render of the data there is (the "
+                             + "missing parts from its low-resolution data where it had that, else black; fail_on none)")
                 return
             }
             guard status == EX_OK else { throw Self.error(status, message) }

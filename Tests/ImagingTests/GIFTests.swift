@@ -203,6 +203,31 @@ final class GIFTests: XCTestCase {
         XCTAssert(result.notes.contains { $0.contains("the file is cut") }, "\(result.notes)")
     }
 
+    /// A GIF whose data is whole but lacks its last block terminator (and trailer) decodes to
+    /// its last row at `fail_on none`, saying it is cut; stricter levels refuse it as cut. A
+    /// bad LZW code size is damage, not a cut file.
+    func testAGIFCutAfterItsLastRowAndABadCodeSize() throws {
+        let whole = try TestImages.bytes("gif-rgb.gif")
+        XCTAssertEqual(Array(whole.suffix(2)), [0x00, 0x3B])
+        let cut = Array(whole.dropLast(2))
+        XCTAssertThrowsError(try TestImages.run(cut, ResizeOptions(width: 48, format: .png))) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .truncated)
+        }
+        let kept = try withBytes(cut) { raw throws(ImagingError) in
+            try RasterDecoders.make(.gif, data: raw, limits: DecodeLimits(), cancel: nil, failOn: .none).decode(shrink: 1)
+        }
+        XCTAssertEqual(kept.pixels, try TestImages.decode(whole))
+        XCTAssert(kept.notes.contains { $0.contains("after the last row") }, "\(kept.notes)")
+        // The LZW minimum code size (the byte after the image descriptor) at 13: giflib's
+        // "read failed" for it is damage.
+        var bad = whole
+        let descriptor = try XCTUnwrap(bad.indices.first { bad[$0] == 0x2C && $0 > 13 + 768 - 1 })
+        bad[descriptor + 10] = 13
+        XCTAssertThrowsError(try TestImages.run(bad, ResizeOptions(width: 48, format: .png, failOn: FailOn.none))) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .corrupt, "\($0)")
+        }
+    }
+
     /// A large GIF's decode is cancelled from another thread at several moments: each run
     /// ends `.cancelled` (the shim looks at the flag every 64 Ki pixels).
     func testCancellationDuringALargeGIFDecode() throws {

@@ -31,8 +31,9 @@ typedef struct {
     int bits_per_sample;
     int animated;           // the first frame is the one decoded
     int lossless;           // the original colour space is kept (no XYB): modular or a JPEG transcode
-    int srgb;               // the decoded pixels are sRGB (or sRGB's grey): no profile to apply
-    uint8_t *icc;           // otherwise the decoded pixels' ICC profile, malloc'd: free with ex_free
+    int srgb;               // the decoded pixels are sRGB (or sRGB's grey: always so for XYB): no profile
+    uint8_t *icc;           // otherwise the decoded pixels' ICC profile (at most 4 MiB, else none is
+                            // kept), malloc'd: free with ex_free
     size_t icc_length;
 } ex_info;
 
@@ -47,10 +48,10 @@ void ex_free(ex_info *info);
 /// (1 grey, 3 RGB, 4 straight RGBA; a grey image's channels are repeated for 3 or 4) into
 /// `output` (`width * channels` bytes per row, `output_length` in all). A cut file fails with
 /// EX_ERR_TRUNCATED; with `keep_partial` the output is first cleared and what libjxl can
-/// render of the data there is is left in it (`*partial` set to 1 when it could). Cancellable:
-/// `cancel_flag` (may be NULL) is polled before starting, between slices of 64 KiB of input,
-/// and by the decoder's task runner before each of its tasks (groups of 256×256 pixels and
-/// the like), which skips the rest once it is set.
+/// render of the data there is is left in it (`*partial` set to 1 when it could). An XYB
+/// (lossy) image is decoded to sRGB. Cancellable: `cancel_flag` (may be NULL) is polled
+/// before starting and by the decoder's task runner before each of its tasks (groups of
+/// 256×256 pixels and the like), which skips the rest once it is set.
 ex_status ex_decode(const uint8_t *data, size_t length, int width, int height, int channels, uint8_t *output,
                     size_t output_length, int keep_partial, int *partial, const int32_t *cancel_flag, char *message,
                     size_t message_length);
