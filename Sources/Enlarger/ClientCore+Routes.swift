@@ -115,6 +115,11 @@ extension ClientCore {
                 guard !route.degradedDelivered else { return }
                 routes[id]![0].degradedDelivered = true
             }
+            if case .placeholder = event {
+                // Once, and only before any image.
+                guard !route.placeholderDelivered, !route.degradedDelivered else { return }
+                routes[id]![0].placeholderDelivered = true
+            }
             actions.append(.deliver(route.token, event, terminal: result.terminal))
             if result.terminal { finishRoute(id) }
         case .failure(let violation):
@@ -167,6 +172,7 @@ extension ClientCore {
                 routes[id]![0].accepted = false
                 awaitingAnswer -= 1
                 if route.degradedDelivered { routes[id]![0].submit.delivery = .final }
+                if route.placeholderDelivered { routes[id]![0].submit.noPlaceholder = true }
                 queueSubmit(id)
             } else {
                 endRoute(id, .failed(.requestLost, "the broker no longer holds this request; its end was lost (connection reset?)"),
@@ -242,6 +248,10 @@ extension RequestEvent {
             guard result.hasInfo else { return .failure(.failed(.malformed, "the broker sent an info result without info")) }
             return .success(.info(ImageInfo(result.info)))
         }
+        if result.stage == .placeholder {
+            return .success(.placeholder(Placeholder(width: Int(result.width), height: Int(result.height),
+                                                     thumbHash: Array(result.placeholder))))
+        }
         let format: OutputFormat
         switch result.format {
         case .jpeg: format = .jpeg
@@ -259,7 +269,7 @@ extension RequestEvent {
         switch result.stage {
         case .degraded: return .success(.degraded(encoded))
         case .final: return .success(.final(encoded))
-        case .unspecified, .info, .UNRECOGNIZED:
+        case .unspecified, .info, .placeholder, .UNRECOGNIZED:
             return .failure(.failed(.malformed, "the broker sent a result with stage \(result.stage)"))
         }
     }

@@ -105,6 +105,7 @@ struct ClientCore<Payload: FrameBytes> {
         /// when it was sent.
         var instance: UInt64?
         var degradedDelivered = false
+        var placeholderDelivered = false
         /// The caller cancelled it: it is never submitted again.
         var cancelled = false
         /// Its terminal action was given already (its local deadline passed, or the

@@ -139,6 +139,7 @@ public final class EnlargerClient: Sendable {
                        timeout: Duration? = nil, priority: Priority = .interactive) async throws(EnlargerClientError) -> EncodedImage {
         var request = ResizeRequest(id: id, image: image, options: options, delivery: .final, timeout: timeout)
         request.priority = priority
+        request.placeholder = false  // only the final is returned
         return try await resize(request)
     }
 
@@ -150,7 +151,7 @@ public final class EnlargerClient: Sendable {
             switch event {
             case .final(let result): return result
             case .degraded(let result) where request.delivery == .degraded: return result
-            case .accepted, .started, .degraded, .info, .download: continue
+            case .accepted, .started, .placeholder, .degraded, .info, .download: continue
             }
         }
         throw .cancelled

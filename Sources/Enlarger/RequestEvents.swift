@@ -4,6 +4,10 @@ import ImageModel
 public enum RequestEvent: Sendable, Equatable {
     /// The broker accepted the request and queued it.
     case accepted
+    /// Before any image: the final's exact size and a ThumbHash of its picture, to paint at
+    /// once (`ResizeRequest.placeholder`; at most one, never the last event; none when the
+    /// request joined a job already past it, or the worker could not make one).
+    case placeholder(Placeholder)
     /// A worker began the request; `attempt` grows when it is retried on another worker.
     case started(attempt: Int)
     /// A fast approximation with the final's crop, orientation and aspect ratio, but smaller:
@@ -43,7 +47,7 @@ public struct DownloadProgress: Sendable, Equatable {
 }
 
 /// The events of one submitted request, in order: `.accepted`, `.started`…, at most one
-/// `.degraded`, then the terminal result; the sequence finishes right after the terminal
+/// `.placeholder`, at most one `.degraded`, then the terminal result; the sequence finishes right after the terminal
 /// event. A request that ends without a result throws `EnlargerClientError` instead (after
 /// the events received before it): `.failed`, `.rejected`, `.duplicateID`, `.cancelled`
 /// (by another connection), `.brokerUnreachable`, `.brokerLost` or `.closed`.

@@ -53,6 +53,9 @@ public struct ResizeRequest: Sendable {
     public var sharesResults = true
     /// The lane it waits in at the broker (`.interactive` unless set).
     public var priority: Priority = .interactive
+    /// A `.placeholder` event before any image (on by default; the worker spends a fraction
+    /// of a millisecond on it).
+    public var placeholder = true
     /// The batch it is an item of (`EnlargerClient.resize(batch:)`): its id, this item's
     /// place and the batch's size.
     var batch: (id: String, index: Int, size: Int)?
@@ -82,6 +85,7 @@ public struct ResizeRequest: Sendable {
         var submit = Enlarger_V1_Submit()
         submit.requestID = id
         submit.priority = priority == .bulk ? .bulk : .interactive
+        submit.noPlaceholder = !placeholder
         // `validate()` has bounded every number to the wire's ranges.
         submit.spec.width = UInt32(options.width ?? 0)
         submit.spec.height = UInt32(options.height ?? 0)

@@ -27,7 +27,7 @@ struct BenchPlaceholder: ParsableCommand {
         for input in inputs {
             let bytes = try InputFile.read(path: input, maxBytes: DecodeLimits().maxInputBytes)
             var toPlaceholder: [Double] = [], toDegraded: [Double] = [], toFinal: [Double] = []
-            var made: Placeholder?
+            var made: MadePlaceholder?
             for _ in 0..<runs {
                 let times = try bytes.withUnsafeBytes { raw throws(ImagingError) in
                     try Self.timeOneRun(pipeline, raw, width: box[0], height: box[1])
@@ -38,7 +38,10 @@ struct BenchPlaceholder: ParsableCommand {
                 if let at = times.finalAt { toFinal.append(at) }
             }
             let median = { (values: [Double]) in values.isEmpty ? .nan : values.sorted()[values.count / 2] }
-            let hash = made.map { "\($0.width)x\($0.height) from \($0.source.rawValue), \($0.thumbHash.count) bytes" } ?? "none"
+            let hash = made.map {
+                "\($0.placeholder.width)x\($0.placeholder.height) from \($0.source.rawValue), "
+                    + "\($0.placeholder.thumbHash.count) bytes"
+            } ?? "none"
             print(String(format: "%@ (%d bytes): placeholder %.3f ms (%@), degraded %.2f ms, final %.2f ms; medians of %d runs",
                          (input as NSString).lastPathComponent, bytes.count, median(toPlaceholder), hash,
                          median(toDegraded), median(toFinal), runs))
@@ -47,7 +50,7 @@ struct BenchPlaceholder: ParsableCommand {
 
     /// When one run (header read included) gave its placeholder, degraded result and final.
     final class Times {
-        var placeholder: Placeholder?
+        var placeholder: MadePlaceholder?
         var placeholderAt: Double?, degradedAt: Double?, finalAt: Double?
     }
 
@@ -56,7 +59,8 @@ struct BenchPlaceholder: ParsableCommand {
                            height: Int) throws(ImagingError) -> Times {
         let times = Times()
         let start = ContinuousClock.now
-        let prepared = try pipeline.prepare(raw, options: ResizeOptions(width: width, height: height), delivery: .progressive)
+        let prepared = try pipeline.prepare(raw, options: ResizeOptions(width: width, height: height), delivery: .progressive,
+                                            placeholder: true)
         prepared.onPlaceholder = { placeholder in
             times.placeholderAt = milliseconds(since: start)
             times.placeholder = placeholder

@@ -151,10 +151,13 @@ extension BrokerCore {
         }
 
         let lane = Lane(submit.priority)
+        let wantsPlaceholder = !submit.noPlaceholder && submit.delivery != .info
         let jobID: UInt64
         if let joining {
             jobID = joining
             jobs[jobID]!.requests.append(key)
+            // Asked of a worker not yet given the job; one that has it may be past it.
+            if wantsPlaceholder { jobs[jobID]!.placeholder = true }
             tally(principal, .jobsShared)
             // A shared job waits in the higher of its requests' lanes.
             if lane < jobs[jobID]!.lane {
@@ -167,12 +170,13 @@ extension BrokerCore {
             jobs[jobID] = Job(
                 spec: submit.spec, delivery: submit.delivery, image: image, source: submit.source,
                 submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: lane)
+            jobs[jobID]!.placeholder = wantsPlaceholder
             sharing.claim(shareKey, by: jobID)
             liveImageBytes += image.count
             waiting.place(jobID, lane: lane, principal: principal)
         }
         requests[key] = Request(key: key, client: peer, jobID: jobID, acceptedAt: now, bytesIn: image.count,
-                                sharedWork: joining != nil, lane: lane)
+                                sharedWork: joining != nil, lane: lane, wantsPlaceholder: wantsPlaceholder)
         deadlines.insert(key, at: now + lifetime)
         if let place {
             batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: false,

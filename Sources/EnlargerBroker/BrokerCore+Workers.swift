@@ -197,6 +197,26 @@ extension BrokerCore {
                 abandonBrokenJob(jobID, workerAt: index, reason: reason, now: now, &actions)
                 return
             }
+            if result.stage == .placeholder {
+                // Informational, and only before any image: one that comes later, or again
+                // from a retry, is dropped rather than held against the worker.
+                guard !job.placeholderSent, !job.degradedSent else {
+                    counters.lateResultsDropped += 1
+                    return
+                }
+                jobs[jobID]!.placeholderSent = true
+                var event = Enlarger_V1_Result()
+                event.stage = .placeholder
+                event.width = result.width
+                event.height = result.height
+                event.placeholder = result.placeholder
+                for key in job.requests {
+                    guard let request = requests[key], request.wantsPlaceholder else { continue }
+                    event.requestID = request.requestID
+                    send(.result(event, image: image), to: request, &actions)
+                }
+                return
+            }
             if result.stage == .degraded {
                 guard !job.degradedSent else {
                     abandonBrokenJob(jobID, workerAt: index, reason: "job \(jobID): a second degraded result", now: now, &actions)
@@ -548,6 +568,7 @@ extension BrokerCore {
         message.requestID = job.owner.id
         message.spec = job.spec
         message.delivery = job.degradedSent ? .final : job.delivery
+        message.placeholder = job.placeholder && !job.placeholderSent && !job.degradedSent && job.delivery != .info
         // An inline image without a digest needs no source at all.
         if job.source.namesPlace || !job.source.inline.sha256.isEmpty { message.source = job.source }
         actions.append(.sendToWorker(workers[index].id, BrokerToWorkerMessage.job(message, image: job.image).encoded()))

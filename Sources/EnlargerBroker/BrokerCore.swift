@@ -58,6 +58,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         var sharedWork = false
         /// The lane its Submit asked for.
         var lane: Lane = .interactive
+        /// Its Submit did not say no_placeholder.
+        var wantsPlaceholder = true
 
         var requestID: String { key.id }
     }
@@ -91,6 +93,9 @@ public struct BrokerCore<Payload: FrameBytes> {
         /// only those are blamed on the job (see Quarantine).
         var losses = 0
         var degradedSent = false
+        /// A request on it wants a placeholder (Job.placeholder, until one is sent).
+        var placeholder = false
+        var placeholderSent = false
         /// The worker holding the current attempt; nil while waiting.
         var worker: PeerID?
         /// Its worker was lost while it ran beside other jobs: it runs alone from now on.

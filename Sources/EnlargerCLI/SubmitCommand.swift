@@ -13,10 +13,11 @@ struct SubmitCommand: AsyncParsableCommand {
         discussion: """
             All inputs are submitted concurrently (at most --in-flight at a time). Results go to \
             OUT/<name>.<ext> and OUT/<name>.degraded.<ext>. With --json, one JSON object per \
-            event per line: id, event (accepted, started, degraded, final, failed, cancelled, \
-            rejected), t_ms since that request was submitted, and width, height, bytes, path for \
-            results (the final one also queue_ms and processing_ms), or code and message for \
-            failures; then one summary object. Without --json, one line per result, problems on \
+            event per line: id, event (accepted, started, placeholder, degraded, final, failed, \
+            cancelled, rejected), t_ms since that request was submitted, and width, height, bytes, \
+            path for results (the final one also queue_ms and processing_ms), width, height and \
+            thumbhash (base64) for the placeholder, or code and message for failures; then one \
+            summary object. Without --json, one line per result, problems on \
             standard error, a progress bar when standard error is a terminal, and a summary: done, \
             failed by code, cancelled, wall time, images/s, time queued apart from processing.
 
@@ -87,6 +88,10 @@ struct SubmitCommand: AsyncParsableCommand {
 
     @Option(help: "The broker lane of the requests: interactive (the default) or bulk, which waits behind interactive requests and never takes the capacity kept for them.")
     var priority: Priority = .interactive
+
+    @Flag(help: ArgumentHelp("With --json, ask for no `placeholder` event (by default the first after `accepted`: the final's "
+              + "size and a ThumbHash of its picture, in base64). Without --json none is asked for: nothing would show it."))
+    var noPlaceholder = false
 
     @OptionGroup var service: ServiceOptions
 
@@ -197,6 +202,7 @@ struct SubmitCommand: AsyncParsableCommand {
                 delivery: .final, timeout: timeout.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) },
                 sharesResults: !noShare)
             request.priority = priority
+            request.placeholder = false  // a batch returns its finals only
             requests.append(request)
         }
         let start = ContinuousClock.now
@@ -375,6 +381,7 @@ struct SubmitCommand: AsyncParsableCommand {
                                     timeout: timeout.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) })
         request.sharesResults = !noShare
         request.priority = priority
+        request.placeholder = !noPlaceholder && json
         guard let events = live.begin(id, { client.submit(request) }) else { return .notSent }
         defer { live.end(id) }
         do {
@@ -385,6 +392,12 @@ struct SubmitCommand: AsyncParsableCommand {
                 case .started(let attempt):
                     if startedAt == nil { startedAt = .now }
                     report("started") { $0.add("attempt", attempt) }
+                case .placeholder(let placeholder):
+                    report("placeholder") {
+                        $0.add("width", placeholder.width)
+                        $0.add("height", placeholder.height)
+                        $0.add("thumbhash", Data(placeholder.thumbHash).base64EncodedString())
+                    }
                 case .degraded(let result), .final(let result):
                     let isFinal = if case .final = event { true } else { false }
                     let ext = result.format.fileExtension

@@ -54,7 +54,7 @@ extension Enlarger_V1_Delivery {
     /// the delivery never produces that stage. The one place finality is decided.
     public func isTerminal(_ stage: Enlarger_V1_Stage) -> Bool? {
         switch (self, stage) {
-        case (.progressive, .degraded): false
+        case (.progressive, .degraded), (.progressive, .placeholder), (.final, .placeholder), (.degraded, .placeholder): false
         case (.progressive, .final), (.final, .final), (.degraded, .degraded), (.info, .info): true
         default: nil
         }

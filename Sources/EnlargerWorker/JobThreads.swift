@@ -34,6 +34,12 @@ struct StageFrame: @unchecked Sendable {
                              notes: result.notes)
     }
 
+    /// A placeholder: never terminal, an empty image frame.
+    init(placeholder: Placeholder) {
+        output = StageOutput(stage: .degraded, isTerminal: false, width: placeholder.width, height: placeholder.height,
+                             format: .jpeg, image: Message(), placeholder: placeholder)
+    }
+
     /// An info-only job's one result: the facts, and an empty image frame.
     init(info: ImageInfo) {
         output = StageOutput(stage: .final, isTerminal: true, width: 0, height: 0, format: .jpeg, image: Message(),
@@ -148,12 +154,15 @@ final class JobThreads: Sendable {
                                       round: round)
             }
             let prepared = try pipeline.prepare(input, options: job.options, delivery: job.delivery,
-                                                cancel: job.control.flag)
+                                                cancel: job.control.flag, placeholder: job.placeholder)
             mailbox.post(.estimated(job.token, prepared.memoryEstimate))
             switch job.control.awaitAdmission(round: round, yieldsSeen: yieldsSeen) {
             case .admitted: break
             case .cancelled: throw ImagingError(.cancelled, "cancelled before it was admitted")
             case .yielded: return nil
+            }
+            if job.placeholder {
+                prepared.onPlaceholder = { made in mailbox.post(.result(job.token, StageFrame(placeholder: made.placeholder))) }
             }
             try prepared.run { result throws(ImagingError) in
                 figures.add(result.timings, bytesOut: result.image.byteCount)

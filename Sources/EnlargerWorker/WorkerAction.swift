@@ -36,6 +36,8 @@ struct JobStart<Payload> {
     let delivery: ImageModel.Delivery
     /// Only the header's facts are asked for (DELIVERY_INFO); `options` then only says fail_on.
     var infoOnly = false
+    /// A placeholder result is sent before the others (Job.placeholder).
+    var placeholder = false
     /// Where the image comes from: `image` itself (checked against the digest its source
     /// named, if any, before anything else is done with it), or a file or URL the job's
     /// thread reads (`image` is then empty).
@@ -161,4 +163,6 @@ struct StageOutput<Payload> {
     var notes: [String] = []
     /// For an info-only job: the header's facts (the image is then empty), sent as STAGE_INFO.
     var info: ImageInfo?
+    /// A placeholder (the image is then empty), sent as STAGE_PLACEHOLDER, never terminal.
+    var placeholder: Placeholder?
 }

@@ -94,6 +94,11 @@ extension WorkerCore {
         if let info = output.info {
             result.stage = .info
             result.info = Enlarger_V1_ImageInfo(info)
+        } else if let placeholder = output.placeholder {
+            result.stage = .placeholder
+            result.width = UInt32(clamping: placeholder.width)
+            result.height = UInt32(clamping: placeholder.height)
+            result.placeholder = Data(placeholder.thumbHash)
         } else {
             result.stage = Enlarger_V1_Stage(output.stage)
             result.width = UInt32(output.width)
@@ -200,7 +205,8 @@ extension WorkerCore {
         jobs[lastToken] = Job(key: key, requestID: job.requestID, control: control, verified: verified)
         tokens[key] = lastToken
         actions.append(.startJob(JobStart(token: lastToken, key: key, image: image, options: options,
-                                          delivery: delivery, infoOnly: infoOnly, source: source, control: control)))
+                                          delivery: delivery, infoOnly: infoOnly, placeholder: job.placeholder && !infoOnly,
+                                          source: source, control: control)))
     }
 
     /// The Job's source as its thread reads it; a malformed one fails the job.

@@ -8,7 +8,7 @@ import ImageModel
 extension ImagePipeline {
     func prepareRaster(_ format: InputFormat, _ input: UnsafeRawBufferPointer, options: ResizeOptions,
                        delivery: Delivery, cancel: CancellationFlag?, colour managed: Bool,
-                       releasingRead: Bool) throws(ImagingError) -> PreparedResize {
+                       releasingRead: Bool, placeholder: Bool) throws(ImagingError) -> PreparedResize {
         let decoder = try RasterDecoders.make(format, data: input, limits: limits, cancel: cancel, failOn: options.failOn,
                                               releasingRead: releasingRead)
         let header = decoder.header
@@ -29,7 +29,7 @@ extension ImagePipeline {
             _ = Self.transform(profile, channels: channels, alpha: false, notes: &notes)
         }
         let estimate = MemoryEstimate(raster: header, plan: plan, shrink: shrink, options: options, delivery: delivery,
-                                      inputBytes: input.count + header.inputCopyBytes)
+                                      inputBytes: input.count + header.inputCopyBytes, placeholder: placeholder)
         let prepared = PreparedResize(pipeline: self, source: .raster(decoder), plan: plan, options: options,
                                       delivery: delivery, cancel: cancel, estimate: estimate)
         prepared.shrink = shrink

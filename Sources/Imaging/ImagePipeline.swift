@@ -68,20 +68,22 @@ public struct ImagePipeline: Sendable {
     /// proportion to the image; the result says how much memory running it will take
     /// (`PreparedResize.memoryEstimate`) before any pixel memory is committed. `input` must
     /// stay valid until the prepared resize has run (or been dropped).
+    /// `placeholder`: the caller will ask for one (`PreparedResize.onPlaceholder`), so an
+    /// embedded thumbnail is decoded whatever the delivery, and counted.
     public func prepare(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery = .final,
-                        cancel: CancellationFlag? = nil) throws(ImagingError) -> PreparedResize {
-        try prepare(input, options: options, delivery: delivery, cancel: cancel, colour: true)
+                        cancel: CancellationFlag? = nil, placeholder: Bool = false) throws(ImagingError) -> PreparedResize {
+        try prepare(input, options: options, delivery: delivery, cancel: cancel, colour: true, placeholder: placeholder)
     }
 
     /// `colour: false` leaves the embedded profile unapplied (for comparisons in tests);
     /// `releasingRead`: the input is a `MappedFile`'s (see `run(_:options:...)` for files).
     func prepare(_ input: UnsafeRawBufferPointer, options: ResizeOptions, delivery: Delivery = .final,
                  cancel: CancellationFlag? = nil, colour managed: Bool,
-                 releasingRead: Bool = false) throws(ImagingError) -> PreparedResize {
+                 releasingRead: Bool = false, placeholder: Bool = false) throws(ImagingError) -> PreparedResize {
         let format = try InputFormat.detect(input, limits: limits)
         if format != .jpeg {
             return try prepareRaster(format, input, options: options, delivery: delivery, cancel: cancel, colour: managed,
-                                     releasingRead: releasingRead)
+                                     releasingRead: releasingRead, placeholder: placeholder)
         }
         let decoder = try JPEGDecoder(data: input, limits: limits, cancel: cancel, failOn: options.failOn)
         var notes: [String] = []
@@ -104,7 +106,7 @@ public struct ImagePipeline: Sendable {
         }
         let wantsDegraded = delivery != .final
         // Only the thumbnail's header is read here, for the estimate.
-        let thumbnail = wantsDegraded ? decoder.thumbnail.flatMap { bytes in
+        let thumbnail = wantsDegraded || placeholder ? decoder.thumbnail.flatMap { bytes in
             try? withBytes(bytes) { raw throws(ImagingError) in
                 try JPEGDecoder(data: raw, limits: Self.thumbnailLimits(raw.count), cancel: nil).header
             }
@@ -426,7 +428,7 @@ public final class PreparedResize {
     var colourManaged = true
     /// Called on `run`'s thread, before any result, with the placeholder: at most once, and
     /// not at all when nil (the default: then none is made) or when the run fails first.
-    public var onPlaceholder: ((Placeholder) -> Void)?
+    public var onPlaceholder: ((MadePlaceholder) -> Void)?
     private var placeholderSent = false
     private var started = ContinuousClock.now
     private var hasRun = false
@@ -498,8 +500,9 @@ extension PreparedResize {
         try cancel?.check()
         let elapsed = ContinuousClock.now - started
         let (seconds, attoseconds) = elapsed.components
-        onPlaceholder(Placeholder(width: plan.outputWidth, height: plan.outputHeight, thumbHash: hash, source: source,
-                                  milliseconds: Double(seconds) * 1e3 + Double(attoseconds) * 1e-15))
+        onPlaceholder(MadePlaceholder(placeholder: Placeholder(width: plan.outputWidth, height: plan.outputHeight,
+                                                               thumbHash: hash),
+                                      source: source, milliseconds: Double(seconds) * 1e3 + Double(attoseconds) * 1e-15))
     }
 }
 

@@ -74,9 +74,10 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
                 phases.append(decoder + early + decoded + degraded.lingering + final.peak)
             }
         }
-        // With a usable EXIF thumbnail, the degraded result comes from it instead; whether it
-        // is usable is known only once it decodes, so both ways are counted.
-        if delivery != .final, let thumbnail {
+        // With a usable EXIF thumbnail, the degraded result (and a placeholder) comes from it
+        // instead; whether it is usable is known only once it decodes, so both ways are
+        // counted. The caller passes a thumbnail only when a run decodes it.
+        if let thumbnail {
             let thumb = Self.thumbnailStage(thumbnail, header: header, plan: plan, options: options)
             phases.append(Self.decoderOverhead + thumb.peak)
             if delivery == .progressive {
@@ -215,7 +216,7 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
     /// The peak of a run over a PNG, WebP or HEIF source: the decoder's working memory, the
     /// decoded (reduced) buffer, and the stages as for JPEG; a HEIF thumbnail's stage too.
     public init(raster header: RasterHeader, plan: ResizePlan, shrink: Int, options: ResizeOptions, delivery: Delivery,
-                inputBytes: Int) {
+                inputBytes: Int, placeholder: Bool = false) {
         let channels = header.channels
         let decodedWidth = RasterDecoders.shrunk(header.width, shrink)
         let decodedHeight = RasterDecoders.shrunk(header.height, shrink)
@@ -253,7 +254,7 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
             phases.append(decoded + opaqueCopy + degraded.peak)
             phases.append(decoded + opaqueCopy + degraded.lingering + final.peak)
         }
-        if delivery != .final, header.hasThumbnail {
+        if delivery != .final || placeholder, header.hasThumbnail {
             let (tw, th) = (header.thumbnailWidth, header.thumbnailHeight)
             let thumbSource = Source(width: tw, height: th, channels: channels, region: ImagePipeline.scale(
                 plan.region, fromWidth: header.width, fromHeight: header.height, toWidth: tw, toHeight: th))

@@ -1,16 +1,11 @@
 import ImageModel
 
-/// What a page can paint before any result arrives: the output's exact size and a ThumbHash
-/// of its picture (the crop, orientation and sRGB conversion applied), made from the smallest
-/// pixels a run has: an embedded thumbnail (EXIF, or a HEIF thumbnail item), else the first
-/// pixels it decodes (a progressive JPEG's first scans, or the buffer the results are made
-/// from).
-public struct Placeholder: Sendable, Equatable {
-    /// The final result's size, after orientation: the same as its `image.width` and `height`.
-    public var width: Int
-    public var height: Int
-    /// ThumbHash's bytes (about 25), see `ThumbHash`.
-    public var thumbHash: [UInt8]
+/// A placeholder (the output's exact size and a ThumbHash of its picture, the crop,
+/// orientation and sRGB conversion applied) as a run made it, from the smallest pixels the
+/// run had: an embedded thumbnail (EXIF, or a HEIF thumbnail item), else the first pixels it
+/// decoded (a progressive JPEG's first scans, or the buffer the results are made from).
+public struct MadePlaceholder: Sendable, Equatable {
+    public var placeholder: Placeholder
     /// Where its pixels came from.
     public var source: DegradedSource
     /// From the start of `PreparedResize.run` to the placeholder, in milliseconds.

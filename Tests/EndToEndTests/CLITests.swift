@@ -407,6 +407,21 @@ final class CLITests: XCTestCase {
                   result.stdout)
         let written = try Data(contentsOf: out.appendingPathComponent("flowers.jpg"))
         XCTAssert(written.starts(with: [0xFF, 0xD8, 0xFF]))
+        // With --json the placeholder comes first, its ThumbHash in base64; --no-placeholder
+        // asks for none.
+        let placeholder = try XCTUnwrap(lines.first { $0.contains("\"event\":\"placeholder\"") }, result.stdout)
+        let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(placeholder.utf8)) as? [String: Any])
+        XCTAssertEqual(object["width"] as? Int, 64)
+        let hash = try XCTUnwrap(Data(base64Encoded: try XCTUnwrap(object["thumbhash"] as? String)))
+        XCTAssertGreaterThanOrEqual(hash.count, 5)
+        XCTAssertLessThan(try XCTUnwrap(lines.firstIndex(of: placeholder)),
+                          try XCTUnwrap(lines.firstIndex { $0.contains("\"event\":\"final\"") }))
+        let quiet = try run(["submit", "2024/flowers.jpeg", "--source", "file", "--width", "64", "--delivery", "final",
+                             "--json", "--no-placeholder", "--no-share", "--out", out.path,
+                             "--broker", cluster.clientsEndpoint])
+        XCTAssertEqual(quiet.status, 0, quiet.stderr)
+        XCTAssertFalse(quiet.stdout.contains("\"event\":\"placeholder\""), quiet.stdout)
+        XCTAssert(quiet.stdout.contains("\"event\":\"final\""), quiet.stdout)
 
         let stdin = try run(["submit", "-", "--source", "url", "--width", "64", "--out", out.path,
                              "--broker", cluster.clientsEndpoint])

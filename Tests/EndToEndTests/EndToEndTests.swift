@@ -35,11 +35,15 @@ final class EndToEndTests: XCTestCase {
                     for try await event in client.submit(ResizeRequest(id: "e2e-\(file)", image: bytes, options: options)) {
                         events.append(event)
                     }
-                    XCTAssertEqual(events.count, 4, "\(file): \(events.map(\.name))")
-                    guard events.count == 4, case .accepted = events[0], case .started(1) = events[1],
-                          case .degraded(let degraded) = events[2], case .final(let final) = events[3] else {
+                    XCTAssertEqual(events.count, 5, "\(file): \(events.map(\.name))")
+                    guard events.count == 5, case .accepted = events[0], case .started(1) = events[1],
+                          case .placeholder(let placeholder) = events[2], case .degraded(let degraded) = events[3],
+                          case .final(let final) = events[4] else {
                         return XCTFail("\(file): unexpected events \(events.map(\.name))")
                     }
+                    // The placeholder says the final's exact size before any image.
+                    XCTAssertEqual([placeholder.width, placeholder.height], [final.width, final.height], file)
+                    XCTAssert((5...32).contains(placeholder.thumbHash.count), "\(file): \(placeholder.thumbHash.count) bytes")
                     XCTAssertEqual(final.width, expected.0, file)
                     XCTAssertEqual(final.height, expected.1, file)
                     let header = try final.bytes.withUnsafeBytes { try ImagePipeline().header(of: $0) }
@@ -192,8 +196,10 @@ final class EndToEndTests: XCTestCase {
         // HEIC in: the thumbnail item first, then the final, in WebP.
         let heic = try SampleImages.bytes("heic-thumbnail.heic")
         let events = try await collect(client.submit(ResizeRequest(image: heic, options: ResizeOptions(width: 400, format: .webp))))
-        XCTAssertEqual(events.map(\.name), ["accepted", "started", "degraded", "final"])
-        guard case .degraded(let degraded) = events[2], case .final(let final) = events[3] else { return XCTFail() }
+        XCTAssertEqual(events.map(\.name), ["accepted", "started", "placeholder", "degraded", "final"])
+        guard case .placeholder(let placeholder) = events[2], case .degraded(let degraded) = events[3],
+              case .final(let final) = events[4] else { return XCTFail() }
+        XCTAssertEqual([placeholder.width, placeholder.height], [final.width, final.height])
         XCTAssertEqual(degraded.width, 320)
         XCTAssertEqual(final.width, 400)
         XCTAssertEqual(final.format, .webp)
@@ -225,9 +231,15 @@ final class EndToEndTests: XCTestCase {
         let options = ResizeOptions(width: 300)
 
         let finalOnly = try await collect(client.submit(ResizeRequest(image: photo, options: options, delivery: .final)))
-        XCTAssertEqual(finalOnly.map(\.name), ["accepted", "started", "final"])
+        XCTAssertEqual(finalOnly.map(\.name), ["accepted", "started", "placeholder", "final"])
         let degradedOnly = try await collect(client.submit(ResizeRequest(image: photo, options: options, delivery: .degraded)))
-        XCTAssertEqual(degradedOnly.map(\.name), ["accepted", "started", "degraded"])
+        XCTAssertEqual(degradedOnly.map(\.name), ["accepted", "started", "placeholder", "degraded"])
+        // Asked for none, none comes.
+        var plain = ResizeRequest(image: photo, options: options, delivery: .final)
+        plain.placeholder = false
+        plain.sharesResults = false  // not from the cache, where the one above left its final
+        let quiet = try await collect(client.submit(plain))
+        XCTAssertEqual(quiet.map(\.name), ["accepted", "started", "final"])
 
         // A bad image fails with its imaging code; the worker and broker keep serving.
         do {
@@ -267,7 +279,7 @@ final class EndToEndTests: XCTestCase {
         try cluster.startThreadWorkers(1, concurrency: 1)
         var rest: [String] = []
         while let event = try await iterator.next() { rest.append(event.name) }
-        XCTAssertEqual(rest, ["started", "final"], "the first request is untouched")
+        XCTAssertEqual(rest, ["started", "placeholder", "final"], "the first request is untouched")
         await first.close()
         await second.close()
     }
@@ -444,6 +456,7 @@ extension RequestEvent {
         switch self {
         case .accepted: "accepted"
         case .started: "started"
+        case .placeholder: "placeholder"
         case .degraded: "degraded"
         case .final: "final"
         case .info: "info"

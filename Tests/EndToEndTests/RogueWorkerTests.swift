@@ -29,6 +29,7 @@ final class RogueWorkerTests: XCTestCase {
                 switch event {
                 case .accepted: ending.events.append("accepted")
                 case .started: ending.events.append("started")
+                case .placeholder: ending.events.append("placeholder")
                 case .degraded: ending.events.append("degraded")
                 case .final: ending.events.append("final")
                 case .info: ending.events.append("info")

@@ -40,7 +40,7 @@ final class SourceEndToEndTests: XCTestCase {
             events.append(event.name)
             if case .final(let image) = event { first = image }
         }
-        XCTAssertEqual(events, ["accepted", "started", "degraded", "final"])
+        XCTAssertEqual(events, ["accepted", "started", "placeholder", "degraded", "final"])
         let fromFile = try XCTUnwrap(first)
         XCTAssertFalse(fromFile.cached)
         let inline = try await client.resize(ResizeRequest(image: photo, options: options, delivery: .final,

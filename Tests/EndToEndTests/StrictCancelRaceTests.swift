@@ -245,6 +245,9 @@ final class StrictCancelRaceTests: XCTestCase {
                         await cancel()
                     }
                 }
+            case .placeholder:
+                if outcome.events.filter({ $0 == "placeholder" }).count > 1 { outcome.violations.append("two placeholders") }
+                if outcome.events.contains("degraded") { outcome.violations.append("a placeholder after the degraded result") }
             case .degraded:
                 mark.working.store(false, ordering: .sequentiallyConsistent)
                 if outcome.events.filter({ $0 == "degraded" }).count > 1 { outcome.violations.append("two degraded results") }

@@ -199,6 +199,7 @@ struct ClientCoreHarness {
             let name = switch event {
             case .accepted: "accepted"
             case .started(let attempt): "started \(attempt)"
+            case .placeholder: terminal ? "placeholder (terminal)" : "placeholder"
             case .degraded: terminal ? "degraded (terminal)" : "degraded"
             case .final: terminal ? "final" : "final (not terminal)"
             case .info: terminal ? "info" : "info (not terminal)"

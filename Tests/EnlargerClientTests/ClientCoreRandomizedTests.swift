@@ -484,6 +484,9 @@ struct ClientSimulation {
                     checkAttribution(image, token)
                 case .started:
                     break
+                case .placeholder:
+                    if terminal { violations.append("a terminal placeholder for \(token)") }
+                    if request.degradedActions > 0 { violations.append("a placeholder after the degraded for \(token)") }
                 case .info:
                     violations.append("an info event for \(token), which asked for a resize")
                 case .download:

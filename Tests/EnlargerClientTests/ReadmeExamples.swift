@@ -6,7 +6,7 @@ import Foundation
 
 enum ReadmeExamples {
     /// "The Swift client": submit, stream the degraded and final results, cancel, close.
-    static func producer(show: ([UInt8]) -> Void, save: ([UInt8]) -> Void) async throws {
+    static func producer(paint: (Placeholder) -> Void, show: ([UInt8]) -> Void, save: ([UInt8]) -> Void) async throws {
         let client = try EnlargerClient(brokerEndpoint: "ipc:///run/user/1000/enlarger/clients.sock")
         let photo = try [UInt8](Data(contentsOf: URL(fileURLWithPath: "photo.jpg")))
         let events = client.submit(ResizeRequest(id: "photo-1", image: photo,
@@ -15,6 +15,7 @@ enum ReadmeExamples {
         do {
             for try await event in events {
                 switch event {
+                case .placeholder(let first): paint(first)        // the final's size and a ThumbHash
                 case .degraded(let preview): show(preview.bytes)   // quick, smaller
                 case .final(let image): save(image.bytes)          // the last event
                 case .accepted, .started, .download, .info: break  // .download: a URL source's progress;

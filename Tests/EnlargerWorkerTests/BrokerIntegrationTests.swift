@@ -66,9 +66,15 @@ final class BrokerIntegrationTests: XCTestCase {
         try start()
         try submit("photo", "sharp_2569067123_aca715a2ee_o.jpg", width: 240, delivery: .progressive)
         guard case .accepted = try receive(), case .started(let started) = try receive(),
+              case .result(let placeholder, let empty) = try receive(),
               case .result(let degraded, _) = try receive(), case .result(let final, let image) = try receive()
-        else { return XCTFail("expected accepted, started, degraded, final") }
+        else { return XCTFail("expected accepted, started, placeholder, degraded, final") }
         XCTAssertEqual(started.attempt, 1)
+        XCTAssertEqual(placeholder.stage, .placeholder)
+        XCTAssertFalse(placeholder.terminal)
+        XCTAssertEqual([placeholder.width, placeholder.height], [final.width, final.height])
+        XCTAssertGreaterThanOrEqual(placeholder.placeholder.count, 5)
+        XCTAssertEqual(empty.count, 0)
         XCTAssertEqual(degraded.stage, .degraded)
         XCTAssertFalse(degraded.terminal)
         XCTAssertEqual(final.stage, .final)

@@ -8,11 +8,11 @@ import XCTest
 final class PlaceholderTests: XCTestCase {
     /// Runs `bytes`, returning the placeholder and the results in the order they came.
     private func run(_ bytes: [UInt8], _ options: ResizeOptions, delivery: Delivery = .progressive,
-                     wanted: Bool = true) throws -> (placeholder: Placeholder?, events: [String], results: [StageResult]) {
-        var placeholder: Placeholder?
+                     wanted: Bool = true) throws -> (placeholder: MadePlaceholder?, events: [String], results: [StageResult]) {
+        var placeholder: MadePlaceholder?
         var events: [String] = [], results: [StageResult] = []
         try withBytes(bytes) { raw throws(ImagingError) in
-            let prepared = try ImagePipeline().prepare(raw, options: options, delivery: delivery)
+            let prepared = try ImagePipeline().prepare(raw, options: options, delivery: delivery, placeholder: wanted)
             if wanted {
                 prepared.onPlaceholder = {
                     placeholder = $0
@@ -80,13 +80,13 @@ final class PlaceholderTests: XCTestCase {
             XCTAssertEqual(events.filter { $0 == "placeholder" }.count, 1, item.name)
             XCTAssertEqual(made.source, item.source, item.name)
             let final = try XCTUnwrap(results.last, item.name)
-            XCTAssertEqual([made.width, made.height], [final.image.width, final.image.height], item.name)
-            XCTAssertGreaterThanOrEqual(made.thumbHash.count, 5, item.name)
-            XCTAssertLessThanOrEqual(made.thumbHash.count, 32, item.name)
+            XCTAssertEqual([made.placeholder.width, made.placeholder.height], [final.image.width, final.image.height], item.name)
+            XCTAssertGreaterThanOrEqual(made.placeholder.thumbHash.count, 5, item.name)
+            XCTAssertLessThanOrEqual(made.placeholder.thumbHash.count, 32, item.name)
             let finalHash = try hashOfFinal(final)
             // Orientation and crop shape it: landscape or not (the top bit of byte 4), as the final.
-            XCTAssertEqual(made.thumbHash[4] >> 7, finalHash[4] >> 7, "\(item.name): landscape bit")
-            let expected = averages(finalHash), got = averages(made.thumbHash)
+            XCTAssertEqual(made.placeholder.thumbHash[4] >> 7, finalHash[4] >> 7, "\(item.name): landscape bit")
+            let expected = averages(finalHash), got = averages(made.placeholder.thumbHash)
             for channel in 0..<3 {
                 XCTAssertLessThanOrEqual(abs(expected[channel] - got[channel]), 2, "\(item.name): averages \(got), final's \(expected)")
             }

@@ -192,6 +192,11 @@
 // check the limit before sending. The client's other requests survive such a drop (see
 // IDENTITY AND RECONNECTION); the oversize Submit shows up as lost in the next SyncReply.
 
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import SwiftProtobuf
 
 // If the compiler emits an error on this type, it is because this file
@@ -377,6 +382,13 @@ public nonisolated struct Enlarger_V1_Submit: @unchecked Sendable {
   public var priority: Enlarger_V1_Priority {
     get {_storage._priority}
     set {_uniqueStorage()._priority = newValue}
+  }
+
+  /// No STAGE_PLACEHOLDER result (see Stage). It costs the worker a fraction of a
+  /// millisecond, so a producer that has no use for it (a backfill) may leave it out.
+  public var noPlaceholder: Bool {
+    get {_storage._noPlaceholder}
+    set {_uniqueStorage()._noPlaceholder = newValue}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -642,6 +654,8 @@ public nonisolated struct Enlarger_V1_Result: @unchecked Sendable {
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
+  /// For STAGE_PLACEHOLDER, width and height are the final's and `placeholder` is set; the
+  /// payload is empty and format and content_type are unset.
   public var requestID: String {
     get {_storage._requestID}
     set {_uniqueStorage()._requestID = newValue}
@@ -701,6 +715,14 @@ public nonisolated struct Enlarger_V1_Result: @unchecked Sendable {
   public var cached: Bool {
     get {_storage._cached}
     set {_uniqueStorage()._cached = newValue}
+  }
+
+  /// STAGE_PLACEHOLDER: a ThumbHash (about 25 bytes; the format of
+  /// https://evanw.github.io/thumbhash/) of the final's picture, its crop, orientation and
+  /// sRGB conversion applied, for a page to paint before any image arrives.
+  public var placeholder: Data {
+    get {_storage._placeholder}
+    set {_uniqueStorage()._placeholder = newValue}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -1376,7 +1398,7 @@ nonisolated extension Enlarger_V1_ClientToBroker: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Submit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{3}deadline_ms\0\u{1}source\0\u{1}batch\0\u{1}priority\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{3}deadline_ms\0\u{1}source\0\u{1}batch\0\u{1}priority\0\u{3}no_placeholder\0")
 
   fileprivate class _StorageClass {
     var _requestID: String = String()
@@ -1386,6 +1408,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
     var _source: Enlarger_V1_ImageSource? = nil
     var _batch: Enlarger_V1_BatchItem? = nil
     var _priority: Enlarger_V1_Priority = .unspecified
+    var _noPlaceholder: Bool = false
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1403,6 +1426,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
       _source = source._source
       _batch = source._batch
       _priority = source._priority
+      _noPlaceholder = source._noPlaceholder
     }
   }
 
@@ -1428,6 +1452,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
         case 5: try { try decoder.decodeSingularMessageField(value: &_storage._source) }()
         case 6: try { try decoder.decodeSingularMessageField(value: &_storage._batch) }()
         case 7: try { try decoder.decodeSingularEnumField(value: &_storage._priority) }()
+        case 8: try { try decoder.decodeSingularBoolField(value: &_storage._noPlaceholder) }()
         default: break
         }
       }
@@ -1461,6 +1486,9 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
       if _storage._priority != .unspecified {
         try visitor.visitSingularEnumField(value: _storage._priority, fieldNumber: 7)
       }
+      if _storage._noPlaceholder != false {
+        try visitor.visitSingularBoolField(value: _storage._noPlaceholder, fieldNumber: 8)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1477,6 +1505,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._source != rhs_storage._source {return false}
         if _storage._batch != rhs_storage._batch {return false}
         if _storage._priority != rhs_storage._priority {return false}
+        if _storage._noPlaceholder != rhs_storage._noPlaceholder {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -1965,7 +1994,7 @@ nonisolated extension Enlarger_V1_Started: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Result"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0\u{1}cached\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0\u{1}cached\0\u{1}placeholder\0")
 
   fileprivate class _StorageClass {
     var _requestID: String = String()
@@ -1978,6 +2007,7 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
     var _contentType: String = String()
     var _notes: [String] = []
     var _cached: Bool = false
+    var _placeholder: Data = Data()
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1998,6 +2028,7 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
       _contentType = source._contentType
       _notes = source._notes
       _cached = source._cached
+      _placeholder = source._placeholder
     }
   }
 
@@ -2026,6 +2057,7 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
         case 8: try { try decoder.decodeSingularStringField(value: &_storage._contentType) }()
         case 9: try { try decoder.decodeRepeatedStringField(value: &_storage._notes) }()
         case 10: try { try decoder.decodeSingularBoolField(value: &_storage._cached) }()
+        case 11: try { try decoder.decodeSingularBytesField(value: &_storage._placeholder) }()
         default: break
         }
       }
@@ -2068,6 +2100,9 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
       if _storage._cached != false {
         try visitor.visitSingularBoolField(value: _storage._cached, fieldNumber: 10)
       }
+      if !_storage._placeholder.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._placeholder, fieldNumber: 11)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -2087,6 +2122,7 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._contentType != rhs_storage._contentType {return false}
         if _storage._notes != rhs_storage._notes {return false}
         if _storage._cached != rhs_storage._cached {return false}
+        if _storage._placeholder != rhs_storage._placeholder {return false}
         return true
       }
       if !storagesAreEqual {return false}

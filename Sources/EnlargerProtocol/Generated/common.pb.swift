@@ -212,6 +212,10 @@ public nonisolated enum Enlarger_V1_ImageFormat: SwiftProtobuf.Enum, Swift.CaseI
 public nonisolated enum Enlarger_V1_Delivery: SwiftProtobuf.Enum, Swift.CaseIterable {
   public typealias RawValue = Int
 
+  /// PROGRESSIVE, FINAL and DEGRADED start with at most one PLACEHOLDER result (none when the
+  /// Submit says no_placeholder, when the request shares a job already past it, and when the
+  /// worker cannot make one), which comes before any other result.
+  ///
   /// Zero or one DEGRADED result, then exactly one FINAL result, which is terminal.
   /// The degraded one is skipped when the worker has nothing cheaper than the final
   /// (for instance a small source image), so a client must not wait for it. Default.
@@ -284,6 +288,11 @@ public nonisolated enum Enlarger_V1_Stage: SwiftProtobuf.Enum, Swift.CaseIterabl
 
   /// The header's facts (DELIVERY_INFO): Result.info, an empty payload.
   case info // = 3
+
+  /// Before any image: the final's exact size (Result.width, height) and a ThumbHash of its
+  /// picture (Result.placeholder), made from the smallest pixels the worker has: an embedded
+  /// thumbnail (EXIF, HEIF), else the first it decodes. Never terminal; an empty payload.
+  case placeholder // = 4
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -296,6 +305,7 @@ public nonisolated enum Enlarger_V1_Stage: SwiftProtobuf.Enum, Swift.CaseIterabl
     case 1: self = .degraded
     case 2: self = .final
     case 3: self = .info
+    case 4: self = .placeholder
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -306,6 +316,7 @@ public nonisolated enum Enlarger_V1_Stage: SwiftProtobuf.Enum, Swift.CaseIterabl
     case .degraded: return 1
     case .final: return 2
     case .info: return 3
+    case .placeholder: return 4
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -316,6 +327,7 @@ public nonisolated enum Enlarger_V1_Stage: SwiftProtobuf.Enum, Swift.CaseIterabl
     .degraded,
     .final,
     .info,
+    .placeholder,
   ]
 
 }
@@ -895,7 +907,7 @@ nonisolated extension Enlarger_V1_Delivery: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension Enlarger_V1_Stage: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0STAGE_UNSPECIFIED\0\u{1}STAGE_DEGRADED\0\u{1}STAGE_FINAL\0\u{1}STAGE_INFO\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0STAGE_UNSPECIFIED\0\u{1}STAGE_DEGRADED\0\u{1}STAGE_FINAL\0\u{1}STAGE_INFO\0\u{1}STAGE_PLACEHOLDER\0")
 }
 
 nonisolated extension Enlarger_V1_FailOn: SwiftProtobuf._ProtoNameProviding {

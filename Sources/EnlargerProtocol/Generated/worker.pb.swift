@@ -377,6 +377,12 @@ public nonisolated struct Enlarger_V1_JobResult: @unchecked Sendable {
     set {_uniqueStorage()._digestVerified = newValue}
   }
 
+  /// STAGE_PLACEHOLDER, as in Result.
+  public var placeholder: Data {
+    get {_storage._placeholder}
+    set {_uniqueStorage()._placeholder = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -591,6 +597,12 @@ public nonisolated struct Enlarger_V1_Job: @unchecked Sendable {
   public var hasSource: Bool {_storage._source != nil}
   /// Clears the value of `source`. Subsequent reads from it will return its default value.
   public mutating func clearSource() {_uniqueStorage()._source = nil}
+
+  /// Send a STAGE_PLACEHOLDER result first (see Stage). False for DELIVERY_INFO.
+  public var placeholder: Bool {
+    get {_storage._placeholder}
+    set {_uniqueStorage()._placeholder = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -992,7 +1004,7 @@ nonisolated extension Enlarger_V1_JobStarted: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".JobResult"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0\u{3}digest_verified\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0\u{3}digest_verified\0\u{1}placeholder\0")
 
   fileprivate class _StorageClass {
     var _jobID: UInt64 = 0
@@ -1006,6 +1018,7 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
     var _contentType: String = String()
     var _notes: [String] = []
     var _digestVerified: Bool = false
+    var _placeholder: Data = Data()
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1027,6 +1040,7 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
       _contentType = source._contentType
       _notes = source._notes
       _digestVerified = source._digestVerified
+      _placeholder = source._placeholder
     }
   }
 
@@ -1056,6 +1070,7 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
         case 9: try { try decoder.decodeSingularStringField(value: &_storage._contentType) }()
         case 10: try { try decoder.decodeRepeatedStringField(value: &_storage._notes) }()
         case 11: try { try decoder.decodeSingularBoolField(value: &_storage._digestVerified) }()
+        case 12: try { try decoder.decodeSingularBytesField(value: &_storage._placeholder) }()
         default: break
         }
       }
@@ -1101,6 +1116,9 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
       if _storage._digestVerified != false {
         try visitor.visitSingularBoolField(value: _storage._digestVerified, fieldNumber: 11)
       }
+      if !_storage._placeholder.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._placeholder, fieldNumber: 12)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1121,6 +1139,7 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
         if _storage._contentType != rhs_storage._contentType {return false}
         if _storage._notes != rhs_storage._notes {return false}
         if _storage._digestVerified != rhs_storage._digestVerified {return false}
+        if _storage._placeholder != rhs_storage._placeholder {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -1439,7 +1458,7 @@ nonisolated extension Enlarger_V1_BrokerToWorker: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Job"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{1}source\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{1}source\0\u{1}placeholder\0")
 
   fileprivate class _StorageClass {
     var _jobID: UInt64 = 0
@@ -1448,6 +1467,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
     var _spec: Enlarger_V1_ResizeSpec? = nil
     var _delivery: Enlarger_V1_Delivery = .progressive
     var _source: Enlarger_V1_ImageSource? = nil
+    var _placeholder: Bool = false
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1464,6 +1484,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
       _spec = source._spec
       _delivery = source._delivery
       _source = source._source
+      _placeholder = source._placeholder
     }
   }
 
@@ -1488,6 +1509,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
         case 4: try { try decoder.decodeSingularMessageField(value: &_storage._spec) }()
         case 5: try { try decoder.decodeSingularEnumField(value: &_storage._delivery) }()
         case 6: try { try decoder.decodeSingularMessageField(value: &_storage._source) }()
+        case 7: try { try decoder.decodeSingularBoolField(value: &_storage._placeholder) }()
         default: break
         }
       }
@@ -1518,6 +1540,9 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
       try { if let v = _storage._source {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
       } }()
+      if _storage._placeholder != false {
+        try visitor.visitSingularBoolField(value: _storage._placeholder, fieldNumber: 7)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1533,6 +1558,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
         if _storage._spec != rhs_storage._spec {return false}
         if _storage._delivery != rhs_storage._delivery {return false}
         if _storage._source != rhs_storage._source {return false}
+        if _storage._placeholder != rhs_storage._placeholder {return false}
         return true
       }
       if !storagesAreEqual {return false}

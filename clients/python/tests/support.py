@@ -119,12 +119,18 @@ def collect(request: enlarger.Request, timeout: float = 30.0) -> list[enlarger.E
 
 def check_life(test: unittest.TestCase, events: list[enlarger.Event]) -> None:
     """The sequence rules: exactly one terminal event, last; degraded at most once and before
-    the final; Accepted first unless the request never got that far."""
+    the final; a placeholder at most once and before any image; Accepted first unless the
+    request never got that far."""
     test.assertTrue(events, "no events at all")
     terminals = [e for e in events if e.terminal]
     test.assertEqual(len(terminals), 1, f"exactly one terminal event expected: {events}")
     test.assertIs(events[-1], terminals[0], f"the terminal event must be last: {events}")
     test.assertLessEqual(sum(isinstance(e, enlarger.Degraded) for e in events), 1, events)
+    placeholders = [i for i, e in enumerate(events) if isinstance(e, enlarger.Placeholder)]
+    test.assertLessEqual(len(placeholders), 1, events)
+    results = [i for i, e in enumerate(events) if isinstance(e, enlarger.Result)]
+    if placeholders and results:
+        test.assertLess(placeholders[0], results[0], f"the placeholder comes before any image: {events}")
     test.assertLessEqual(sum(isinstance(e, enlarger.Accepted) for e in events), 1, events)
     if any(isinstance(e, (enlarger.Started, enlarger.Result)) for e in events):
         test.assertIsInstance(events[0], enlarger.Accepted, events)

@@ -93,6 +93,15 @@ class ResultsTest(unittest.TestCase):
         check_life(self, events)
         self.assertEqual([type(e).__name__ for e in events if isinstance(e, enlarger.Result)], ["Degraded", "Final"])
         self.assertEqual(events[-1].format, enlarger.ImageFormat.AVIF)
+        # The placeholder: the final's size and a ThumbHash, first; none when not asked for.
+        placeholders = [e for e in events if isinstance(e, enlarger.Placeholder)]
+        self.assertEqual(len(placeholders), 1, events)
+        self.assertEqual((placeholders[0].width, placeholders[0].height), (events[-1].width, events[-1].height))
+        self.assertGreaterEqual(len(placeholders[0].thumbhash), 5)
+        quiet = collect(self.client.submit(sample_image("heic-thumbnail.heic"), width=400, format="avif",
+                                           placeholder=False))
+        check_life(self, quiet)
+        self.assertFalse(any(isinstance(e, enlarger.Placeholder) for e in quiet), quiet)
         self.assertEqual(events[-1].data[4:12], b"ftypavif")
         info = self.client.info(sample_image("webp-iccp-p3.webp"))
         self.assertEqual((info.format, info.width, info.height, info.profile_description), ("webp", 96, 64, "Display P3"))

@@ -23,8 +23,8 @@ from .codes import CancelOutcome, Chroma, Delivery, ErrorCode, FailOn, Fit, Imag
 from .errors import (BrokerLostError, BrokerUnreachableError, CallFailedError, ClientClosedError,
                      DuplicateRequestIdError, EnlargerError, InFlightLimitError, InputTooLargeError,
                      InsecureEndpointError, InvalidArgumentError, InvalidRequestIdError, KeyFileError, RequestError)
-from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Download, Event, Failed, Final, ImageInfo, Info, Rejected,
-                     Result, Started, Totals, WorkerStatus, CacheStatus)
+from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Download, Event, Failed, Final, ImageInfo, Info,
+                     Placeholder, Rejected, Result, Started, Totals, WorkerStatus, CacheStatus)
 from .keys import KeyFilePaths, generate_key_pair
 from .request import Request
 
@@ -33,7 +33,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "Request", "AsyncClient", "AsyncRequest", "PendingRequest", "default_endpoint",
     "DEFAULT_MAX_IN_FLIGHT", "generate_key_pair", "KeyFilePaths",
-    "Event", "Accepted", "Started", "Download", "Result", "Degraded", "Final", "Info", "ImageInfo", "Failed", "Rejected",
+    "Event", "Accepted", "Started", "Download", "Placeholder", "Result", "Degraded", "Final", "Info", "ImageInfo",
+    "Failed", "Rejected",
     "Cancelled",
     "BrokerStatus", "WorkerStatus", "Totals", "CacheStatus",
     "ErrorCode", "Fit", "Chroma", "ImageFormat", "FailOn", "Delivery", "Priority", "CancelOutcome",

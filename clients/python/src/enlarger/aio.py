@@ -71,7 +71,7 @@ class AsyncClient:
                background: str | int | None = None, lossless: bool = False,
                degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
                timeout: float | None = None, share: bool = True, wait: bool | float = True,
-               priority: Priority | str = Priority.INTERACTIVE) -> PendingRequest:
+               priority: Priority | str = Priority.INTERACTIVE, placeholder: bool = True) -> PendingRequest:
         """Submits one image, as `Client.submit` (same arguments): ``await`` the result for the
         `AsyncRequest`, or use it directly as ``async with client.submit(...) as request``,
         which cancels the request when the block is left before it ended.
@@ -88,7 +88,7 @@ class AsyncClient:
             width=width, height=height, fit=fit, enlarge=enlarge, quality=quality, progressive=progressive,
             chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
             flatten=flatten, background=background, lossless=lossless, degraded=degraded, delivery=delivery,
-            request_id=request_id, timeout=timeout, priority=priority)
+            request_id=request_id, timeout=timeout, priority=priority, placeholder=placeholder)
         client = self._client
         path = local_file
         # Argument errors at once, before a local file is read.

@@ -233,7 +233,7 @@ class Client:
                background: str | int | None = None, lossless: bool = False,
                degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
                timeout: float | None = None, share: bool = True, wait: bool | float = True,
-               priority: Priority | str = Priority.INTERACTIVE) -> Request:
+               priority: Priority | str = Priority.INTERACTIVE, placeholder: bool = True) -> Request:
         """Submits one image (JPEG, PNG, WebP, HEIC, AVIF, GIF or JPEG XL, recognised by the worker from its
         content) and returns its `Request`, an iterator of events.
 
@@ -280,6 +280,8 @@ class Client:
         - `priority`: the broker lane it waits in, `Priority.INTERACTIVE` (default) or
           `Priority.BULK` (behind every interactive request, never on the capacity kept for
           them: for backfills).
+        - `placeholder`: a `Placeholder` event (the final's size and a ThumbHash of its
+          picture) before any image (default); False asks for none.
         - `wait`: what to do when `max_in_flight` requests are in flight already: True
           (default) waits until one ends, False raises `InFlightLimitError` at once, a number
           waits that many seconds first.
@@ -303,7 +305,7 @@ class Client:
             width=width, height=height, fit=fit, enlarge=enlarge, quality=quality, progressive=progressive,
             chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
             flatten=flatten, background=background, lossless=lossless, degraded=degraded, delivery=delivery,
-            request_id=request_id, timeout=timeout, priority=priority), share)
+            request_id=request_id, timeout=timeout, priority=priority, placeholder=placeholder), share)
         return Request(self, self._submit_waiting(submit, data, wait))
 
     def _prepare(self, image: bytes | bytearray | memoryview | None, worker_file: str | None, url: str | None,
@@ -450,7 +452,8 @@ class Client:
                       accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
                       background: str | int | None = None, lossless: bool = False, degraded: bool,
                       delivery: Delivery | str | None, request_id: str | None,
-                      timeout: float | None, priority: Priority | str = Priority.INTERACTIVE) -> client_pb2.Submit:
+                      timeout: float | None, priority: Priority | str = Priority.INTERACTIVE,
+                      placeholder: bool = True) -> client_pb2.Submit:
         submit = client_pb2.Submit()
         submit.request_id = wire.check_request_id(str(uuid.uuid4()) if request_id is None else request_id)
         spec = submit.spec
@@ -504,6 +507,7 @@ class Client:
             delivery = Delivery.PROGRESSIVE if _flag(degraded, "degraded") else Delivery.FINAL
         submit.delivery = _member(Delivery, delivery, "delivery").wire
         submit.priority = _member(Priority, priority, "priority").wire
+        submit.no_placeholder = not _flag(placeholder, "placeholder")
         if timeout is not None:
             submit.deadline_ms = _deadline_ms(timeout)
         return submit

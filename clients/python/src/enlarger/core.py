@@ -57,8 +57,8 @@ from typing import Any, NamedTuple, Union
 
 from ._proto import client_pb2, common_pb2
 from .codes import CancelOutcome, ErrorCode, ImageFormat
-from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Download, Event, Failed, Final, ImageInfo, Info, Rejected,
-                     Started)
+from .events import (Accepted, BrokerStatus, Cancelled, Degraded, Download, Event, Failed, Final, ImageInfo, Info,
+                     Placeholder, Rejected, Started)
 from .wire import MAX_SYNC_REQUEST_IDS
 
 _DOWNLOAD_PHASES = {
@@ -149,6 +149,7 @@ class _Route:
     #: The broker instance believed to hold it.
     instance: int | None = None
     degraded_delivered: bool = False
+    placeholder_delivered: bool = False
     #: The caller cancelled it: it is never submitted again.
     cancelled: bool = False
     #: Its terminal action was given already (local deadline, or connection given up).
@@ -683,7 +684,10 @@ class ClientCore:
             violation = f"the broker sent a result in unknown format {result.format}"
         elif result.stage == common_pb2.STAGE_FINAL and not result.terminal:
             violation = "the broker sent a final result that is not terminal"
-        elif result.stage not in (common_pb2.STAGE_DEGRADED, common_pb2.STAGE_FINAL, common_pb2.STAGE_INFO):
+        elif result.stage == common_pb2.STAGE_PLACEHOLDER and result.terminal:
+            violation = "the broker sent a placeholder that is terminal"
+        elif result.stage not in (common_pb2.STAGE_DEGRADED, common_pb2.STAGE_FINAL, common_pb2.STAGE_INFO,
+                                  common_pb2.STAGE_PLACEHOLDER):
             violation = f"the broker sent a result with stage {result.stage}"
         if violation is not None:
             self._end_route(request_id, Failed(request_id, ErrorCode.MALFORMED, violation), actions)
@@ -696,6 +700,12 @@ class ClientCore:
         event: Event
         if result.stage == common_pb2.STAGE_INFO:
             event = Info(request_id, _image_info(result.info))
+        elif result.stage == common_pb2.STAGE_PLACEHOLDER:
+            # Once, and only before any image.
+            if route.placeholder_delivered or route.degraded_delivered:
+                return
+            route.placeholder_delivered = True
+            event = Placeholder(request_id, result.width, result.height, bytes(result.placeholder))
         elif result.stage == common_pb2.STAGE_DEGRADED:
             # After a resubmission only the final may come; a second degraded never.
             if route.degraded_delivered:
@@ -758,6 +768,8 @@ class ClientCore:
                 self.awaiting_answer -= 1
                 if route.degraded_delivered:
                     route.submit.delivery = common_pb2.DELIVERY_FINAL
+                if route.placeholder_delivered:
+                    route.submit.no_placeholder = True
                 self._queue_submit(request_id)
             else:
                 self._end_route(request_id, Failed(

@@ -22,6 +22,7 @@ __all__ = [
     "Accepted",
     "Started",
     "Download",
+    "Placeholder",
     "Result",
     "Degraded",
     "Final",
@@ -70,6 +71,18 @@ class Download(Event):
     phase: str = "started"
     bytes: int = 0
     expected_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Placeholder(Event):
+    """Before any image: the final's exact size (`width` x `height`) and `thumbhash`, a
+    ThumbHash of its picture (about 25 bytes, https://evanw.github.io/thumbhash/), to paint
+    at once. At most one, never terminal; none when `submit(placeholder=False)`, when the
+    request joined a job already past it, or when the worker could not make one."""
+
+    width: int = 0
+    height: int = 0
+    thumbhash: bytes = b""
 
 
 @dataclass(frozen=True)

@@ -185,13 +185,14 @@ class Rejected(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ["cached", "content_type", "format", "height", "info", "notes", "request_id", "stage", "terminal", "width"]
+    __slots__ = ["cached", "content_type", "format", "height", "info", "notes", "placeholder", "request_id", "stage", "terminal", "width"]
     CACHED_FIELD_NUMBER: _ClassVar[int]
     CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
     NOTES_FIELD_NUMBER: _ClassVar[int]
+    PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     TERMINAL_FIELD_NUMBER: _ClassVar[int]
@@ -202,11 +203,12 @@ class Result(_message.Message):
     height: int
     info: _common_pb2.ImageInfo
     notes: _containers.RepeatedScalarFieldContainer[str]
+    placeholder: bytes
     request_id: str
     stage: _common_pb2.Stage
     terminal: bool
     width: int
-    def __init__(self, request_id: _Optional[str] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ..., content_type: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., cached: bool = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ..., content_type: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., cached: bool = ..., placeholder: _Optional[bytes] = ...) -> None: ...
 
 class Started(_message.Message):
     __slots__ = ["attempt", "request_id"]
@@ -243,10 +245,11 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Submit(_message.Message):
-    __slots__ = ["batch", "deadline_ms", "delivery", "priority", "request_id", "source", "spec"]
+    __slots__ = ["batch", "deadline_ms", "delivery", "no_placeholder", "priority", "request_id", "source", "spec"]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    NO_PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -254,11 +257,12 @@ class Submit(_message.Message):
     batch: BatchItem
     deadline_ms: int
     delivery: _common_pb2.Delivery
+    no_placeholder: bool
     priority: Priority
     request_id: str
     source: _common_pb2.ImageSource
     spec: _common_pb2.ResizeSpec
-    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., deadline_ms: _Optional[int] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ..., batch: _Optional[_Union[BatchItem, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., deadline_ms: _Optional[int] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ..., batch: _Optional[_Union[BatchItem, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., no_placeholder: bool = ...) -> None: ...
 
 class Sync(_message.Message):
     __slots__ = ["nonce", "request_ids"]

@@ -57,6 +57,7 @@ IMAGE_FORMAT_WEBP: ImageFormat
 STAGE_DEGRADED: Stage
 STAGE_FINAL: Stage
 STAGE_INFO: Stage
+STAGE_PLACEHOLDER: Stage
 STAGE_UNSPECIFIED: Stage
 
 class Error(_message.Message):

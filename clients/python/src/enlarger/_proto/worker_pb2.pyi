@@ -37,20 +37,22 @@ class Heartbeat(_message.Message):
     def __init__(self) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ["attempt", "delivery", "job_id", "request_id", "source", "spec"]
+    __slots__ = ["attempt", "delivery", "job_id", "placeholder", "request_id", "source", "spec"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     delivery: _common_pb2.Delivery
     job_id: int
+    placeholder: bool
     request_id: str
     source: _common_pb2.ImageSource
     spec: _common_pb2.ResizeSpec
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ..., placeholder: bool = ...) -> None: ...
 
 class JobAttempt(_message.Message):
     __slots__ = ["attempt", "job_id"]
@@ -95,7 +97,7 @@ class JobFailed(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class JobResult(_message.Message):
-    __slots__ = ["attempt", "content_type", "digest_verified", "format", "height", "info", "job_id", "notes", "stage", "terminal", "width"]
+    __slots__ = ["attempt", "content_type", "digest_verified", "format", "height", "info", "job_id", "notes", "placeholder", "stage", "terminal", "width"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     DIGEST_VERIFIED_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +106,7 @@ class JobResult(_message.Message):
     INFO_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NOTES_FIELD_NUMBER: _ClassVar[int]
+    PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     TERMINAL_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FIELD_NUMBER: _ClassVar[int]
@@ -115,10 +118,11 @@ class JobResult(_message.Message):
     info: _common_pb2.ImageInfo
     job_id: int
     notes: _containers.RepeatedScalarFieldContainer[str]
+    placeholder: bytes
     stage: _common_pb2.Stage
     terminal: bool
     width: int
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ..., content_type: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., digest_verified: bool = ...) -> None: ...
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ..., content_type: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., digest_verified: bool = ..., placeholder: _Optional[bytes] = ...) -> None: ...
 
 class JobSourceOpened(_message.Message):
     __slots__ = ["attempt", "identity", "job_id"]
