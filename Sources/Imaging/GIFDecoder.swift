@@ -66,7 +66,7 @@ final class GIFDecoder: RasterDecoder {
     }
 
     private static func error(_ status: eg_status, _ message: [CChar]) -> ImagingError {
-        let text = "GIF: " + String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let text = "GIF: " + RasterDecoders.text(message)
         return switch status {
         case EG_ERR_NOT_GIF: ImagingError(.unknownFormat, text)
         case EG_ERR_TRUNCATED: ImagingError(.truncated, text)

@@ -71,7 +71,7 @@ final class JXLDecoder: RasterDecoder {
     }
 
     private static func error(_ status: ex_status, _ message: [CChar]) -> ImagingError {
-        let text = "JPEG XL: " + String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let text = "JPEG XL: " + RasterDecoders.text(message)
         return switch status {
         case EX_ERR_NOT_JXL: ImagingError(.unknownFormat, text)
         case EX_ERR_TRUNCATED: ImagingError(.truncated, text)

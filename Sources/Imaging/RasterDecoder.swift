@@ -118,6 +118,11 @@ enum RasterDecoders {
         free(bytes)
     }
 
+    /// A shim's message: the C string its fixed buffer holds.
+    static func text(_ message: [CChar]) -> String {
+        String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     /// `ceil(length / shrink)`.
     static func shrunk(_ length: Int, _ shrink: Int) -> Int { (length + shrink - 1) / shrink }
 

@@ -23,7 +23,7 @@ final class WebPDecoder: RasterDecoder {
         let status = ew_read_header(data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count, &info,
                                     &message, message.count)
         guard status == EW_OK else { throw Self.error(status, message) }
-        cut = info.cut != 0 ? Self.text(message) : nil
+        cut = info.cut != 0 ? RasterDecoders.text(message) : nil
         var header = RasterHeader(
             format: .webp, width: Int(info.width), height: Int(info.height), channels: info.has_alpha != 0 ? 4 : 3,
             hasAlpha: info.has_alpha != 0, bitDepth: 8, colorSpace: info.lossless != 0 ? "argb" : "ycbcr")
@@ -65,12 +65,8 @@ final class WebPDecoder: RasterDecoder {
         return raster
     }
 
-    private static func text(_ message: [CChar]) -> String {
-        String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-
     private static func error(_ status: ew_status, _ message: [CChar]) -> ImagingError {
-        let text = "WebP: " + text(message)
+        let text = "WebP: " + RasterDecoders.text(message)
         return switch status {
         case EW_ERR_NOT_WEBP: ImagingError(.unknownFormat, text)
         case EW_ERR_TRUNCATED: ImagingError(.truncated, text)

@@ -51,6 +51,30 @@ enum TestImages {
         return results
     }
 
+    /// Runs `body` once per delay with a flag another thread sets after that many
+    /// milliseconds (0: at once), then once with a flag set before it starts, decoding
+    /// `bytes` as `format` straight: every run must end `.cancelled`.
+    static func assertCancelled(_ bytes: [UInt8], as format: InputFormat, afterMilliseconds delays: [Int] = [0, 2, 10],
+                                file: StaticString = #filePath, line: UInt = #line,
+                                _ body: (CancellationFlag) throws -> Void) {
+        for delay in delays {
+            let flag = CancellationFlag()
+            let thread = Thread {
+                usleep(useconds_t(delay * 1000))
+                flag.cancel()
+            }
+            thread.start()
+            XCTAssertThrowsError(try body(flag), file: file, line: line) {
+                XCTAssertEqual(($0 as? ImagingError)?.code, .cancelled, "cancel after \(delay) ms", file: file, line: line)
+            }
+        }
+        let flag = CancellationFlag()
+        flag.cancel()
+        XCTAssertThrowsError(try withBytes(bytes) { raw throws(ImagingError) in
+            try RasterDecoders.make(format, data: raw, limits: DecodeLimits(), cancel: flag, failOn: .error).decode(shrink: 1)
+        }, file: file, line: line) { XCTAssertEqual(($0 as? ImagingError)?.code, .cancelled, file: file, line: line) }
+    }
+
     static func final(_ file: String, _ options: ResizeOptions) throws -> StageResult {
         try final(try bytes(file), options)
     }

@@ -235,22 +235,9 @@ final class GIFTests: XCTestCase {
         let indices = (0..<width * height).map { UInt8(truncatingIfNeeded: $0 % width / 12 + $0 / width / 8) }
         let bytes = GIFWriter.make(screenWidth: width, screenHeight: height, palette: (0..<768).map { UInt8($0 / 3) },
                                    images: [.init(width: width, height: height, indices: indices)])
-        for delayMilliseconds in [0, 2, 10] {
-            let flag = CancellationFlag()
-            let thread = Thread {
-                usleep(useconds_t(delayMilliseconds * 1000))
-                flag.cancel()
-            }
-            thread.start()
-            XCTAssertThrowsError(try TestImages.run(bytes, ResizeOptions(width: width, format: .pnm), cancel: flag)) {
-                XCTAssertEqual(($0 as? ImagingError)?.code, .cancelled, "cancel after \(delayMilliseconds) ms")
-            }
+        TestImages.assertCancelled(bytes, as: .gif) { flag in
+            _ = try TestImages.run(bytes, ResizeOptions(width: width, format: .pnm), cancel: flag)
         }
-        let flag = CancellationFlag()
-        flag.cancel()
-        XCTAssertThrowsError(try withBytes(bytes) { raw throws(ImagingError) in
-            try RasterDecoders.make(.gif, data: raw, limits: DecodeLimits(), cancel: flag, failOn: .error).decode(shrink: 1)
-        }) { XCTAssertEqual(($0 as? ImagingError)?.code, .cancelled) }
     }
 
     /// The limits hold before any pixel memory: a screen over the pixel limit, and a canvas
