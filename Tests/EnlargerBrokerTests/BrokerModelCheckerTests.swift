@@ -10,9 +10,10 @@ import XCTest
 /// in two lanes, two of each principal naming the same image, one with a short deadline)
 /// is driven through every interleaving of its actions up to a depth: submits, cancels,
 /// workers registering, answering, failing, acknowledging cancels, dying, a duplicated
-/// terminal frame, and time passing. States are fingerprinted (the core's decisive state
+/// terminal frame, a placeholder (one request opted out of it), and time passing. States are fingerprinted (the core's decisive state
 /// and what the peers hold and have been told) so each is expanded once. At every state:
 /// - no request is told more than one terminal event, nothing follows it;
+/// - no request is told two placeholders, a terminal one, or one it opted out of;
 /// - a result reaches a request only from a job of its own principal (sharing is off);
 /// - no worker is given more jobs than its capacity, no job is on two workers;
 /// - the core's own bookkeeping holds (`CoreHarness.inconsistencies`: every waiting job in
@@ -63,6 +64,17 @@ final class BrokerModelCheckerTests: XCTestCase {
         XCTAssertFalse(checker.violations.isEmpty, "a job given out twice went unnoticed")
         print("planted double dispatch found: \(checker.violations.first ?? "")")
     }
+
+    func testItFindsAPlaceholderSentToARequestThatOptedOut() {
+        // The bug: the broker forgets which requests opted out of the placeholder.
+        var checker = ModelChecker(depth: 7) { core in
+            for key in Array(core.requests.keys) { core.requests[key]!.wantsPlaceholder = true }
+        }
+        checker.stopAtFirstViolation = true
+        checker.run()
+        XCTAssertFalse(checker.violations.isEmpty, "a placeholder for a request that opted out went unnoticed")
+        print("planted placeholder bug found: \(checker.violations.first ?? "")")
+    }
 }
 
 /// The world and its exploration (see `BrokerModelCheckerTests`).
@@ -73,6 +85,8 @@ struct ModelChecker {
         let priority: Enlarger_V1_Priority
         let image: [UInt8]
         let deadlineMs: UInt32
+        /// Its Submit does not say no_placeholder.
+        var wantsPlaceholder = true
     }
 
     static let principals = [Principal("curve:p1"), Principal("curve:p2")]
@@ -81,7 +95,7 @@ struct ModelChecker {
     static let shared: [UInt8] = [0xFF, 0xD8, 0xFF, 0x01]
     static let requests = [
         Request(id: "a", client: 0, priority: .interactive, image: shared, deadlineMs: 0),
-        Request(id: "b", client: 1, priority: .bulk, image: [0xFF, 0xD8, 0xFF, 0x02], deadlineMs: 0),
+        Request(id: "b", client: 1, priority: .bulk, image: [0xFF, 0xD8, 0xFF, 0x02], deadlineMs: 0, wantsPlaceholder: false),
         Request(id: "c", client: 0, priority: .bulk, image: shared, deadlineMs: 1500),
         Request(id: "d", client: 1, priority: .interactive, image: shared, deadlineMs: 0),
     ]
@@ -92,6 +106,7 @@ struct ModelChecker {
         let jobID: UInt64
         let attempt: UInt32
         var cancelRequested = false
+        var placeholderSent = false
     }
 
     /// What one request's client has been told.
@@ -99,6 +114,7 @@ struct ModelChecker {
         var accepted = false
         var terminals = 0
         var afterTerminal = 0
+        var placeholders = 0
     }
 
     struct State {
@@ -114,6 +130,7 @@ struct ModelChecker {
         var jobPrincipal: [UInt64: Int] = [:]
         var deathsLeft = 1
         var duplicatesLeft = 1
+        var placeholdersLeft = 1
         var ticksLeft = 2
         var trace: [String] = []
         var problems: [String] = []
@@ -176,7 +193,7 @@ struct ModelChecker {
 
     enum Action {
         case submit(Int), cancel(Int)
-        case register(Int), finish(Int, Int), fail(Int, Int), acknowledge(Int, Int)
+        case register(Int), finish(Int, Int), fail(Int, Int), acknowledge(Int, Int), placeholder(Int, Int)
         case die(Int), duplicate(Int), tick
     }
 
@@ -193,6 +210,7 @@ struct ModelChecker {
             for (slot, held) in state.held[worker].enumerated() {
                 actions.append(.finish(worker, slot))
                 if held.cancelRequested { actions.append(.acknowledge(worker, slot)) } else { actions.append(.fail(worker, slot)) }
+                if state.placeholdersLeft > 0, !held.placeholderSent { actions.append(.placeholder(worker, slot)) }
             }
             if state.deathsLeft > 0 { actions.append(.die(worker)) }
             if state.duplicatesLeft > 0, state.lastTerminal[worker] != nil { actions.append(.duplicate(worker)) }
@@ -215,6 +233,7 @@ struct ModelChecker {
             submit.delivery = .final
             submit.priority = request.priority
             submit.deadlineMs = request.deadlineMs
+            submit.noPlaceholder = !request.wantsPlaceholder
             submit.source.inline.sha256 = Data(SHA256Stub.digest(request.image))
             client(request.client, .submit(submit, image: request.image), &state)
         case .cancel(let index):
@@ -252,6 +271,19 @@ struct ModelChecker {
             })
             state.lastTerminal[worker] = message.encoded().frames
             self.worker(worker, message, &state)
+        case .placeholder(let worker, let slot):
+            state.placeholdersLeft -= 1
+            state.held[worker][slot].placeholderSent = true
+            let held = state.held[worker][slot]
+            state.trace.append("w\(worker + 1) sends a placeholder for job \(held.jobID)")
+            self.worker(worker, .jobResult(.with {
+                $0.jobID = held.jobID
+                $0.attempt = held.attempt
+                $0.stage = .placeholder
+                $0.width = 8
+                $0.height = 8
+                $0.placeholder = Data([1, 2, 3, 4, 5])
+            }, image: []), &state)
         case .acknowledge(let worker, let slot):
             let held = state.held[worker].remove(at: slot)
             state.trace.append("w\(worker + 1) acknowledges the cancel of job \(held.jobID)")
@@ -361,6 +393,12 @@ struct ModelChecker {
         case .started(let started): (id, terminal) = (started.requestID, false)
         case .result(let result, let image):
             (id, terminal) = (result.requestID, result.terminal)
+            if result.stage == .placeholder, let index = request(id) {
+                state.told[index].placeholders += 1
+                if state.told[index].placeholders > 1 { state.problems.append("\(id) told two placeholders") }
+                if !Self.requests[index].wantsPlaceholder { state.problems.append("\(id) told a placeholder it opted out of") }
+                if result.terminal { state.problems.append("\(id) told a terminal placeholder") }
+            }
             let jobID = image.count == 8 ? image.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) } : 0
             if let maker = state.jobPrincipal[UInt64(littleEndian: jobID)], maker != client {
                 state.problems.append("\(id) of principal \(client + 1) got a result made for principal \(maker + 1)")
@@ -493,6 +531,8 @@ struct ModelChecker {
             hasher.combine(job.quarantined)
             hasher.combine(job.losses)
             hasher.combine(job.shareKey != nil)
+            hasher.combine(job.placeholder)
+            hasher.combine(job.placeholderSent)
         }
         hasher.combine(core.waiting.fingerprint)
         for worker in core.workers {
@@ -513,6 +553,7 @@ struct ModelChecker {
         hasher.combine(state.lastTerminal.map { $0 != nil })
         hasher.combine(state.deathsLeft)
         hasher.combine(state.duplicatesLeft)
+        hasher.combine(state.placeholdersLeft)
         hasher.combine(state.ticksLeft)
         return hasher.finalize()
     }
