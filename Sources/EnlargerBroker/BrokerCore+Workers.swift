@@ -199,8 +199,9 @@ extension BrokerCore {
             }
             if result.stage == .placeholder {
                 // Informational, and only before any image: one that comes later, or again
-                // from a retry, is dropped rather than held against the worker.
-                guard !job.placeholderSent, !job.degradedSent else {
+                // from a retry, or one that is not what the contract says (an empty payload, a
+                // hash of ThumbHash's size), is dropped rather than held against the worker.
+                guard !job.placeholderSent, !job.degradedSent, image.count == 0, result.placeholder.count <= 64 else {
                     counters.lateResultsDropped += 1
                     return
                 }

@@ -46,6 +46,19 @@ final class BrokerCorePlaceholderTests: XCTestCase {
         let jobs = broker.jobs(for: w1)
         XCTAssertEqual(jobs.map(\.placeholder), [true, false])
 
+        // One carrying a payload, or a hash far larger than ThumbHash's, is dropped.
+        broker.worker(w1, .jobResult(.with {
+            $0.jobID = jobs[0].jobID
+            $0.attempt = jobs[0].attempt
+            $0.stage = .placeholder
+            $0.placeholder = Self.hash
+        }, image: CoreHarness.image))
+        broker.worker(w1, .jobResult(.with {
+            $0.jobID = jobs[0].jobID
+            $0.attempt = jobs[0].attempt
+            $0.stage = .placeholder
+            $0.placeholder = Data(repeating: 1, count: 65)
+        }, image: []))
         placeholder(&broker, w1, jobs[0])
         placeholder(&broker, w1, jobs[0])  // a second one is dropped
         broker.result(w1, jobs[0], .degraded, terminal: false)
