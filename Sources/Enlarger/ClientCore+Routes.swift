@@ -281,7 +281,8 @@ extension ImageInfo {
                   channels: Int(info.channels), hasAlpha: info.hasAlpha_p, bitDepth: Int(info.bitDepth),
                   colorSpace: info.colorSpace, profileDescription: info.profileDescription.isEmpty ? nil : info.profileDescription,
                   profileBytes: Int(info.profileBytes), progressive: info.progressive,
-                  hasEmbeddedThumbnail: info.hasEmbeddedThumbnail_p, byteSize: Int(clamping: info.byteSize))
+                  hasEmbeddedThumbnail: info.hasEmbeddedThumbnail_p, byteSize: Int(clamping: info.byteSize),
+                  hasGainMap: info.hasGainMap_p)
     }
 }
 

@@ -110,6 +110,7 @@ public struct ResizeRequest: Sendable {
         if options.background != .white { submit.spec.background = options.background.packed }
         submit.spec.lossless = options.lossless
         submit.spec.keepProfile = options.keepProfile
+        submit.spec.gainMap = Enlarger_V1_ResizeSpec.wire(options.gainMap)
         submit.spec.failOn = switch options.failOn {
         case .none: .none
         case .truncated: .truncated

@@ -7,6 +7,7 @@ extension Fit: ExpressibleByArgument {}
 extension OutputFormat: ExpressibleByArgument {}
 extension Delivery: ExpressibleByArgument {}
 extension FailOn: ExpressibleByArgument {}
+extension GainMapMode: ExpressibleByArgument {}
 
 enum Chroma: String, ExpressibleByArgument, CaseIterable {
     case c420 = "420", c444 = "444"
@@ -71,6 +72,13 @@ struct ImageOptions: ParsableArguments {
     @Flag(help: "Keep an RGB or grey source's ICC profile (embedded in the output; PNM has none) instead of converting to sRGB.")
     var keepProfile = false
 
+    @Option(help: ArgumentHelp(
+        "A JPEG source's HDR gain map (UltraHDR / ISO 21496-1): keep (the default: resized with the image and "
+            + "written into JPEG output, so it still shows as HDR; other formats leave it out), drop (a plain SDR "
+            + "JPEG), or apply (the SDR rendition without a map: the base itself, or an HDR base tone-mapped).",
+        valueName: "mode"))
+    var gainMap: GainMapMode = .keep
+
     func validate() throws {
         if format != nil && accept != nil { throw ValidationError("give --format or --accept, not both") }
         if flatten && accept == nil { throw ValidationError("--flatten goes with --accept (--format flattens as needed)") }
@@ -101,6 +109,7 @@ struct ImageOptions: ParsableArguments {
         options.flatten = flatten
         options.background = background.flatMap(RGBColour.init(hex:)) ?? .white
         options.lossless = lossless
+        options.gainMap = gainMap
         return options
     }
 }

@@ -80,6 +80,7 @@ struct InfoCommand: ParsableCommand {
         default: break
         }
         if info.hasEmbeddedThumbnail { parts.append(info.format == "jpeg" ? "EXIF thumbnail" : "embedded thumbnail") }
+        if info.hasGainMap { parts.append("HDR gain map") }
         parts.append("\(info.byteSize) bytes")
         return "\(input): " + parts.joined(separator: ", ")
     }
@@ -99,6 +100,7 @@ struct InfoCommand: ParsableCommand {
         object.add("profile_bytes", info.profileBytes)
         object.add("progressive", info.progressive)
         object.add("embedded_thumbnail", info.hasEmbeddedThumbnail)
+        object.add("gain_map", info.hasGainMap)
         object.add("bytes", info.byteSize)
         return object.text
     }

@@ -77,6 +77,8 @@ final class Syncer {
             "accept=\(o.accept.map(\.rawValue).joined(separator: ","))", "flatten=\(o.flatten)", "bg=\(o.background)",
             "lossless=\(o.lossless)", "failOn=\(o.failOn.rawValue)", "keepProfile=\(o.keepProfile)",
         ].joined(separator: ";")
+            // Added after the rest: a mirror made before keeps its key under the default.
+            + (o.gainMap == .keep ? "" : ";gainMap=\(o.gainMap.rawValue)")
     }
 }
 

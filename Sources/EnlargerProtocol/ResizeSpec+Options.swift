@@ -66,6 +66,12 @@ extension ResizeOptions {
             background = RGBColour(packed: spec.background)
         }
         lossless = spec.lossless
+        switch spec.gainMap {
+        case .keep: gainMap = .keep
+        case .drop: gainMap = .drop
+        case .apply: gainMap = .apply
+        case .UNRECOGNIZED(let value): throw InvalidArgumentError("unknown gain_map \(value)")
+        }
     }
 }
 
@@ -101,9 +107,18 @@ extension Enlarger_V1_ResizeSpec {
             canonical.background = options.background.packed
             canonical.lossless = options.lossless
             canonical.keepProfile = options.keepProfile
+            canonical.gainMap = Self.wire(options.gainMap)
         }
         // Binary encoding is deterministic for a message without maps, as this one is.
         return (try? canonical.serializedBytes()) ?? []
+    }
+
+    public static func wire(_ mode: GainMapMode) -> Enlarger_V1_GainMap {
+        switch mode {
+        case .keep: .keep
+        case .drop: .drop
+        case .apply: .apply
+        }
     }
 
     static func wire(_ format: OutputFormat) -> Enlarger_V1_ImageFormat {

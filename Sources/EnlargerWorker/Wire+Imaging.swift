@@ -87,5 +87,6 @@ extension Enlarger_V1_ImageInfo {
         progressive = info.progressive
         hasEmbeddedThumbnail_p = info.hasEmbeddedThumbnail
         byteSize = UInt64(info.byteSize)
+        hasGainMap_p = info.hasGainMap
     }
 }

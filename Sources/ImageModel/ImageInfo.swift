@@ -28,10 +28,12 @@ public struct ImageInfo: Sendable, Equatable {
     public var hasEmbeddedThumbnail: Bool
     /// The input's size.
     public var byteSize: Int
+    /// A JPEG carrying an HDR gain map (UltraHDR, ISO 21496-1) that a resize can keep.
+    public var hasGainMap: Bool
 
     public init(format: String, width: Int, height: Int, orientation: Int, channels: Int, hasAlpha: Bool,
                 bitDepth: Int, colorSpace: String, profileDescription: String?, profileBytes: Int,
-                progressive: Bool, hasEmbeddedThumbnail: Bool, byteSize: Int) {
+                progressive: Bool, hasEmbeddedThumbnail: Bool, byteSize: Int, hasGainMap: Bool = false) {
         self.format = format
         self.width = width
         self.height = height
@@ -45,5 +47,6 @@ public struct ImageInfo: Sendable, Equatable {
         self.progressive = progressive
         self.hasEmbeddedThumbnail = hasEmbeddedThumbnail
         self.byteSize = byteSize
+        self.hasGainMap = hasGainMap
     }
 }

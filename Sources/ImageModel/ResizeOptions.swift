@@ -119,6 +119,20 @@ public enum FailOn: String, Sendable, CaseIterable, Comparable {
     }
 }
 
+/// What becomes of a JPEG source's HDR gain map (UltraHDR / ISO 21496-1: a second image
+/// saying how much brighter each pixel is on an HDR screen).
+public enum GainMapMode: String, Sendable, CaseIterable {
+    /// Resized with the image (same crop and orientation) and written into a JPEG output with
+    /// its metadata, so the output still shows as HDR. Other output formats drop it (said in a
+    /// note). The default.
+    case keep
+    /// Left out: a plain SDR JPEG.
+    case drop
+    /// The SDR rendition with no map: the base image itself when it is SDR (every phone writes
+    /// an SDR base), or an HDR base tone-mapped to SDR through the map.
+    case apply
+}
+
 /// What the caller asks for. A nil axis is unconstrained; at least one must be given.
 public struct ResizeOptions: Sendable, Equatable {
     /// The largest target accepted on either axis.
@@ -154,6 +168,8 @@ public struct ResizeOptions: Sendable, Equatable {
     /// profile embedded in JPEG output (PNM carries none). A CMYK source is converted to sRGB
     /// whatever this says: its profile cannot describe the RGB output.
     public var keepProfile = false
+    /// What becomes of an HDR gain map (UltraHDR, ISO 21496-1) in a JPEG source.
+    public var gainMap: GainMapMode = .keep
 
     public init(width: Int? = nil, height: Int? = nil, fit: Fit = .inside, enlarge: Bool = false,
                 quality: Int = 80, progressive: Bool = false, chroma444: Bool = false, format: OutputFormat = .jpeg,

@@ -119,6 +119,11 @@ public struct ImagePipeline: Sendable {
            let dropped = Encoder.embeddable(Self.keptProfile(header, options), in: format).note {
             notes.append(dropped)
         }
+        if delivery != .degraded, options.gainMap != .drop, let found = GainMapSource.find(in: input) {
+            prepared.gainMap = prepareGainMap(found, input: input, header: header, plan: plan, options: options,
+                                              cancel: cancel, notes: &notes)
+            if let gain = prepared.gainMap { prepared.memoryEstimate.bytes += gain.memoryBytes }
+        }
         prepared.colour = colour
         prepared.notes = notes
         return prepared
@@ -229,8 +234,14 @@ public struct ImagePipeline: Sendable {
                 clock.reset()
             }
         }
-        let image = try finish(decoded!, .final, plan: plan, header: header, options: options, colour: job.colour,
-                               quality: options.quality, cancel: cancel, timings: &timings, clock: &clock)
+        let gain = try job.gainMap.flatMap { (gain) throws(ImagingError) in try gainMapOutput(gain, job: job) }
+        var image = try finish(decoded!, .final, plan: plan, header: header, options: options, colour: job.colour,
+                               quality: options.quality, cancel: cancel, timings: &timings, clock: &clock,
+                               toneMap: gain?.toneMap)
+        if let container = gain?.jpeg, let source = job.gainMap?.source {
+            image = EncodedImage(bytes: GainMapContainer.assemble(primary: image.bytes, gainMap: container, source: source),
+                                 width: image.width, height: image.height, format: image.format)
+        }
         try emit(result(.final, image, nil, timings))
     }
 
@@ -253,7 +264,8 @@ public struct ImagePipeline: Sendable {
     private func finish(_ decoded: PixelBuffer, _ stage: Stage, plan: ResizePlan, header: JPEGHeader, options: ResizeOptions,
                         colour: ColourTransform?,
                         quality: Int, cancel: CancellationFlag?,
-                        timings: inout StageTimings, clock: inout Stopwatch) throws(ImagingError) -> EncodedImage {
+                        timings: inout StageTimings, clock: inout Stopwatch,
+                        toneMap: (parameters: GainMapParameters, map: PixelBuffer)? = nil) throws(ImagingError) -> EncodedImage {
         let region = Self.scale(plan.region, fromWidth: header.width, fromHeight: header.height,
                                 toWidth: decoded.width, toHeight: decoded.height)
         let (filter, fraction) = stage == .final ? (ResampleFilter.lanczos3, 1.0) : (.triangle, Self.degradedScale)
@@ -280,6 +292,11 @@ public struct ImagePipeline: Sendable {
             var converted: PixelBuffer? = try colour.apply(upright!, allocator: allocator, cancel: cancel)
             swap(&upright, &converted)
             BufferReaper.release(&converted)
+        }
+        if let toneMap {
+            var mapped: PixelBuffer? = try toneMap.parameters.toneMapped(upright!, map: toneMap.map, allocator: allocator)
+            swap(&upright, &mapped)
+            BufferReaper.release(&mapped)
         }
         timings.resizeMilliseconds += clock.lap()
         try cancel?.check()
@@ -394,7 +411,8 @@ extension ImagePipeline {
             channels: header.decodedChannels, hasAlpha: false, bitDepth: header.precision,
             colorSpace: header.colorSpace.rawValue, profileDescription: profile?.description,
             profileBytes: header.iccProfile?.count ?? 0, progressive: header.progressive,
-            hasEmbeddedThumbnail: header.exif.thumbnail != nil, byteSize: input.count)
+            hasEmbeddedThumbnail: header.exif.thumbnail != nil, byteSize: input.count,
+            hasGainMap: GainMapSource.find(in: input) != nil)
     }
 
     /// Reads only the header (and EXIF) of a JPEG, checking the limits; damage in the header
@@ -412,7 +430,7 @@ extension ImagePipeline {
 public final class PreparedResize {
     public let plan: ResizePlan
     /// An upper bound of the memory `run` will need at its peak, the input included.
-    public let memoryEstimate: MemoryEstimate
+    public internal(set) var memoryEstimate: MemoryEstimate
     let pipeline: ImagePipeline
     let source: Source
     let options: ResizeOptions
@@ -426,6 +444,8 @@ public final class PreparedResize {
     var notes: [String] = []
     /// Whether the embedded profile is applied (tests compare with it off).
     var colourManaged = true
+    /// The source's HDR gain map, to keep or apply in the final result.
+    var gainMap: PreparedGainMap?
     /// Called on `run`'s thread, before any result, with the placeholder: at most once, and
     /// not at all when nil (the default: then none is made) or when the run fails first.
     public var onPlaceholder: ((MadePlaceholder) -> Void)?

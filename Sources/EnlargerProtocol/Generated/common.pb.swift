@@ -333,6 +333,59 @@ public nonisolated enum Enlarger_V1_Stage: SwiftProtobuf.Enum, Swift.CaseIterabl
 
 }
 
+/// An HDR gain map (UltraHDR, ISO 21496-1) is a second image in a JPEG, indexed by its MPF
+/// segment and described by XMP (`hdrgm`) or an ISO 21496-1 block: per pixel, how much
+/// brighter the HDR rendition is than the SDR base. An HDR screen shows the base boosted
+/// through it; any other viewer shows the base.
+public nonisolated enum Enlarger_V1_GainMap: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+
+  /// Resized with the image (the same crop and orientation, its proportion to the image
+  /// kept), encoded as JPEG at the request's quality, and written after the primary image
+  /// with its metadata unchanged, an MPF index and (when the source had one) an XMP container
+  /// directory. Only JPEG output carries it: other formats leave it out, with a note. Default.
+  case keep // = 0
+
+  /// Left out: a plain SDR JPEG.
+  case drop // = 1
+
+  /// The SDR rendition, with no map. For an SDR base (every UltraHDR a phone writes) that is
+  /// the base itself; an HDR base (hdrgm:BaseRenditionIsHDR) is tone-mapped through the map
+  /// to SDR in linear light. ISO 21496-1 metadata alone is taken as an SDR base.
+  case apply // = 2
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .keep
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .keep
+    case 1: self = .drop
+    case 2: self = .apply
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .keep: return 0
+    case .drop: return 1
+    case .apply: return 2
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Enlarger_V1_GainMap] = [
+    .keep,
+    .drop,
+    .apply,
+  ]
+
+}
+
 /// The decode policy: which of the decoder's warnings about damaged input fail the request,
 /// least sensitive first. Each level fails on what the ones before it fail on, and more.
 public nonisolated enum Enlarger_V1_FailOn: SwiftProtobuf.Enum, Swift.CaseIterable {
@@ -687,6 +740,9 @@ public nonisolated struct Enlarger_V1_ImageInfo: Sendable {
   /// The input's size in bytes.
   public var byteSize: UInt64 = 0
 
+  /// A JPEG with an HDR gain map (see GainMap).
+  public var hasGainMap_p: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -758,6 +814,9 @@ public nonisolated struct Enlarger_V1_ResizeSpec: Sendable {
 
   /// WebP output: lossless (then `quality` is ignored).
   public var lossless: Bool = false
+
+  /// What becomes of a JPEG source's HDR gain map (see GainMap).
+  public var gainMap: Enlarger_V1_GainMap = .keep
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -911,6 +970,10 @@ nonisolated extension Enlarger_V1_Stage: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0STAGE_UNSPECIFIED\0\u{1}STAGE_DEGRADED\0\u{1}STAGE_FINAL\0\u{1}STAGE_INFO\0\u{1}STAGE_PLACEHOLDER\0")
 }
 
+nonisolated extension Enlarger_V1_GainMap: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0GAIN_MAP_KEEP\0\u{1}GAIN_MAP_DROP\0\u{1}GAIN_MAP_APPLY\0")
+}
+
 nonisolated extension Enlarger_V1_FailOn: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0FAIL_ON_DEFAULT\0\u{1}FAIL_ON_NONE\0\u{1}FAIL_ON_TRUNCATED\0\u{1}FAIL_ON_ERROR\0\u{1}FAIL_ON_WARNING\0")
 }
@@ -925,7 +988,7 @@ nonisolated extension Enlarger_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ImageInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}format\0\u{1}width\0\u{1}height\0\u{1}orientation\0\u{1}channels\0\u{3}has_alpha\0\u{3}bit_depth\0\u{3}color_space\0\u{3}profile_description\0\u{3}profile_bytes\0\u{1}progressive\0\u{3}has_embedded_thumbnail\0\u{3}byte_size\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}format\0\u{1}width\0\u{1}height\0\u{1}orientation\0\u{1}channels\0\u{3}has_alpha\0\u{3}bit_depth\0\u{3}color_space\0\u{3}profile_description\0\u{3}profile_bytes\0\u{1}progressive\0\u{3}has_embedded_thumbnail\0\u{3}byte_size\0\u{3}has_gain_map\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -946,6 +1009,7 @@ nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobu
       case 11: try { try decoder.decodeSingularBoolField(value: &self.progressive) }()
       case 12: try { try decoder.decodeSingularBoolField(value: &self.hasEmbeddedThumbnail_p) }()
       case 13: try { try decoder.decodeSingularUInt64Field(value: &self.byteSize) }()
+      case 14: try { try decoder.decodeSingularBoolField(value: &self.hasGainMap_p) }()
       default: break
       }
     }
@@ -991,6 +1055,9 @@ nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobu
     if self.byteSize != 0 {
       try visitor.visitSingularUInt64Field(value: self.byteSize, fieldNumber: 13)
     }
+    if self.hasGainMap_p != false {
+      try visitor.visitSingularBoolField(value: self.hasGainMap_p, fieldNumber: 14)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1008,6 +1075,7 @@ nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobu
     if lhs.progressive != rhs.progressive {return false}
     if lhs.hasEmbeddedThumbnail_p != rhs.hasEmbeddedThumbnail_p {return false}
     if lhs.byteSize != rhs.byteSize {return false}
+    if lhs.hasGainMap_p != rhs.hasGainMap_p {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1015,7 +1083,7 @@ nonisolated extension Enlarger_V1_ImageInfo: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ResizeSpec"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}width\0\u{1}height\0\u{1}fit\0\u{1}enlarge\0\u{1}quality\0\u{1}progressive\0\u{1}chroma\0\u{1}format\0\u{3}fail_on\0\u{3}keep_profile\0\u{1}accept\0\u{1}flatten\0\u{1}background\0\u{1}lossless\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}width\0\u{1}height\0\u{1}fit\0\u{1}enlarge\0\u{1}quality\0\u{1}progressive\0\u{1}chroma\0\u{1}format\0\u{3}fail_on\0\u{3}keep_profile\0\u{1}accept\0\u{1}flatten\0\u{1}background\0\u{1}lossless\0\u{3}gain_map\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1037,6 +1105,7 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
       case 12: try { try decoder.decodeSingularBoolField(value: &self.flatten) }()
       case 13: try { try decoder.decodeSingularUInt32Field(value: &self._background) }()
       case 14: try { try decoder.decodeSingularBoolField(value: &self.lossless) }()
+      case 15: try { try decoder.decodeSingularEnumField(value: &self.gainMap) }()
       default: break
       }
     }
@@ -1089,6 +1158,9 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
     if self.lossless != false {
       try visitor.visitSingularBoolField(value: self.lossless, fieldNumber: 14)
     }
+    if self.gainMap != .keep {
+      try visitor.visitSingularEnumField(value: self.gainMap, fieldNumber: 15)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1107,6 +1179,7 @@ nonisolated extension Enlarger_V1_ResizeSpec: SwiftProtobuf.Message, SwiftProtob
     if lhs.flatten != rhs.flatten {return false}
     if lhs._background != rhs._background {return false}
     if lhs.lossless != rhs.lossless {return false}
+    if lhs.gainMap != rhs.gainMap {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -19,7 +19,7 @@ keys.
 
 from .aio import AsyncClient, AsyncRequest, PendingRequest
 from .client import DEFAULT_MAX_IN_FLIGHT, Client, default_endpoint
-from .codes import CancelOutcome, Chroma, Delivery, ErrorCode, FailOn, Fit, ImageFormat, Priority
+from .codes import CancelOutcome, Chroma, Delivery, ErrorCode, FailOn, Fit, GainMap, ImageFormat, Priority
 from .errors import (BrokerLostError, BrokerUnreachableError, CallFailedError, ClientClosedError,
                      DuplicateRequestIdError, EnlargerError, InFlightLimitError, InputTooLargeError,
                      InsecureEndpointError, InvalidArgumentError, InvalidRequestIdError, KeyFileError, RequestError)
@@ -37,7 +37,7 @@ __all__ = [
     "Failed", "Rejected",
     "Cancelled",
     "BrokerStatus", "WorkerStatus", "Totals", "CacheStatus",
-    "ErrorCode", "Fit", "Chroma", "ImageFormat", "FailOn", "Delivery", "Priority", "CancelOutcome",
+    "ErrorCode", "Fit", "Chroma", "ImageFormat", "FailOn", "Delivery", "Priority", "GainMap", "CancelOutcome",
     "EnlargerError", "InvalidArgumentError", "InvalidRequestIdError", "InputTooLargeError",
     "DuplicateRequestIdError", "KeyFileError", "InsecureEndpointError", "InFlightLimitError", "CallFailedError", "BrokerUnreachableError",
     "BrokerLostError", "ClientClosedError", "RequestError",

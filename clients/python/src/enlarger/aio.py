@@ -26,7 +26,7 @@ from typing import Any
 
 from ._loop import new_future
 from .client import DEFAULT_MAX_IN_FLIGHT, Client, _check_wait, _one_source, _worker_file, read_local_file
-from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, ImageFormat, Priority
+from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, GainMap, ImageFormat, Priority
 from .errors import EnlargerError, RequestError
 from .events import BrokerStatus, Degraded, Event, Final, ImageInfo, Info, Result
 from .request import _Channel, _Empty
@@ -69,7 +69,7 @@ class AsyncClient:
                format: ImageFormat | str = ImageFormat.JPEG, fail_on: FailOn | str = FailOn.ERROR,
                keep_profile: bool = False, accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
                background: str | int | None = None, lossless: bool = False,
-               degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
+               gain_map: GainMap | str = GainMap.KEEP, degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
                timeout: float | None = None, share: bool = True, wait: bool | float = True,
                priority: Priority | str = Priority.INTERACTIVE, placeholder: bool = True) -> PendingRequest:
         """Submits one image, as `Client.submit` (same arguments): ``await`` the result for the
@@ -87,7 +87,8 @@ class AsyncClient:
         spec: dict[str, Any] = dict(
             width=width, height=height, fit=fit, enlarge=enlarge, quality=quality, progressive=progressive,
             chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
-            flatten=flatten, background=background, lossless=lossless, degraded=degraded, delivery=delivery,
+            flatten=flatten, background=background, lossless=lossless, gain_map=gain_map, degraded=degraded,
+            delivery=delivery,
             request_id=request_id, timeout=timeout, priority=priority, placeholder=placeholder)
         client = self._client
         path = local_file

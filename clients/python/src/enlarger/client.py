@@ -21,7 +21,7 @@ import zmq
 from . import wire
 from ._loop import _Loop, _Shared, new_future
 from ._proto import client_pb2, common_pb2
-from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, ImageFormat, Priority
+from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, GainMap, ImageFormat, Priority
 from .core import ClientCore, Configuration
 from .errors import InFlightLimitError, InputTooLargeError, InsecureEndpointError, InvalidArgumentError, RequestError
 from .events import BrokerStatus, ImageInfo, Info
@@ -231,7 +231,7 @@ class Client:
                format: ImageFormat | str = ImageFormat.JPEG, fail_on: FailOn | str = FailOn.ERROR,
                keep_profile: bool = False, accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
                background: str | int | None = None, lossless: bool = False,
-               degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
+               gain_map: GainMap | str = GainMap.KEEP, degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
                timeout: float | None = None, share: bool = True, wait: bool | float = True,
                priority: Priority | str = Priority.INTERACTIVE, placeholder: bool = True) -> Request:
         """Submits one image (JPEG, PNG, WebP, HEIC, AVIF, GIF or JPEG XL, recognised by the worker from its
@@ -264,6 +264,8 @@ class Client:
           (default: damaged data fails, stray bytes that lose no pixels do not) or warning.
         - `keep_profile`: keep an RGB or grey source's ICC profile (embedded in the output)
           instead of converting the pixels to sRGB (the default).
+        - `gain_map`: a JPEG source's HDR gain map: `GainMap.KEEP` (default: resized with the
+          image and kept in JPEG output), `DROP`, or `APPLY` (the SDR rendition, no map).
         - `degraded`: True for a quick degraded result before the final one (when the worker
           has one cheaper than the final), False for the final only. `delivery`, when given,
           wins: `Delivery.DEGRADED` asks for one degraded result, which is terminal.
@@ -304,7 +306,8 @@ class Client:
         submit, data = self._prepare(image, worker_file, url, dict(
             width=width, height=height, fit=fit, enlarge=enlarge, quality=quality, progressive=progressive,
             chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
-            flatten=flatten, background=background, lossless=lossless, degraded=degraded, delivery=delivery,
+            flatten=flatten, background=background, lossless=lossless, gain_map=gain_map, degraded=degraded,
+            delivery=delivery,
             request_id=request_id, timeout=timeout, priority=priority, placeholder=placeholder), share)
         return Request(self, self._submit_waiting(submit, data, wait))
 
@@ -450,7 +453,8 @@ class Client:
                       progressive: bool, chroma: Chroma | str, format: ImageFormat | str,
                       fail_on: FailOn | str = FailOn.ERROR, keep_profile: bool = False,
                       accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
-                      background: str | int | None = None, lossless: bool = False, degraded: bool,
+                      background: str | int | None = None, lossless: bool = False,
+                      gain_map: GainMap | str = GainMap.KEEP, degraded: bool,
                       delivery: Delivery | str | None, request_id: str | None,
                       timeout: float | None, priority: Priority | str = Priority.INTERACTIVE,
                       placeholder: bool = True) -> client_pb2.Submit:
@@ -503,6 +507,7 @@ class Client:
                 raise InvalidArgumentError(f"background must be '#rrggbb' or 0xRRGGBB, got {background!r}")
             spec.background = background
         spec.lossless = _flag(lossless, "lossless")
+        spec.gain_map = _member(GainMap, gain_map, "gain_map").wire
         if delivery is None:
             delivery = Delivery.PROGRESSIVE if _flag(degraded, "degraded") else Delivery.FINAL
         submit.delivery = _member(Delivery, delivery, "delivery").wire

@@ -207,6 +207,25 @@ class Priority(str, enum.Enum):
         return client_pb2.PRIORITY_BULK if self is Priority.BULK else client_pb2.PRIORITY_INTERACTIVE
 
 
+class GainMap(str, enum.Enum):
+    """What becomes of a JPEG source's HDR gain map (UltraHDR, ISO 21496-1): common.proto's
+    `GainMap`."""
+
+    #: Resized with the image and written into JPEG output, so it still shows as HDR (default);
+    #: other output formats leave it out, with a note.
+    KEEP = "keep"
+    #: Left out: a plain SDR JPEG.
+    DROP = "drop"
+    #: The SDR rendition without a map: the base itself when it is SDR (as phones write it),
+    #: an HDR base tone-mapped through the map.
+    APPLY = "apply"
+
+    @property
+    def wire(self) -> common_pb2.GainMap:
+        return {GainMap.KEEP: common_pb2.GAIN_MAP_KEEP, GainMap.DROP: common_pb2.GAIN_MAP_DROP,
+                GainMap.APPLY: common_pb2.GAIN_MAP_APPLY}[self]
+
+
 class CancelOutcome(str, enum.Enum):
     """The broker's answer to a cancel (client.proto's `CancelAck.Outcome`)."""
 

@@ -866,4 +866,5 @@ def _image_info(info: common_pb2.ImageInfo) -> ImageInfo:
                      channels=info.channels, has_alpha=info.has_alpha, bit_depth=info.bit_depth,
                      color_space=info.color_space, profile_description=info.profile_description or None,
                      profile_bytes=info.profile_bytes, progressive=info.progressive,
-                     has_embedded_thumbnail=info.has_embedded_thumbnail, byte_size=info.byte_size)
+                     has_embedded_thumbnail=info.has_embedded_thumbnail, byte_size=info.byte_size,
+                     has_gain_map=info.has_gain_map)

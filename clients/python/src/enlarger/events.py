@@ -135,6 +135,8 @@ class ImageInfo:
     progressive: bool
     has_embedded_thumbnail: bool
     byte_size: int
+    #: A JPEG with an HDR gain map (UltraHDR, ISO 21496-1).
+    has_gain_map: bool = False
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,9 @@ FAIL_ON_WARNING: FailOn
 FIT_COVER: Fit
 FIT_FILL: Fit
 FIT_INSIDE: Fit
+GAIN_MAP_APPLY: GainMap
+GAIN_MAP_DROP: GainMap
+GAIN_MAP_KEEP: GainMap
 IMAGE_FORMAT_AVIF: ImageFormat
 IMAGE_FORMAT_JPEG: ImageFormat
 IMAGE_FORMAT_PNG: ImageFormat
@@ -75,7 +78,7 @@ class FileSource(_message.Message):
     def __init__(self, path: _Optional[str] = ...) -> None: ...
 
 class ImageInfo(_message.Message):
-    __slots__ = ["bit_depth", "byte_size", "channels", "color_space", "format", "has_alpha", "has_embedded_thumbnail", "height", "orientation", "profile_bytes", "profile_description", "progressive", "width"]
+    __slots__ = ["bit_depth", "byte_size", "channels", "color_space", "format", "has_alpha", "has_embedded_thumbnail", "has_gain_map", "height", "orientation", "profile_bytes", "profile_description", "progressive", "width"]
     BIT_DEPTH_FIELD_NUMBER: _ClassVar[int]
     BYTE_SIZE_FIELD_NUMBER: _ClassVar[int]
     CHANNELS_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +86,7 @@ class ImageInfo(_message.Message):
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     HAS_ALPHA_FIELD_NUMBER: _ClassVar[int]
     HAS_EMBEDDED_THUMBNAIL_FIELD_NUMBER: _ClassVar[int]
+    HAS_GAIN_MAP_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
     ORIENTATION_FIELD_NUMBER: _ClassVar[int]
     PROFILE_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -96,13 +100,14 @@ class ImageInfo(_message.Message):
     format: str
     has_alpha: bool
     has_embedded_thumbnail: bool
+    has_gain_map: bool
     height: int
     orientation: int
     profile_bytes: int
     profile_description: str
     progressive: bool
     width: int
-    def __init__(self, format: _Optional[str] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., orientation: _Optional[int] = ..., channels: _Optional[int] = ..., has_alpha: bool = ..., bit_depth: _Optional[int] = ..., color_space: _Optional[str] = ..., profile_description: _Optional[str] = ..., profile_bytes: _Optional[int] = ..., progressive: bool = ..., has_embedded_thumbnail: bool = ..., byte_size: _Optional[int] = ...) -> None: ...
+    def __init__(self, format: _Optional[str] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., orientation: _Optional[int] = ..., channels: _Optional[int] = ..., has_alpha: bool = ..., bit_depth: _Optional[int] = ..., color_space: _Optional[str] = ..., profile_description: _Optional[str] = ..., profile_bytes: _Optional[int] = ..., progressive: bool = ..., has_embedded_thumbnail: bool = ..., byte_size: _Optional[int] = ..., has_gain_map: bool = ...) -> None: ...
 
 class ImageSource(_message.Message):
     __slots__ = ["file", "inline", "no_share", "url"]
@@ -123,7 +128,7 @@ class InlineSource(_message.Message):
     def __init__(self, sha256: _Optional[bytes] = ...) -> None: ...
 
 class ResizeSpec(_message.Message):
-    __slots__ = ["accept", "background", "chroma", "enlarge", "fail_on", "fit", "flatten", "format", "height", "keep_profile", "lossless", "progressive", "quality", "width"]
+    __slots__ = ["accept", "background", "chroma", "enlarge", "fail_on", "fit", "flatten", "format", "gain_map", "height", "keep_profile", "lossless", "progressive", "quality", "width"]
     ACCEPT_FIELD_NUMBER: _ClassVar[int]
     BACKGROUND_FIELD_NUMBER: _ClassVar[int]
     CHROMA_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +137,7 @@ class ResizeSpec(_message.Message):
     FIT_FIELD_NUMBER: _ClassVar[int]
     FLATTEN_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
+    GAIN_MAP_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
     KEEP_PROFILE_FIELD_NUMBER: _ClassVar[int]
     LOSSLESS_FIELD_NUMBER: _ClassVar[int]
@@ -146,13 +152,14 @@ class ResizeSpec(_message.Message):
     fit: Fit
     flatten: bool
     format: ImageFormat
+    gain_map: GainMap
     height: int
     keep_profile: bool
     lossless: bool
     progressive: bool
     quality: int
     width: int
-    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., fit: _Optional[_Union[Fit, str]] = ..., enlarge: bool = ..., quality: _Optional[int] = ..., progressive: bool = ..., chroma: _Optional[_Union[Chroma, str]] = ..., format: _Optional[_Union[ImageFormat, str]] = ..., fail_on: _Optional[_Union[FailOn, str]] = ..., keep_profile: bool = ..., accept: _Optional[_Iterable[str]] = ..., flatten: bool = ..., background: _Optional[int] = ..., lossless: bool = ...) -> None: ...
+    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., fit: _Optional[_Union[Fit, str]] = ..., enlarge: bool = ..., quality: _Optional[int] = ..., progressive: bool = ..., chroma: _Optional[_Union[Chroma, str]] = ..., format: _Optional[_Union[ImageFormat, str]] = ..., fail_on: _Optional[_Union[FailOn, str]] = ..., keep_profile: bool = ..., accept: _Optional[_Iterable[str]] = ..., flatten: bool = ..., background: _Optional[int] = ..., lossless: bool = ..., gain_map: _Optional[_Union[GainMap, str]] = ...) -> None: ...
 
 class URLSource(_message.Message):
     __slots__ = ["url"]
@@ -173,6 +180,9 @@ class Delivery(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class GainMap(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class FailOn(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
