@@ -11,7 +11,7 @@ struct BenchCommand: AsyncParsableCommand {
         abstract: "Measure Enlarger itself (the side-by-side comparisons live in Benchmarks/).",
         version: enlargerVersion,
         subcommands: [CancelLatency.self, BenchWorkerCancel.self, BenchCancelRoundTrip.self, BenchBroker.self, BenchSlowConsumer.self, BenchDepartures.self,
-                      BenchInfo.self, BenchPlaceholder.self, BenchShare.self, BenchLanes.self, BenchRelayServe.self]
+                      BenchInfo.self, BenchPlaceholder.self, BenchGainMap.self, BenchShare.self, BenchLanes.self, BenchRelayServe.self]
     )
 }
 

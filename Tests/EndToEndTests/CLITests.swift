@@ -445,6 +445,31 @@ final class CLITests: XCTestCase {
         XCTAssert(result.stderr.contains("1 done, 0 failed"), result.stderr)
     }
 
+    /// A gain map through the service: kept by default (the output's info says so), left out
+    /// with --gain-map drop; the modes are named when one is misspelt.
+    func testGainMapIsKeptThroughTheServiceOrDropped() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let photo = Corpus.root.appendingPathComponent("good/sharp_gain-map.jpg").path
+        var outputs: [String: String] = [:]
+        for mode in ["keep", "drop"] {
+            let out = try temporaryDirectory().appendingPathComponent(mode)
+            let result = try run(["submit", photo, "--width", "320", "--gain-map", mode, "--out", out.path,
+                                  "--broker", cluster.clientsEndpoint])
+            XCTAssertEqual(result.status, 0, result.stderr)
+            let info = try run(["info", out.appendingPathComponent("sharp_gain-map.jpg").path])
+            XCTAssertEqual(info.status, 0, info.stderr)
+            outputs[mode] = info.stdout
+        }
+        XCTAssert(outputs["keep"]?.contains("jpeg 320x180") == true && outputs["keep"]?.contains("HDR gain map") == true,
+                  "\(outputs)")
+        XCTAssert(outputs["drop"]?.contains("jpeg 320x180") == true && outputs["drop"]?.contains("gain map") == false,
+                  "\(outputs)")
+        let wrong = try run(["resize", photo, "--width", "64", "--gain-map", "boost", "--out", try temporaryDirectory().path])
+        XCTAssertNotEqual(wrong.status, 0)
+        XCTAssert(wrong.stderr.contains("keep, drop, apply") || wrong.stderr.contains("gain-map"), wrong.stderr)
+    }
+
     /// On a terminal, result lines and the progress bar share the screen: replaying the
     /// output as a terminal would, no result line may carry leftovers of the bar.
     func testProgressBarNeverGarblesResultLines() async throws {

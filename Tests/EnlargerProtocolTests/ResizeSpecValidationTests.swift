@@ -49,6 +49,24 @@ final class ResizeSpecValidationTests: XCTestCase {
         }
     }
 
+    /// Each gain-map mode is its own output: its own sharing key; an unknown mode is refused.
+    func testGainMapModesAreReadAndKeyedApart() throws {
+        let modes: [(Enlarger_V1_GainMap, GainMapMode)] = [(.keep, .keep), (.drop, .drop), (.apply, .apply)]
+        var keys: Set<[UInt8]> = []
+        for (wire, mode) in modes {
+            let given = spec { $0.width = 10; $0.gainMap = wire }
+            XCTAssertEqual(try ResizeOptions(given).gainMap, mode)
+            keys.insert(try given.sharingKey(delivery: .final))
+        }
+        XCTAssertEqual(keys.count, 3)
+        XCTAssertEqual(try spec { $0.width = 10 }.sharingKey(delivery: .final),
+                       try spec { $0.width = 10; $0.gainMap = .keep }.sharingKey(delivery: .final), "keep is the default")
+        XCTAssertEqual(problem(spec { $0.width = 10; $0.gainMap = .UNRECOGNIZED(7) }), "unknown gain_map 7")
+        // Info ignores it, as it ignores the rest of the spec but fail_on.
+        XCTAssertEqual(try spec { $0.width = 10; $0.gainMap = .drop }.sharingKey(delivery: .info),
+                       try spec { $0.width = 10 }.sharingKey(delivery: .info))
+    }
+
     func testDeliveryDecidesFinality() {
         XCTAssertEqual(Enlarger_V1_Delivery.progressive.isTerminal(.degraded), false)
         XCTAssertEqual(Enlarger_V1_Delivery.progressive.isTerminal(.final), true)

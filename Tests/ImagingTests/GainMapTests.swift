@@ -100,6 +100,20 @@ final class GainMapTests: XCTestCase {
         XCTAssertTrue(result.notes.isEmpty, "\(result.notes)")
     }
 
+    /// A file written by another writer (the test-image script: a little-endian MPF index): its
+    /// map is found and kept.
+    func testAMapIndexedLittleEndianIsFoundAndKept() throws {
+        let input = try TestImages.bytes("jpeg-gain-map.jpg")
+        let source = try XCTUnwrap(Self.gainMap(of: input))
+        XCTAssertEqual(source.parameters?.gainMapMax, [2.5])
+        XCTAssertEqual(try Self.decodeJPEG(input[source.range]).width, 24)
+        let output = try XCTUnwrap(Self.final(input, ResizeOptions(width: 48)).last).image.bytes
+        let kept = try XCTUnwrap(Self.gainMap(of: output))
+        let map = try Self.decodeJPEG(output[kept.range])
+        XCTAssertEqual([map.width, map.height, map.channels], [12, 8, 1])
+        XCTAssertEqual(kept.metadataSegments, source.metadataSegments)
+    }
+
     /// exiftool, an independent reader of MPF and XMP, sees the index, the container directory
     /// and the map's metadata, and extracts the very bytes written.
     func testExiftoolReadsTheIndexTheDirectoryAndTheMetadata() throws {

@@ -77,6 +77,19 @@ class ArgumentsTest(unittest.TestCase):
                                      flatten=True, background="#0a0", lossless=True)
         self.client.cancel(request.id)
 
+    def test_gain_map_mode_goes_on_the_wire(self):
+        from enlarger._proto import common_pb2
+        for mode, wire in (("keep", common_pb2.GAIN_MAP_KEEP), ("DROP", common_pb2.GAIN_MAP_DROP),
+                           (enlarger.GainMap.APPLY, common_pb2.GAIN_MAP_APPLY)):
+            with self.subTest(mode=mode):
+                submit = enlarger.Client._build_submit(width=10, height=None, fit="inside", enlarge=False, quality=None,
+                                                       progressive=False, chroma="420", format="jpeg", gain_map=mode,
+                                                       degraded=False, delivery=None, request_id="r", timeout=None)
+                self.assertEqual(submit.spec.gain_map, wire)
+        for mode in ("boost", 1, None):
+            with self.subTest(mode=mode):
+                self.assertIn("gain_map", self.refused(width=10, gain_map=mode))
+
     def test_accepts_every_spelling_of_the_options(self):
         for fit in ("inside", "COVER", enlarger.Fit.FILL):
             for image_format in ("jpeg", enlarger.ImageFormat.PNM):
