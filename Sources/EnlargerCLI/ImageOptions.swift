@@ -79,6 +79,13 @@ struct ImageOptions: ParsableArguments {
         valueName: "mode"))
     var gainMap: GainMapMode = .keep
 
+    @Option(name: .customLong("variant"), help: ArgumentHelp(
+        "Several outputs from one decode instead of --width/--height: boxes WxH (W or H may be left out), each "
+            + "optionally :format, comma-separated or repeated, e.g. 320x320:webp,640x640:webp,1280x1280:jpeg "
+            + "(at most \(ImagePipeline.maxVariants)). The other options apply to each. Written as <name>-WxH.<ext>.",
+        valueName: "variants"))
+    var variantList: [String] = []
+
     func validate() throws {
         if format != nil && accept != nil { throw ValidationError("give --format or --accept, not both") }
         if flatten && accept == nil { throw ValidationError("--flatten goes with --accept (--format flattens as needed)") }
@@ -86,7 +93,56 @@ struct ImageOptions: ParsableArguments {
             throw ValidationError("--background '\(background)' is not a colour: give #rrggbb or #rgb")
         }
         if let accept { _ = try Self.acceptedFormats(accept) }
+        if !variantList.isEmpty {
+            if width != nil || height != nil { throw ValidationError("give --width/--height or --variant, not both") }
+            for variant in try variants {
+                do { try variant.options.validate() } catch { throw ValidationError("--variant \(variant.label): \(error.message)") }
+            }
+            return
+        }
         do { try resizeOptions.validate() } catch { throw ValidationError(error.message) }
+    }
+
+    /// One output of --variant: its options and the label its file is named by.
+    struct Variant {
+        var label: String
+        var options: ResizeOptions
+    }
+
+    /// --variant's outputs, each the common options with its own box (and format).
+    var variants: [Variant] {
+        get throws {
+            let entries = variantList.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
+            guard entries.count <= ImagePipeline.maxVariants else {
+                throw ValidationError("--variant names \(entries.count) outputs; at most \(ImagePipeline.maxVariants)")
+            }
+            var seen: Set<String> = []
+            return try entries.map { entry in
+                let parts = entry.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+                let box = parts[0].lowercased().split(separator: "x", omittingEmptySubsequences: false)
+                guard parts.count <= 2, box.count == 2, box.allSatisfy({ $0.isEmpty || Int($0) != nil }),
+                      !(box[0].isEmpty && box[1].isEmpty) else {
+                    throw ValidationError("--variant '\(entry)' is not WxH[:format] (e.g. 640x480:webp, 320x, x200)")
+                }
+                var options = resizeOptions
+                options.width = Int(box[0])
+                options.height = Int(box[1])
+                if parts.count == 2 {
+                    guard let format = OutputFormat(rawValue: parts[1].lowercased()) else {
+                        throw ValidationError("--variant '\(entry)': '\(parts[1])' is not a format (jpeg, png, webp, avif, pnm)")
+                    }
+                    options.format = format
+                    options.accept = []
+                    options.flatten = false
+                }
+                let label = String(parts[0].lowercased())
+                let key = label + ":" + (parts.count == 2 ? options.format.rawValue : accept ?? options.format.rawValue)
+                guard seen.insert(key).inserted else {
+                    throw ValidationError("--variant names '\(entry)' twice: each output must differ in box or format")
+                }
+                return Variant(label: label, options: options)
+            }
+        }
     }
 
     /// `--accept`'s list: content types or format names, comma-separated.

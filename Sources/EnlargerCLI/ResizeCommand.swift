@@ -33,6 +33,7 @@ struct ResizeCommand: ParsableCommand {
     var json = false
 
     func validate() throws {
+        if degraded && !image.variantList.isEmpty { throw ValidationError("--degraded goes with one output, not --variant") }
         if inputs.filter({ $0 == InputSource.standardInput }).count > 1 {
             throw ValidationError("standard input (-) can be given only once")
         }
@@ -50,10 +51,12 @@ struct ResizeCommand: ParsableCommand {
         try OutputDirectory.prepare(out)
         let pipeline = ImagePipeline(limits: limitOptions.limits)
         let options = image.resizeOptions
+        let variants = try image.variants
         var failures = 0
         for input in inputs {
             do {
-                let line = try process(input, pipeline: pipeline, options: options)
+                let line = variants.isEmpty ? try process(input, pipeline: pipeline, options: options)
+                    : try processVariants(input, pipeline: pipeline, variants: variants)
                 print(line)
             } catch {
                 failures += 1
@@ -131,6 +134,69 @@ struct ResizeCommand: ParsableCommand {
             + "(decode \(ms(t.decodeMilliseconds)) ms, resize \(ms(t.resizeMilliseconds)) ms, encode \(ms(t.encodeMilliseconds)) ms)"
             + (degradedPath.map { " degraded -> \($0)" } ?? "")
             + final.notes.map { "\n  note: \($0)" }.joined()
+    }
+
+    /// Every variant from one decode; written once all are made (a failure leaves none).
+    private func processVariants(_ input: String, pipeline: ImagePipeline,
+                                 variants: [ImageOptions.Variant]) throws -> String {
+        var results = [StageResult?](repeating: nil, count: variants.count)
+        let options = variants.map(\.options)
+        let collect = { (index: Int, result: StageResult) in results[index] = result }
+        if !InputSource.mappable(input) {
+            let bytes = try InputSource.read(input, maxBytes: pipeline.limits.maxInputBytes)
+            if let problem = InputSource.notAnImage(bytes, input: input) { throw problem }
+            try bytes.withUnsafeBytes { raw in try pipeline.prepareVariants(raw, variants: options).run(emit: collect) }
+        } else {
+            let file = try MappedFile(path: input, maxBytes: pipeline.limits.maxInputBytes)
+            if let problem = InputSource.notAnImage(Array(file.bytes.prefix(16)), input: input) { throw problem }
+            try withExtendedLifetime(file) {
+                try pipeline.prepareVariants(file.bytes, variants: options).run(emit: collect)
+            }
+        }
+        let name = InputSource.outputName(input)
+        var written: [String] = []
+        var lines: [String] = []
+        var objects: [JSONLine] = []
+        do {
+            for (variant, result) in zip(variants, results) {
+                guard let result else { throw ImagingError(.encodeFailed, "no result for variant \(variant.label)") }
+                let path = (out as NSString).appendingPathComponent(
+                    "\(name)-\(variant.label).\(result.image.format.fileExtension)")
+                try write(result.image.bytes, to: path)
+                written.append(path)
+                let t = result.timings
+                if json {
+                    var object = JSONLine()
+                    object.add("variant", variant.label)
+                    object.add("output", path)
+                    object.add("width", result.image.width)
+                    object.add("height", result.image.height)
+                    object.add("bytes", result.image.byteCount)
+                    object.add("content_type", result.image.format.contentType)
+                    if !result.notes.isEmpty { object.add("notes", result.notes.joined(separator: "; ")) }
+                    object.add("decode_ms", t.decodeMilliseconds)
+                    object.add("resize_ms", t.resizeMilliseconds)
+                    object.add("encode_ms", t.encodeMilliseconds)
+                    objects.append(object)
+                } else {
+                    let ms = { (v: Double) in String(format: "%.1f", v) }
+                    lines.append("  \(path) \(result.image.width)x\(result.image.height) \(result.image.byteCount) bytes "
+                                 + "(decode \(ms(t.decodeMilliseconds)) ms, resize \(ms(t.resizeMilliseconds)) ms, "
+                                 + "encode \(ms(t.encodeMilliseconds)) ms)" + result.notes.map { "\n    note: \($0)" }.joined())
+                }
+            }
+        } catch {
+            for path in written { unlink(path) }
+            throw error
+        }
+        if json {
+            return objects.map { line in
+                var line = line
+                line.add("input", input)
+                return line.text
+            }.joined(separator: "\n")
+        }
+        return "\(input) -> \(variants.count) outputs from one decode\n" + lines.joined(separator: "\n")
     }
 
     private func write(_ bytes: [UInt8], to path: String) throws {

@@ -96,6 +96,9 @@ struct SubmitCommand: AsyncParsableCommand {
     @OptionGroup var service: ServiceOptions
 
     func validate() throws {
+        guard image.variantList.isEmpty else {
+            throw ValidationError("--variant works with resize (one process); the service takes one output per request")
+        }
         if let idPrefix, idPrefix.utf8.count + 1 + String(inputs.count - 1).utf8.count > 64 {
             throw ValidationError("--id-prefix is too long: request ids are at most 64 bytes")
         }

@@ -74,6 +74,7 @@ struct SyncCommand: AsyncParsableCommand {
     @OptionGroup var service: ServiceOptions
 
     func validate() throws {
+        guard image.variantList.isEmpty else { throw ValidationError("sync makes one thumbnail per file: --variant is for resize") }
         guard inFlight > 0 else { throw ValidationError("--in-flight must be positive") }
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: source, isDirectory: &isDirectory), isDirectory.boolValue else {

@@ -125,7 +125,15 @@ extension ImagePipeline {
     private func finishRaster(_ raster: DecodedRaster, _ stage: Stage, job: PreparedResize, header: RasterHeader,
                               thumbnail: Bool, timings: inout StageTimings,
                               clock: inout Stopwatch) throws(ImagingError) -> (image: EncodedImage, notes: [String]) {
-        let plan = job.plan, options = job.options, cancel = job.cancel
+        try finishRaster(raster, stage, plan: job.plan, options: job.options, colourManaged: job.colourManaged,
+                         cancel: job.cancel, header: header, thumbnail: thumbnail, timings: &timings, clock: &clock)
+    }
+
+    /// As above, for one plan and options of several (variants).
+    func finishRaster(_ raster: DecodedRaster, _ stage: Stage, plan: ResizePlan, options: ResizeOptions,
+                      colourManaged: Bool, cancel: CancellationFlag?, header: RasterHeader, thumbnail: Bool,
+                      timings: inout StageTimings,
+                      clock: inout Stopwatch) throws(ImagingError) -> (image: EncodedImage, notes: [String]) {
         let source = raster.pixels
         let region = Self.scale(plan.region, fromWidth: header.width, fromHeight: header.height,
                                 toWidth: source.width, toHeight: source.height)
@@ -158,7 +166,7 @@ extension ImagePipeline {
         } else if translucent {
             image = try Alpha.unpremultiplied(image, allocator: allocator)
         }
-        if job.colourManaged, !options.keepProfile, let profile = header.iccProfile {
+        if colourManaged, !options.keepProfile, let profile = header.iccProfile {
             // Translucent pixels are converted as RGBA (the alpha copied through), never as RGB.
             var ignored: [String] = []  // said once, in `prepareRaster`
             if let colour = Self.transform(profile, channels: image.channels, alpha: image.channels == 4, notes: &ignored) {

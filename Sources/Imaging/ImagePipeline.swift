@@ -287,6 +287,16 @@ public struct ImagePipeline: Sendable {
             }
             BufferReaper.release(&resized)
         }
+        return try finishUpright(&upright, header: header, options: options, colour: colour, quality: quality,
+                                 cancel: cancel, timings: &timings, clock: &clock, toneMap: toneMap)
+    }
+
+    /// The output in display orientation, converted to sRGB (and tone-mapped), then encoded.
+    /// `upright` is replaced by the converted buffer; the caller releases it.
+    func finishUpright(_ upright: inout PixelBuffer?, header: JPEGHeader, options: ResizeOptions,
+                       colour: ColourTransform?, quality: Int, cancel: CancellationFlag?,
+                       timings: inout StageTimings, clock: inout Stopwatch,
+                       toneMap: (parameters: GainMapParameters, map: PixelBuffer)? = nil) throws(ImagingError) -> EncodedImage {
         // To sRGB from the embedded profile: on the small output, once per output pixel.
         if let colour {
             var converted: PixelBuffer? = try colour.apply(upright!, allocator: allocator, cancel: cancel)

@@ -445,6 +445,34 @@ final class CLITests: XCTestCase {
         XCTAssert(result.stderr.contains("1 done, 0 failed"), result.stderr)
     }
 
+    /// --variant: every output from one decode, named by its box, with the right sizes and
+    /// formats; malformed and duplicate variants are refused before anything runs.
+    func testResizeVariantsWritesEveryOutput() throws {
+        let photo = Corpus.root.appendingPathComponent("good/bimg_vertical.jpg").path
+        let out = try temporaryDirectory()
+        let result = try run(["resize", photo, "--variant", "320x320:webp,640x:jpeg", "--variant", "x100:png",
+                              "--json", "--out", out.path])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let lines = result.stdout.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        XCTAssertEqual(lines.map { $0["variant"] as? String }, ["320x320", "640x", "x100"])
+        XCTAssertEqual(lines.map { $0["content_type"] as? String }, ["image/webp", "image/jpeg", "image/png"])
+        XCTAssertEqual(lines.map { $0["width"] as? Int }, [213, 640, 67])
+        for name in ["bimg_vertical-320x320.webp", "bimg_vertical-640x.jpg", "bimg_vertical-x100.png"] {
+            XCTAssert(FileManager.default.fileExists(atPath: out.appendingPathComponent(name).path), name)
+        }
+        for (arguments, complaint) in [(["--variant", "320"], "is not WxH"), (["--variant", "320x320:gif"], "not a format"),
+                                       (["--variant", "320x320,320x320"], "twice"),
+                                       (["--variant", "320x320", "--width", "10"], "not both"),
+                                       (["--variant", "320x,1x,2x,3x,4x,5x,6x,7x,8x"], "at most 8"),
+                                       (["--variant", "320x", "--degraded"], "--degraded")] {
+            let bad = try run(["resize", photo, "--out", out.path] + arguments)
+            XCTAssertNotEqual(bad.status, 0, "\(arguments)")
+            XCTAssert(bad.stderr.contains(complaint), "\(arguments): \(bad.stderr)")
+        }
+    }
+
     /// A gain map through the service: kept by default (the output's info says so), left out
     /// with --gain-map drop; the modes are named when one is misspelt.
     func testGainMapIsKeptThroughTheServiceOrDropped() async throws {
