@@ -266,6 +266,7 @@ extension RequestEvent {
         var encoded = EncodedImage(bytes: bytes, width: Int(result.width), height: Int(result.height), format: format)
         encoded.notes = result.notes
         encoded.cached = result.cached
+        encoded.variant = Int(result.variant)
         switch result.stage {
         case .degraded: return .success(.degraded(encoded))
         case .final: return .success(.final(encoded))

@@ -15,7 +15,8 @@ public enum RequestEvent: Sendable, Equatable {
     /// `width` and `height` say which); show it scaled up until the final arrives. The last
     /// event when the delivery is `.degraded`; otherwise a `.final` follows.
     case degraded(EncodedImage)
-    /// The high-quality result; always the last event.
+    /// The high-quality result; always the last event, except for a request with variants,
+    /// which gets one per variant (`EncodedImage.variant` says which), the last ending it.
     case final(EncodedImage)
     /// What the image's header says: the one result (and last event) of `EnlargerClient.info`.
     case info(ImageInfo)

@@ -56,6 +56,10 @@ public struct ResizeRequest: Sendable {
     /// A `.placeholder` event before any image (on by default; the worker spends a fraction
     /// of a millisecond on it).
     public var placeholder = true
+    /// Several outputs from one decode (at most 8), instead of `options`: each comes as a
+    /// `.final` whose image's `variant` is its index here, largest first; the last one ends
+    /// the sequence. No `.degraded` or `.placeholder` comes with them.
+    public var variants: [ResizeOptions] = []
     /// The batch it is an item of (`EnlargerClient.resize(batch:)`): its id, this item's
     /// place and the batch's size.
     var batch: (id: String, index: Int, size: Int)?
@@ -87,36 +91,8 @@ public struct ResizeRequest: Sendable {
         submit.priority = priority == .bulk ? .bulk : .interactive
         submit.noPlaceholder = !placeholder
         // `validate()` has bounded every number to the wire's ranges.
-        submit.spec.width = UInt32(options.width ?? 0)
-        submit.spec.height = UInt32(options.height ?? 0)
-        submit.spec.fit = switch options.fit {
-        case .inside: .inside
-        case .cover: .cover
-        case .fill: .fill
-        }
-        submit.spec.enlarge = options.enlarge
-        submit.spec.quality = UInt32(options.quality)
-        submit.spec.progressive = options.progressive
-        submit.spec.chroma = options.chroma444 ? .yuv444 : .yuv420
-        submit.spec.format = switch options.format {
-        case .jpeg: .jpeg
-        case .pnm: .pnm
-        case .png: .png
-        case .webp: .webp
-        case .avif: .avif
-        }
-        submit.spec.accept = options.accept.map(\.contentType)
-        submit.spec.flatten = options.flatten
-        if options.background != .white { submit.spec.background = options.background.packed }
-        submit.spec.lossless = options.lossless
-        submit.spec.keepProfile = options.keepProfile
-        submit.spec.gainMap = Enlarger_V1_ResizeSpec.wire(options.gainMap)
-        submit.spec.failOn = switch options.failOn {
-        case .none: .none
-        case .truncated: .truncated
-        case .error: .default
-        case .warning: .warning
-        }
+        submit.spec = Self.wireSpec(options)
+        submit.variants = variants.map(Self.wireSpec)
         submit.delivery = switch delivery {
         case .progressive: .progressive
         case .final: .final
@@ -145,6 +121,42 @@ public struct ResizeRequest: Sendable {
         return submit
     }
 
+    /// The ResizeSpec for `options` (bounded by `validate()` to the wire's ranges).
+    static func wireSpec(_ options: ResizeOptions) -> Enlarger_V1_ResizeSpec {
+        var spec = Enlarger_V1_ResizeSpec()
+        spec.width = UInt32(options.width ?? 0)
+        spec.height = UInt32(options.height ?? 0)
+        spec.fit = switch options.fit {
+        case .inside: .inside
+        case .cover: .cover
+        case .fill: .fill
+        }
+        spec.enlarge = options.enlarge
+        spec.quality = UInt32(options.quality)
+        spec.progressive = options.progressive
+        spec.chroma = options.chroma444 ? .yuv444 : .yuv420
+        spec.format = switch options.format {
+        case .jpeg: .jpeg
+        case .pnm: .pnm
+        case .png: .png
+        case .webp: .webp
+        case .avif: .avif
+        }
+        spec.accept = options.accept.map(\.contentType)
+        spec.flatten = options.flatten
+        if options.background != .white { spec.background = options.background.packed }
+        spec.lossless = options.lossless
+        spec.keepProfile = options.keepProfile
+        spec.gainMap = Enlarger_V1_ResizeSpec.wire(options.gainMap)
+        spec.failOn = switch options.failOn {
+        case .none: .none
+        case .truncated: .truncated
+        case .error: .default
+        case .warning: .warning
+        }
+        return spec
+    }
+
     /// What `wireSubmit` checks before building anything: the id, the source, the options,
     /// the timeout.
     func check() throws(EnlargerClientError) {
@@ -162,9 +174,21 @@ public struct ResizeRequest: Sendable {
             }
         }
         do throws(ImagingError) {
-            if !infoOnly { try options.validate() }
+            if !infoOnly && variants.isEmpty { try options.validate() }
+            for variant in variants { try variant.validate() }
         } catch {
             throw .rejected(.invalidArgument, error.message)
+        }
+        if !variants.isEmpty {
+            guard variants.count <= Enlarger_V1_Submit.maxVariants else {
+                throw .rejected(.invalidArgument, "\(variants.count) variants: at most \(Enlarger_V1_Submit.maxVariants)")
+            }
+            guard !infoOnly, delivery != .degraded else {
+                throw .rejected(.invalidArgument, "variants come as finals: not with an info or degraded delivery")
+            }
+            guard variants.allSatisfy({ $0.failOn == variants[0].failOn }) else {
+                throw .rejected(.invalidArgument, "the variants name different fail_on levels; one decode serves them all")
+            }
         }
         if let timeout, !(timeout > .zero && timeout.milliseconds <= UInt64(UInt32.max)) {
             throw .rejected(.invalidArgument, "timeout must be positive and at most \(UInt32.max) ms")

@@ -116,8 +116,19 @@ extension BrokerCore {
         let lifetime = submit.deadlineMs == 0
             ? configuration.defaultDeadline : min(.milliseconds(submit.deadlineMs), configuration.maxDeadline)
         let shareKey = shareKey(of: submit, principal: principal)
-        if let hit = sharing.cached(shareKey, for: principal) {
-            answerFromCache(key, hit, bytesIn: image.count, lifetime: lifetime, to: peer, now: now, &actions)
+        let variantKeys = submit.variants.map { variantKey(of: submit, spec: $0, principal: principal) }
+        if !variantKeys.isEmpty, variantKeys.allSatisfy({ $0 != nil }) {
+            let hits = variantKeys.compactMap { sharing.cached($0, for: principal) }
+            if hits.count == variantKeys.count {
+                answerFromCache(key, hits, bytesIn: image.count, lifetime: lifetime, to: peer, now: now, &actions)
+                if let place {
+                    batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: true,
+                                      deadline: now + lifetime)
+                }
+                return
+            }
+        } else if let hit = sharing.cached(shareKey, for: principal) {
+            answerFromCache(key, [hit], bytesIn: image.count, lifetime: lifetime, to: peer, now: now, &actions)
             if let place {
                 batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: true,
                                   deadline: now + lifetime)
@@ -125,8 +136,10 @@ extension BrokerCore {
             return
         }
         if shareKey?.namesVersion == true { tally(principal, .cacheMisses) }
+        // A variants job is joined only while it waits: a joiner must get every variant.
         let joining = sharing.joinable(shareKey).flatMap { jobID in
-            jobs[jobID].map { Self.sameBytes($0.image, image) } == true ? jobID : nil
+            jobs[jobID].map { Self.sameBytes($0.image, image) && ($0.variants.isEmpty || $0.firstDispatchedAt == nil) } == true
+                ? jobID : nil
         }
         let terms = tenants.terms(for: principal)
         let queuedByPrincipal = waiting.queuedBy[principal] ?? 0
@@ -151,7 +164,7 @@ extension BrokerCore {
         }
 
         let lane = Lane(submit.priority)
-        let wantsPlaceholder = !submit.noPlaceholder && submit.delivery != .info
+        let wantsPlaceholder = !submit.noPlaceholder && submit.delivery != .info && submit.variants.isEmpty
         let jobID: UInt64
         if let joining {
             jobID = joining
@@ -168,9 +181,13 @@ extension BrokerCore {
             jobID = nextJobID
             nextJobID += 1
             jobs[jobID] = Job(
-                spec: submit.spec, delivery: submit.delivery, image: image, source: submit.source,
-                submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: lane)
+                spec: submit.spec, delivery: submit.variants.isEmpty ? submit.delivery : .final, image: image,
+                source: submit.source, submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: lane)
             jobs[jobID]!.placeholder = wantsPlaceholder
+            jobs[jobID]!.variants = submit.variants.enumerated().map { index, spec in
+                .with { $0.index = UInt32(index); $0.spec = spec }
+            }
+            jobs[jobID]!.variantKeys = variantKeys
             sharing.claim(shareKey, by: jobID)
             liveImageBytes += image.count
             waiting.place(jobID, lane: lane, principal: principal)
@@ -230,11 +247,27 @@ extension BrokerCore {
         case nil:
             return nil
         }
+        if !submit.variants.isEmpty {
+            // Variants share and cache only what a digest names (see VARIANTS).
+            guard kind == .digest, let spec = try? submit.variantsSharingKey() else { return nil }
+            return ShareKey(scope: configuration.shareAcrossPrincipals ? nil : principal.name, kind: kind, source: source,
+                            spec: spec, delivery: .final)
+        }
         // The Submit was validated with the same conversion: a spec that fails here was refused.
         guard let spec = try? submit.spec.sharingKey(delivery: submit.delivery) else { return nil }
         return ShareKey(
             scope: configuration.shareAcrossPrincipals ? nil : principal.name, kind: kind, source: source,
             spec: spec, delivery: submit.delivery)
+    }
+
+    /// The key one variant's final is cached under: a single-output request's with that spec and
+    /// DELIVERY_FINAL, so each answers the other. Inline sources with a digest only.
+    private func variantKey(of submit: Enlarger_V1_Submit, spec: Enlarger_V1_ResizeSpec,
+                            principal: Principal) -> ShareKey? {
+        guard configuration.resultCacheBytes > 0, case .inline(let inline)? = submit.source.kind, inline.sha256.count == 32,
+              let canonical = try? spec.sharingKey(delivery: .final) else { return nil }
+        return ShareKey(scope: configuration.shareAcrossPrincipals ? nil : principal.name, kind: .digest,
+                        source: inline.sha256, spec: canonical, delivery: .final)
     }
 
     static func sameBytes(_ a: Payload, _ b: Payload) -> Bool {
@@ -245,9 +278,10 @@ extension BrokerCore {
         return a.withUnsafeBytes { a in b.withUnsafeBytes { b in memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 } }
     }
 
-    /// A cached result answers the request on the spot: Accepted, then the terminal Result.
+    /// Cached results answer the request on the spot: Accepted, then the terminal Result (for
+    /// variants, one Result per variant in order, the last terminal).
     private mutating func answerFromCache(
-        _ key: RequestKey, _ hit: ResultCache<Payload>.Hit, bytesIn: Int, lifetime: Duration, to peer: PeerID,
+        _ key: RequestKey, _ hits: [ResultCache<Payload>.Hit], bytesIn: Int, lifetime: Duration, to peer: PeerID,
         now: MonotonicInstant, _ actions: inout [Action]
     ) {
         tally(key.principal, .accepted)
@@ -259,13 +293,19 @@ extension BrokerCore {
             $0.heartbeatIntervalMs = UInt32(clamping: configuration.heartbeatInterval.milliseconds)
             $0.deadlineMs = UInt32(clamping: lifetime.milliseconds)
         }), to: peer, &actions)
-        var result = hit.result
-        result.requestID = key.id
-        result.cached = true
-        send(.result(result, image: hit.payload), to: peer, &actions)
+        for (index, hit) in hits.enumerated() {
+            var result = hit.result
+            result.requestID = key.id
+            result.cached = true
+            if hits.count > 1 || result.variant != 0 {
+                result.variant = UInt32(index)
+                result.terminal = index == hits.count - 1
+            }
+            send(.result(result, image: hit.payload), to: peer, &actions)
+        }
         actions.append(.report(.requestEnded(RequestEnd(
             requestID: key.id, jobID: 0, principal: key.principal.name, outcome: .finished, queueWait: nil,
-            duration: .zero, attempts: 0, bytesIn: bytesIn, bytesOut: hit.payload.count))))
+            duration: .zero, attempts: 0, bytesIn: bytesIn, bytesOut: hits.reduce(0) { $0 + $1.payload.count }))))
         endedRequests.remember(key, at: now)
     }
 
@@ -276,7 +316,13 @@ extension BrokerCore {
         do {
             try submit.delivery.validate()
             // An info request reads only the header: of the spec only fail_on counts.
-            if submit.delivery == .info { try submit.spec.validateFailOn() } else { try submit.spec.validate() }
+            if !submit.variants.isEmpty {
+                try submit.validateVariants()
+            } else if submit.delivery == .info {
+                try submit.spec.validateFailOn()
+            } else {
+                try submit.spec.validate()
+            }
         } catch {
             return (.invalidArgument, error.message)
         }

@@ -191,6 +191,10 @@ extension BrokerCore {
         switch classify(jobID: jobID, attempt: result.attempt, workerAt: index) {
         case .current:
             guard let job = jobs[jobID] else { return }
+            if !job.variants.isEmpty {
+                variantResult(result, image: image, job: job, workerAt: index, now: now, &actions)
+                return
+            }
             guard let terminal = job.delivery.isTerminal(result.stage), terminal == result.terminal else {
                 let reason = "job \(jobID): a \(result.stage) result with terminal=\(result.terminal) "
                     + "does not fit delivery \(job.delivery)"
@@ -264,6 +268,56 @@ extension BrokerCore {
         case .malformed(let reason):
             workerSentMalformed(workers[index].id, reason, &actions)
         }
+    }
+
+    /// One variant's final: asked of this attempt and not yet sent, terminal exactly when it is
+    /// the last of them; forwarded with its index, cached under its own key, and the job ends
+    /// with the one that completes the set.
+    private mutating func variantResult(
+        _ result: Enlarger_V1_JobResult, image: Payload, job: Job, workerAt index: Int, now: MonotonicInstant,
+        _ actions: inout [Action]
+    ) {
+        let jobID = result.jobID
+        let outstanding = job.variants.count - job.variantsSent.count
+        guard result.stage == .final, job.variants.contains(where: { $0.index == result.variant }),
+              !job.variantsSent.contains(result.variant), result.terminal == (outstanding == 1) else {
+            let reason = "job \(jobID): a \(result.stage) result for variant \(result.variant) with terminal="
+                + "\(result.terminal), \(outstanding) of \(job.variants.count) variants outstanding"
+            abandonBrokenJob(jobID, workerAt: index, reason: reason, now: now, &actions)
+            return
+        }
+        jobs[jobID]!.variantsSent.insert(result.variant)
+        var event = Enlarger_V1_Result()
+        event.stage = .final
+        event.width = result.width
+        event.height = result.height
+        event.format = result.format
+        event.contentType = result.contentType
+        event.notes = result.notes
+        // Cached as a single output's final, which it also answers.
+        event.terminal = true
+        if Int(result.variant) < job.variantKeys.count {
+            sharing.store(event, payload: image, key: job.variantKeys[Int(result.variant)], for: job.owner.principal,
+                          verified: result.digestVerified)
+        }
+        event.terminal = result.terminal
+        event.variant = result.variant
+        for key in job.requests {
+            guard let request = requests[key] else { continue }
+            event.requestID = request.requestID
+            requests[key]!.bytesOut += image.count
+            send(.result(event, image: image), to: request, &actions)
+        }
+        guard result.terminal else { return }
+        workers[index].jobs[jobID] = nil
+        if let dispatched = job.lastDispatchedAt {
+            recentJobTime = recentJobTime * 0.9 + now.duration(since: dispatched) * 0.1
+        }
+        let ended = removeJob(jobID)
+        for key in ended.requests where requests[key] != nil {
+            endRequest(key, .finished, job: ended, now: now, &actions)
+        }
+        dispatch(now: now, &actions)
     }
 
     /// A worker broke the protocol about a job it holds: the worker may well consider the job
@@ -570,6 +624,8 @@ extension BrokerCore {
         message.spec = job.spec
         message.delivery = job.degradedSent ? .final : job.delivery
         message.placeholder = job.placeholder && !job.placeholderSent && !job.degradedSent && job.delivery != .info
+        // A retry asks only for the variants the client does not have.
+        message.variants = job.variants.filter { !job.variantsSent.contains($0.index) }
         // An inline image without a digest needs no source at all.
         if job.source.namesPlace || !job.source.inline.sha256.isEmpty { message.source = job.source }
         actions.append(.sendToWorker(workers[index].id, BrokerToWorkerMessage.job(message, image: job.image).encoded()))

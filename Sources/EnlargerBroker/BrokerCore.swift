@@ -107,6 +107,12 @@ public struct BrokerCore<Payload: FrameBytes> {
         /// While a worker holds it: the lane and principal its place in `running` is counted
         /// under.
         var runningAs: RunningCounts.Key?
+        /// A Submit's variants (VARIANTS in client.proto), each with its index; empty for one
+        /// output. `variantsSent`: those already forwarded (a retry asks only for the rest).
+        var variants: [Enlarger_V1_JobVariant] = []
+        var variantsSent: Set<UInt32> = []
+        /// The key each variant's final is cached under (a single-output request's), by index.
+        var variantKeys: [ShareKey?] = []
 
         var owner: RequestKey { requests[0] }
     }

@@ -96,8 +96,9 @@ struct SubmitCommand: AsyncParsableCommand {
     @OptionGroup var service: ServiceOptions
 
     func validate() throws {
-        guard image.variantList.isEmpty else {
-            throw ValidationError("--variant works with resize (one process); the service takes one output per request")
+        if !image.variantList.isEmpty {
+            if batch { throw ValidationError("--variant goes with one request per input, not --batch") }
+            if delivery == .degraded { throw ValidationError("--variant results are finals: not with --delivery degraded") }
         }
         if let idPrefix, idPrefix.utf8.count + 1 + String(inputs.count - 1).utf8.count > 64 {
             throw ValidationError("--id-prefix is too long: request ids are at most 64 bytes")
@@ -385,6 +386,9 @@ struct SubmitCommand: AsyncParsableCommand {
         request.sharesResults = !noShare
         request.priority = priority
         request.placeholder = !noPlaceholder && json
+        let variants = (try? image.variants) ?? []
+        request.variants = variants.map(\.options)
+        var variantsWritten = 0
         guard let events = live.begin(id, { client.submit(request) }) else { return .notSent }
         defer { live.end(id) }
         do {
@@ -404,7 +408,13 @@ struct SubmitCommand: AsyncParsableCommand {
                 case .degraded(let result), .final(let result):
                     let isFinal = if case .final = event { true } else { false }
                     let ext = result.format.fileExtension
-                    let path = (out as NSString).appendingPathComponent(isFinal ? "\(name).\(ext)" : "\(name).degraded.\(ext)")
+                    var path = (out as NSString).appendingPathComponent(isFinal ? "\(name).\(ext)" : "\(name).degraded.\(ext)")
+                    if !variants.isEmpty {
+                        guard isFinal, variants.indices.contains(result.variant) else {
+                            return fail("failed", code: "internal", message: "the service sent a result for no variant asked")
+                        }
+                        path = (out as NSString).appendingPathComponent("\(name)-\(variants[result.variant].label).\(ext)")
+                    }
                     do {
                         try OutputFile.write(result.bytes, to: path)
                     } catch {
@@ -417,6 +427,7 @@ struct SubmitCommand: AsyncParsableCommand {
                     let processing = now - (startedAt ?? now)
                     timings.append("\(isFinal ? "final" : "degraded") at \(Int(milliseconds(now - start))) ms")
                     report(isFinal ? "final" : "degraded") {
+                        if !variants.isEmpty { $0.add("variant", variants[result.variant].label) }
                         $0.add("width", result.width)
                         $0.add("height", result.height)
                         $0.add("bytes", result.bytes.count)
@@ -434,6 +445,11 @@ struct SubmitCommand: AsyncParsableCommand {
                                      + (result.cached ? "(from the broker's cache; \(timings.joined(separator: ", ")))"
                                         : "(queued \(Int(milliseconds(queued))) ms, processing \(Int(milliseconds(processing))) ms; "
                                           + "\(timings.joined(separator: ", ")))"))
+                    }
+                    // With variants, the request ends with the last of them.
+                    if !variants.isEmpty {
+                        variantsWritten += 1
+                        if variantsWritten < variants.count { continue }
                     }
                     if isFinal || delivery == .degraded { return .done(queued: queued, processing: processing) }
                 case .download(let progress):

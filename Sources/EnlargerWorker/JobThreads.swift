@@ -22,7 +22,7 @@ struct StageFrame: @unchecked Sendable {
 
     /// Copies the encoded image into a frame; when that frame cannot be allocated, the job
     /// fails `TOO_LARGE` (the worker lives on).
-    init(_ result: StageResult) throws(ImagingError) {
+    init(_ result: StageResult, variant: UInt32 = 0) throws(ImagingError) {
         let frame: Message
         do {
             frame = try result.image.withUnsafeBytes { bytes throws(ZMQError) in try Message.copy(of: bytes) }
@@ -31,7 +31,7 @@ struct StageFrame: @unchecked Sendable {
         }
         output = StageOutput(stage: result.stage, isTerminal: result.isTerminal, width: result.image.width,
                              height: result.image.height, format: result.image.format, image: frame,
-                             notes: result.notes)
+                             notes: result.notes, variant: variant)
     }
 
     /// A placeholder: never terminal, an empty image frame.
@@ -153,6 +153,10 @@ final class JobThreads: Sendable {
                 return try answerInfo(job, pipeline.info(of: input, failOn: job.options.failOn), mailbox: mailbox,
                                       round: round)
             }
+            if !job.variants.isEmpty {
+                return try runVariants(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures,
+                                       round: round, yieldsSeen: yieldsSeen)
+            }
             let prepared = try pipeline.prepare(input, options: job.options, delivery: job.delivery,
                                                 cancel: job.control.flag, placeholder: job.placeholder)
             mailbox.post(.estimated(job.token, prepared.memoryEstimate))
@@ -172,6 +176,25 @@ final class JobThreads: Sendable {
         } catch {
             return .failed(error)
         }
+    }
+
+    /// A job with variants: one decode, each variant's final as it is made.
+    private static func runVariants(
+        _ job: JobStart<Message>, input: UnsafeRawBufferPointer, pipeline: ImagePipeline,
+        mailbox: Mailbox<WorkerMail>, figures: inout JobFigures, round: Int, yieldsSeen: Int
+    ) throws(ImagingError) -> JobOutcome? {
+        let prepared = try pipeline.prepareVariants(input, variants: job.variants.map(\.options), cancel: job.control.flag)
+        mailbox.post(.estimated(job.token, prepared.memoryEstimate))
+        switch job.control.awaitAdmission(round: round, yieldsSeen: yieldsSeen) {
+        case .admitted: break
+        case .cancelled: throw ImagingError(.cancelled, "cancelled before it was admitted")
+        case .yielded: return nil
+        }
+        try prepared.run { position, result throws(ImagingError) in
+            figures.add(result.timings, bytesOut: result.image.byteCount)
+            mailbox.post(.result(job.token, try StageFrame(result, variant: job.variants[position].index)))
+        }
+        return .completed
     }
 
     /// An info-only job's one result. The header alone needs no pixel memory, so nothing is

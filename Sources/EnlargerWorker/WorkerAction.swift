@@ -43,6 +43,9 @@ struct JobStart<Payload> {
     /// thread reads (`image` is then empty).
     var source: JobSource = .inline(digest: nil)
     let control: JobControl
+    /// Several outputs from one decode (Job.variants), each with its index; `options` is then
+    /// the first's (for fail_on and the source's checks).
+    var variants: [(index: UInt32, options: ResizeOptions)] = []
 }
 
 /// A job's identity on the wire: the broker's job id and the attempt.
@@ -165,4 +168,6 @@ struct StageOutput<Payload> {
     var info: ImageInfo?
     /// A placeholder (the image is then empty), sent as STAGE_PLACEHOLDER, never terminal.
     var placeholder: Placeholder?
+    /// For a job with variants: the index of the variant this final is (JobResult.variant).
+    var variant: UInt32 = 0
 }

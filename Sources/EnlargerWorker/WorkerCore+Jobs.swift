@@ -108,6 +108,7 @@ extension WorkerCore {
             result.notes = output.notes
         }
         result.terminal = output.isTerminal
+        result.variant = output.variant
         // A job thread checks the digest (or reads the whole file) before it produces anything.
         result.digestVerified = job.verified
         return [.send(.jobResult(result, image: output.image))]
@@ -186,8 +187,10 @@ extension WorkerCore {
         let options: ResizeOptions, delivery: ImageModel.Delivery
         let infoOnly = job.delivery == .info
         let source: JobSource
+        var variants: [(index: UInt32, options: ResizeOptions)] = []
         do throws(ImagingError) {
-            options = try ResizeOptions(wire: job.spec)
+            for variant in job.variants { variants.append((variant.index, try ResizeOptions(wire: variant.spec))) }
+            if let first = variants.first { options = first.options } else { options = try ResizeOptions(wire: job.spec) }
             delivery = infoOnly ? .final : try ImageModel.Delivery(job.delivery)
             source = try Self.source(of: job, image: image)
         } catch {
@@ -205,8 +208,9 @@ extension WorkerCore {
         jobs[lastToken] = Job(key: key, requestID: job.requestID, control: control, verified: verified)
         tokens[key] = lastToken
         actions.append(.startJob(JobStart(token: lastToken, key: key, image: image, options: options,
-                                          delivery: delivery, infoOnly: infoOnly, placeholder: job.placeholder && !infoOnly,
-                                          source: source, control: control)))
+                                          delivery: delivery, infoOnly: infoOnly,
+                                          placeholder: job.placeholder && !infoOnly && variants.isEmpty,
+                                          source: source, control: control, variants: variants)))
     }
 
     /// The Job's source as its thread reads it; a malformed one fails the job.

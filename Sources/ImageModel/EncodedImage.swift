@@ -12,6 +12,9 @@ public struct EncodedImage: Sendable, Equatable {
     /// The broker answered from its result cache: no worker ran for this request. Not part
     /// of equality.
     public var cached = false
+    /// For a request with variants: which one this is (its index in the request's list). Not
+    /// part of equality.
+    public var variant = 0
     private let storage: Storage
 
     // @unchecked: the borrowed bytes are read-only from the moment the image is made, and

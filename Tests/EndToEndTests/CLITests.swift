@@ -473,6 +473,27 @@ final class CLITests: XCTestCase {
         }
     }
 
+    /// --variant through the service: one request, every output written by its box.
+    func testSubmitVariantsWritesEveryOutput() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let photo = Corpus.root.appendingPathComponent("good/bimg_vertical.jpg").path
+        let out = try temporaryDirectory()
+        let result = try run(["submit", photo, "--variant", "320x320:webp,160x", "--json", "--out", out.path,
+                              "--broker", cluster.clientsEndpoint])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let finals = result.stdout.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }.filter { $0["event"] as? String == "final" }
+        XCTAssertEqual(Set(finals.compactMap { $0["variant"] as? String }), ["320x320", "160x"], result.stdout)
+        for name in ["bimg_vertical-320x320.webp", "bimg_vertical-160x.jpg"] {
+            XCTAssert(FileManager.default.fileExists(atPath: out.appendingPathComponent(name).path), name)
+        }
+        let batch = try run(["submit", photo, "--variant", "320x", "--batch", "--out", out.path, "--broker", cluster.clientsEndpoint])
+        XCTAssertNotEqual(batch.status, 0)
+        XCTAssert(batch.stderr.contains("--batch"), batch.stderr)
+    }
+
     /// A gain map through the service: kept by default (the output's info says so), left out
     /// with --gain-map drop; the modes are named when one is misspelt.
     func testGainMapIsKeptThroughTheServiceOrDropped() async throws {

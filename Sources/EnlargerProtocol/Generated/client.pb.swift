@@ -184,6 +184,24 @@
 // whose item never arrived first). Results are delivered as they come; a client library puts
 // them in input order.
 //
+// VARIANTS
+//
+// A Submit may name up to 8 outputs in `variants` (each its own ResizeSpec: box, fit, format
+// or accept list, quality, ...) instead of one in `spec`. The worker decodes the image once and
+// makes every output from that decode, largest first, sending each final as soon as it is
+// encoded: one Result(FINAL) per variant, `Result.variant` naming its index in the Submit's
+// list, in the order they are made; the one that completes the set is terminal, and the
+// request's one terminal event. No degraded result and no placeholder are sent (a
+// PROGRESSIVE delivery behaves as FINAL; DEGRADED and INFO are INVALID_ARGUMENT), and all
+// variants must name the same fail_on (one decode serves them all). Cancel, deadlines and
+// failures end the request as a whole: a failure after some variants arrived still ends it
+// with Failed. Each variant's final is cached under the key a single-output request with that
+// spec and DELIVERY_FINAL would have, so such a request (or a variant of another set) is
+// answered from it; a variants request is answered from the cache when every one of its
+// variants is there (then each comes with `cached` set, the last terminal). A variants
+// request joins a live job of the same variants (same order) only while that job waits for
+// a worker. Variants of file and URL sources are neither cached nor shared.
+//
 // SIZE
 //
 // A Submit whose image is over the broker's input limit (Pong.max_input_bytes) is answered
@@ -389,6 +407,12 @@ public nonisolated struct Enlarger_V1_Submit: @unchecked Sendable {
   public var noPlaceholder: Bool {
     get {_storage._noPlaceholder}
     set {_uniqueStorage()._noPlaceholder = newValue}
+  }
+
+  /// Several outputs from one decode (see VARIANTS); `spec` is then unused.
+  public var variants: [Enlarger_V1_ResizeSpec] {
+    get {_storage._variants}
+    set {_uniqueStorage()._variants = newValue}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -723,6 +747,13 @@ public nonisolated struct Enlarger_V1_Result: @unchecked Sendable {
   public var placeholder: Data {
     get {_storage._placeholder}
     set {_uniqueStorage()._placeholder = newValue}
+  }
+
+  /// For a Submit with variants: the index of the variant this final is (see VARIANTS); 0
+  /// otherwise.
+  public var variant: UInt32 {
+    get {_storage._variant}
+    set {_uniqueStorage()._variant = newValue}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -1398,7 +1429,7 @@ nonisolated extension Enlarger_V1_ClientToBroker: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Submit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{3}deadline_ms\0\u{1}source\0\u{1}batch\0\u{1}priority\0\u{3}no_placeholder\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{3}deadline_ms\0\u{1}source\0\u{1}batch\0\u{1}priority\0\u{3}no_placeholder\0\u{1}variants\0")
 
   fileprivate class _StorageClass {
     var _requestID: String = String()
@@ -1409,6 +1440,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
     var _batch: Enlarger_V1_BatchItem? = nil
     var _priority: Enlarger_V1_Priority = .unspecified
     var _noPlaceholder: Bool = false
+    var _variants: [Enlarger_V1_ResizeSpec] = []
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1427,6 +1459,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
       _batch = source._batch
       _priority = source._priority
       _noPlaceholder = source._noPlaceholder
+      _variants = source._variants
     }
   }
 
@@ -1453,6 +1486,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
         case 6: try { try decoder.decodeSingularMessageField(value: &_storage._batch) }()
         case 7: try { try decoder.decodeSingularEnumField(value: &_storage._priority) }()
         case 8: try { try decoder.decodeSingularBoolField(value: &_storage._noPlaceholder) }()
+        case 9: try { try decoder.decodeRepeatedMessageField(value: &_storage._variants) }()
         default: break
         }
       }
@@ -1489,6 +1523,9 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
       if _storage._noPlaceholder != false {
         try visitor.visitSingularBoolField(value: _storage._noPlaceholder, fieldNumber: 8)
       }
+      if !_storage._variants.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._variants, fieldNumber: 9)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1506,6 +1543,7 @@ nonisolated extension Enlarger_V1_Submit: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._batch != rhs_storage._batch {return false}
         if _storage._priority != rhs_storage._priority {return false}
         if _storage._noPlaceholder != rhs_storage._noPlaceholder {return false}
+        if _storage._variants != rhs_storage._variants {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -1994,7 +2032,7 @@ nonisolated extension Enlarger_V1_Started: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Result"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0\u{1}cached\0\u{1}placeholder\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0\u{1}cached\0\u{1}placeholder\0\u{1}variant\0")
 
   fileprivate class _StorageClass {
     var _requestID: String = String()
@@ -2008,6 +2046,7 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
     var _notes: [String] = []
     var _cached: Bool = false
     var _placeholder: Data = Data()
+    var _variant: UInt32 = 0
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -2029,6 +2068,7 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
       _notes = source._notes
       _cached = source._cached
       _placeholder = source._placeholder
+      _variant = source._variant
     }
   }
 
@@ -2058,6 +2098,7 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
         case 9: try { try decoder.decodeRepeatedStringField(value: &_storage._notes) }()
         case 10: try { try decoder.decodeSingularBoolField(value: &_storage._cached) }()
         case 11: try { try decoder.decodeSingularBytesField(value: &_storage._placeholder) }()
+        case 12: try { try decoder.decodeSingularUInt32Field(value: &_storage._variant) }()
         default: break
         }
       }
@@ -2103,6 +2144,9 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
       if !_storage._placeholder.isEmpty {
         try visitor.visitSingularBytesField(value: _storage._placeholder, fieldNumber: 11)
       }
+      if _storage._variant != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._variant, fieldNumber: 12)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -2123,6 +2167,7 @@ nonisolated extension Enlarger_V1_Result: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._notes != rhs_storage._notes {return false}
         if _storage._cached != rhs_storage._cached {return false}
         if _storage._placeholder != rhs_storage._placeholder {return false}
+        if _storage._variant != rhs_storage._variant {return false}
         return true
       }
       if !storagesAreEqual {return false}

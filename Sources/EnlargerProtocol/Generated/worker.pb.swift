@@ -43,6 +43,8 @@
 //     DELIVERY_FINAL        JobResult(FINAL, terminal=true)
 //     DELIVERY_DEGRADED     JobResult(DEGRADED, terminal=true)
 //     DELIVERY_INFO         JobResult(INFO, terminal=true), with info and an empty image frame
+//     Job.variants          JobResult(FINAL, terminal=false, variant=i) for each variant but the
+//                           last sent, which has terminal=true
 //
 // or JobFailed at any point instead of the terminal result. A frame that breaks this
 // table (wrong stage, wrong terminal flag, a second degraded) or the framing rules, about a
@@ -383,6 +385,12 @@ public nonisolated struct Enlarger_V1_JobResult: @unchecked Sendable {
     set {_uniqueStorage()._placeholder = newValue}
   }
 
+  /// For a job with variants: the `index` of the JobVariant this final is.
+  public var variant: UInt32 {
+    get {_storage._variant}
+    set {_uniqueStorage()._variant = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -604,11 +612,44 @@ public nonisolated struct Enlarger_V1_Job: @unchecked Sendable {
     set {_uniqueStorage()._placeholder = newValue}
   }
 
+  /// Several outputs from one decode (VARIANTS in client.proto); `spec` is then unused and
+  /// `delivery` is FINAL. The worker sends one JobResult(FINAL) per variant, each naming its
+  /// `index`, and only the last it sends is terminal. A retry names only the variants the
+  /// client does not have yet.
+  public var variants: [Enlarger_V1_JobVariant] {
+    get {_storage._variants}
+    set {_uniqueStorage()._variants = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// One output of a job with variants: its spec, and its index in the Submit's list.
+public nonisolated struct Enlarger_V1_JobVariant: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var index: UInt32 = 0
+
+  public var spec: Enlarger_V1_ResizeSpec {
+    get {_spec ?? Enlarger_V1_ResizeSpec()}
+    set {_spec = newValue}
+  }
+  /// Returns true if `spec` has been explicitly set.
+  public var hasSpec: Bool {self._spec != nil}
+  /// Clears the value of `spec`. Subsequent reads from it will return its default value.
+  public mutating func clearSpec() {self._spec = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _spec: Enlarger_V1_ResizeSpec? = nil
 }
 
 /// Stop the attempt and acknowledge with JobCancelled (see CANCEL).
@@ -1004,7 +1045,7 @@ nonisolated extension Enlarger_V1_JobStarted: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".JobResult"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0\u{3}digest_verified\0\u{1}placeholder\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{1}stage\0\u{1}width\0\u{1}height\0\u{1}format\0\u{1}terminal\0\u{1}info\0\u{3}content_type\0\u{1}notes\0\u{3}digest_verified\0\u{1}placeholder\0\u{1}variant\0")
 
   fileprivate class _StorageClass {
     var _jobID: UInt64 = 0
@@ -1019,6 +1060,7 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
     var _notes: [String] = []
     var _digestVerified: Bool = false
     var _placeholder: Data = Data()
+    var _variant: UInt32 = 0
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1041,6 +1083,7 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
       _notes = source._notes
       _digestVerified = source._digestVerified
       _placeholder = source._placeholder
+      _variant = source._variant
     }
   }
 
@@ -1071,6 +1114,7 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
         case 10: try { try decoder.decodeRepeatedStringField(value: &_storage._notes) }()
         case 11: try { try decoder.decodeSingularBoolField(value: &_storage._digestVerified) }()
         case 12: try { try decoder.decodeSingularBytesField(value: &_storage._placeholder) }()
+        case 13: try { try decoder.decodeSingularUInt32Field(value: &_storage._variant) }()
         default: break
         }
       }
@@ -1119,6 +1163,9 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
       if !_storage._placeholder.isEmpty {
         try visitor.visitSingularBytesField(value: _storage._placeholder, fieldNumber: 12)
       }
+      if _storage._variant != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._variant, fieldNumber: 13)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1140,6 +1187,7 @@ nonisolated extension Enlarger_V1_JobResult: SwiftProtobuf.Message, SwiftProtobu
         if _storage._notes != rhs_storage._notes {return false}
         if _storage._digestVerified != rhs_storage._digestVerified {return false}
         if _storage._placeholder != rhs_storage._placeholder {return false}
+        if _storage._variant != rhs_storage._variant {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -1458,7 +1506,7 @@ nonisolated extension Enlarger_V1_BrokerToWorker: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Job"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{1}source\0\u{1}placeholder\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{1}source\0\u{1}placeholder\0\u{1}variants\0")
 
   fileprivate class _StorageClass {
     var _jobID: UInt64 = 0
@@ -1468,6 +1516,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
     var _delivery: Enlarger_V1_Delivery = .progressive
     var _source: Enlarger_V1_ImageSource? = nil
     var _placeholder: Bool = false
+    var _variants: [Enlarger_V1_JobVariant] = []
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1485,6 +1534,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
       _delivery = source._delivery
       _source = source._source
       _placeholder = source._placeholder
+      _variants = source._variants
     }
   }
 
@@ -1510,6 +1560,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
         case 5: try { try decoder.decodeSingularEnumField(value: &_storage._delivery) }()
         case 6: try { try decoder.decodeSingularMessageField(value: &_storage._source) }()
         case 7: try { try decoder.decodeSingularBoolField(value: &_storage._placeholder) }()
+        case 8: try { try decoder.decodeRepeatedMessageField(value: &_storage._variants) }()
         default: break
         }
       }
@@ -1543,6 +1594,9 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
       if _storage._placeholder != false {
         try visitor.visitSingularBoolField(value: _storage._placeholder, fieldNumber: 7)
       }
+      if !_storage._variants.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._variants, fieldNumber: 8)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1559,10 +1613,50 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
         if _storage._delivery != rhs_storage._delivery {return false}
         if _storage._source != rhs_storage._source {return false}
         if _storage._placeholder != rhs_storage._placeholder {return false}
+        if _storage._variants != rhs_storage._variants {return false}
         return true
       }
       if !storagesAreEqual {return false}
     }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Enlarger_V1_JobVariant: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".JobVariant"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}index\0\u{1}spec\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.index) }()
+      case 2: try { try decoder.decodeSingularMessageField(value: &self._spec) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if self.index != 0 {
+      try visitor.visitSingularUInt32Field(value: self.index, fieldNumber: 1)
+    }
+    try { if let v = self._spec {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Enlarger_V1_JobVariant, rhs: Enlarger_V1_JobVariant) -> Bool {
+    if lhs.index != rhs.index {return false}
+    if lhs._spec != rhs._spec {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -50,6 +50,39 @@ class ResultsTest(unittest.TestCase):
                 if name == WITH_DEGRADED:
                     self.assertEqual(len(degraded), 1, f"{name} carries an EXIF thumbnail: {events}")
 
+    def test_variants_come_one_final_each_from_one_request(self):
+        variants = [{"width": 320, "format": "webp"}, {"width": 160}, {"width": 64, "height": 64, "fit": "cover"}]
+        request = self.client.submit(corpus(WITH_DEGRADED), quality=70, variants=variants, share=False)
+        events = collect(request)
+        check_life(self, events)
+        finals = [e for e in events if isinstance(e, enlarger.Final)]
+        self.assertEqual(len(finals), 3, events)
+        self.assertFalse([e for e in events if isinstance(e, (enlarger.Degraded, enlarger.Placeholder))], events)
+        self.assertEqual([f.variant for f in finals], [0, 1, 2], "largest first, as listed here")
+        self.assertEqual([f.terminal for f in finals], [False, False, True])
+        self.assertEqual([f.format for f in finals],
+                         [enlarger.ImageFormat.WEBP, enlarger.ImageFormat.JPEG, enlarger.ImageFormat.JPEG])
+        self.assertEqual(max(finals[0].width, finals[0].height), 320)
+        self.assertEqual(jpeg_size(finals[1].data), (finals[1].width, finals[1].height))
+        self.assertEqual((finals[2].width, finals[2].height), (64, 64))
+        again = self.client.submit(corpus(WITH_DEGRADED), quality=70, variants=variants[::-1], share=False).finals()
+        self.assertEqual([f.variant for f in again], [0, 1, 2], "finals() puts them in the list's order")
+        self.assertEqual([(f.width, f.height) for f in again], [(64, 64), (finals[1].width, finals[1].height),
+                                                                  (finals[0].width, finals[0].height)])
+
+    def test_variant_arguments_are_checked_before_sending(self):
+        image = corpus(WITH_DEGRADED)
+        for variants, complaint in (([], "1 to 8"), ([{"width": 10}] * 9, "1 to 8"), ({"width": 10}, "list"),
+                                    ([{"widht": 10}], "dict of"), ([{"width": 0}], "width"),
+                                    ([{"width": 10}, {"width": 10, "fail_on": "none"}], "fail_on")):
+            with self.subTest(variants=variants), self.assertRaises(enlarger.InvalidArgumentError) as caught:
+                self.client.submit(image, variants=variants)
+            self.assertIn(complaint, str(caught.exception))
+        with self.assertRaises(enlarger.InvalidArgumentError):
+            self.client.submit(image, width=10, variants=[{"width": 20}])
+        with self.assertRaises(enlarger.InvalidArgumentError):
+            self.client.submit(image, variants=[{"width": 20}], delivery="degraded")
+
     def test_final_only_delivery(self):
         events = collect(self.client.submit(corpus(WITH_DEGRADED), width=200, degraded=False))
         check_life(self, events)

@@ -69,7 +69,8 @@ class AsyncClient:
                format: ImageFormat | str = ImageFormat.JPEG, fail_on: FailOn | str = FailOn.ERROR,
                keep_profile: bool = False, accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
                background: str | int | None = None, lossless: bool = False,
-               gain_map: GainMap | str = GainMap.KEEP, degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
+               gain_map: GainMap | str = GainMap.KEEP, variants: Sequence[dict[str, Any]] | None = None,
+               degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
                timeout: float | None = None, share: bool = True, wait: bool | float = True,
                priority: Priority | str = Priority.INTERACTIVE, placeholder: bool = True) -> PendingRequest:
         """Submits one image, as `Client.submit` (same arguments): ``await`` the result for the
@@ -87,7 +88,8 @@ class AsyncClient:
         spec: dict[str, Any] = dict(
             width=width, height=height, fit=fit, enlarge=enlarge, quality=quality, progressive=progressive,
             chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
-            flatten=flatten, background=background, lossless=lossless, gain_map=gain_map, degraded=degraded,
+            flatten=flatten, background=background, lossless=lossless, gain_map=gain_map, variants=variants,
+            degraded=degraded,
             delivery=delivery,
             request_id=request_id, timeout=timeout, priority=priority, placeholder=placeholder)
         client = self._client
@@ -271,6 +273,25 @@ class AsyncRequest:
     def cancel(self) -> asyncio.Future[CancelOutcome]:
         """Same as `client.cancel(request.id)`: strict from the call."""
         return self._client.cancel(self.id)
+
+    async def finals(self, timeout: float | None = None) -> list[Final]:
+        """Consumes the events and returns every `Final`, as `Request.finals`."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        finals: list[Final] = []
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            event = await self.next_event(remaining)
+            if event is None:
+                raise EnlargerError(f"request {self.id}: its terminal event was taken already")
+            if isinstance(event, Final):
+                finals.append(event)
+                if event.terminal:
+                    return sorted(finals, key=lambda final: final.variant)
+            elif isinstance(event, Degraded) and event.terminal:
+                raise EnlargerError(f"request {self.id} ended with a degraded result: use result()")
+            elif event.terminal:
+                raise RequestError(event)
 
     async def result(self, timeout: float | None = None) -> Result:
         """Consumes the events and returns the terminal result, as `Request.result`."""

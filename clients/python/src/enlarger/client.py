@@ -231,7 +231,8 @@ class Client:
                format: ImageFormat | str = ImageFormat.JPEG, fail_on: FailOn | str = FailOn.ERROR,
                keep_profile: bool = False, accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
                background: str | int | None = None, lossless: bool = False,
-               gain_map: GainMap | str = GainMap.KEEP, degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
+               gain_map: GainMap | str = GainMap.KEEP, variants: Sequence[dict[str, Any]] | None = None,
+               degraded: bool = True, delivery: Delivery | str | None = None, request_id: str | None = None,
                timeout: float | None = None, share: bool = True, wait: bool | float = True,
                priority: Priority | str = Priority.INTERACTIVE, placeholder: bool = True) -> Request:
         """Submits one image (JPEG, PNG, WebP, HEIC, AVIF, GIF or JPEG XL, recognised by the worker from its
@@ -266,6 +267,11 @@ class Client:
           instead of converting the pixels to sRGB (the default).
         - `gain_map`: a JPEG source's HDR gain map: `GainMap.KEEP` (default: resized with the
           image and kept in JPEG output), `DROP`, or `APPLY` (the SDR rendition, no map).
+        - `variants`: several outputs from one decode, instead of `width`/`height`: a list of 1
+          to 8 dicts of the arguments above (``[{"width": 320, "format": "webp"}, {"width":
+          1280}]``), each taking the call's arguments for what it leaves out. The request then
+          yields one `Final` per variant (its `variant` is its index in the list), largest
+          first, the last terminal; no `Degraded` and no `Placeholder`.
         - `degraded`: True for a quick degraded result before the final one (when the worker
           has one cheaper than the final), False for the final only. `delivery`, when given,
           wins: `Delivery.DEGRADED` asks for one degraded result, which is terminal.
@@ -306,7 +312,8 @@ class Client:
         submit, data = self._prepare(image, worker_file, url, dict(
             width=width, height=height, fit=fit, enlarge=enlarge, quality=quality, progressive=progressive,
             chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
-            flatten=flatten, background=background, lossless=lossless, gain_map=gain_map, degraded=degraded,
+            flatten=flatten, background=background, lossless=lossless, gain_map=gain_map, variants=variants,
+            degraded=degraded,
             delivery=delivery,
             request_id=request_id, timeout=timeout, priority=priority, placeholder=placeholder), share)
         return Request(self, self._submit_waiting(submit, data, wait))
@@ -454,13 +461,49 @@ class Client:
                       fail_on: FailOn | str = FailOn.ERROR, keep_profile: bool = False,
                       accept: Sequence[ImageFormat | str] | None = None, flatten: bool = False,
                       background: str | int | None = None, lossless: bool = False,
-                      gain_map: GainMap | str = GainMap.KEEP, degraded: bool,
+                      gain_map: GainMap | str = GainMap.KEEP, variants: Sequence[dict[str, Any]] | None = None,
+                      degraded: bool,
                       delivery: Delivery | str | None, request_id: str | None,
                       timeout: float | None, priority: Priority | str = Priority.INTERACTIVE,
                       placeholder: bool = True) -> client_pb2.Submit:
         submit = client_pb2.Submit()
         submit.request_id = wire.check_request_id(str(uuid.uuid4()) if request_id is None else request_id)
-        spec = submit.spec
+        spec_args: dict[str, Any] = dict(width=width, height=height, fit=fit, enlarge=enlarge, quality=quality,
+                                         progressive=progressive,
+                         chroma=chroma, format=format, fail_on=fail_on, keep_profile=keep_profile, accept=accept,
+                         flatten=flatten, background=background, lossless=lossless, gain_map=gain_map)
+        if variants is None:
+            Client._fill_spec(submit.spec, **spec_args)
+        else:
+            if width is not None or height is not None:
+                raise InvalidArgumentError("give width and height, or variants, not both")
+            if isinstance(variants, (str, bytes, dict)) or not 1 <= len(variants) <= wire.MAX_VARIANTS:
+                raise InvalidArgumentError(f"variants must be a list of 1 to {wire.MAX_VARIANTS} dicts of spec "
+                                           f"arguments, got {variants!r}")
+            for variant in variants:
+                if not isinstance(variant, dict) or set(variant) - set(spec_args):
+                    raise InvalidArgumentError(f"a variant is a dict of {', '.join(spec_args)}, got {variant!r}")
+                Client._fill_spec(submit.variants.add(), **{**spec_args, **variant})
+            if len({spec.fail_on for spec in submit.variants}) > 1:
+                raise InvalidArgumentError("the variants name different fail_on levels; one decode serves them all")
+        if delivery is None:
+            delivery = Delivery.PROGRESSIVE if _flag(degraded, "degraded") else Delivery.FINAL
+        submit.delivery = _member(Delivery, delivery, "delivery").wire
+        if variants is not None and submit.delivery not in (common_pb2.DELIVERY_PROGRESSIVE, common_pb2.DELIVERY_FINAL):
+            raise InvalidArgumentError("variants come as finals: not with delivery DEGRADED or INFO")
+        submit.priority = _member(Priority, priority, "priority").wire
+        submit.no_placeholder = not _flag(placeholder, "placeholder")
+        if timeout is not None:
+            submit.deadline_ms = _deadline_ms(timeout)
+        return submit
+
+    @staticmethod
+    def _fill_spec(spec: common_pb2.ResizeSpec, *, width: int | None, height: int | None, fit: Fit | str,
+                   enlarge: bool, quality: int | None, progressive: bool, chroma: Chroma | str,
+                   format: ImageFormat | str, fail_on: FailOn | str, keep_profile: bool,
+                   accept: Sequence[ImageFormat | str] | None, flatten: bool, background: str | int | None,
+                   lossless: bool, gain_map: GainMap | str) -> None:
+        """Checks one output's arguments and writes them into `spec`."""
         for name, value in (("width", width), ("height", height)):
             if value is None:
                 continue
@@ -508,14 +551,6 @@ class Client:
             spec.background = background
         spec.lossless = _flag(lossless, "lossless")
         spec.gain_map = _member(GainMap, gain_map, "gain_map").wire
-        if delivery is None:
-            delivery = Delivery.PROGRESSIVE if _flag(degraded, "degraded") else Delivery.FINAL
-        submit.delivery = _member(Delivery, delivery, "delivery").wire
-        submit.priority = _member(Priority, priority, "priority").wire
-        submit.no_placeholder = not _flag(placeholder, "placeholder")
-        if timeout is not None:
-            submit.deadline_ms = _deadline_ms(timeout)
-        return submit
 
 
 def _is_int(value: object) -> TypeGuard[int]:

@@ -682,8 +682,10 @@ class ClientCore:
             pass
         elif image_format is None:
             violation = f"the broker sent a result in unknown format {result.format}"
-        elif result.stage == common_pb2.STAGE_FINAL and not result.terminal:
+        elif result.stage == common_pb2.STAGE_FINAL and not result.terminal and len(route.submit.variants) < 2:
             violation = "the broker sent a final result that is not terminal"
+        elif result.stage == common_pb2.STAGE_FINAL and result.variant >= max(1, len(route.submit.variants)):
+            violation = f"the broker sent variant {result.variant} of a request with {len(route.submit.variants)}"
         elif result.stage == common_pb2.STAGE_PLACEHOLDER and result.terminal:
             violation = "the broker sent a placeholder that is terminal"
         elif result.stage not in (common_pb2.STAGE_DEGRADED, common_pb2.STAGE_FINAL, common_pb2.STAGE_INFO,
@@ -715,7 +717,7 @@ class ClientCore:
                              result.cached, terminal=result.terminal)
         else:
             event = Final(request_id, image, result.width, result.height, image_format, tuple(result.notes),
-                          result.cached)
+                          result.cached, result.variant, terminal=result.terminal)
         actions.append(Deliver(route.token, event, result.terminal))
         if result.terminal:
             self._finish_route(request_id)

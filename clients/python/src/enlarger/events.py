@@ -97,6 +97,8 @@ class Result(Event):
     notes: tuple[str, ...] = ()
     #: The broker answered from its result cache: no worker ran for this request.
     cached: bool = False
+    #: For a request with variants: which one this is (its index in `submit(variants=...)`).
+    variant: int = 0
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(request_id={self.request_id!r}, {self.width}x{self.height} "
@@ -113,9 +115,10 @@ class Degraded(Result):
 
 @dataclass(frozen=True, repr=False)
 class Final(Result):
-    """The high-quality result. Terminal."""
+    """The high-quality result. Terminal, except for a request with variants: one `Final` per
+    variant, the last terminal."""
 
-    terminal = True
+    terminal: bool = True
 
 
 @dataclass(frozen=True)

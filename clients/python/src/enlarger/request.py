@@ -221,6 +221,26 @@ class Request:
                  traceback: TracebackType | None) -> None:
         self._client._abandon(self._channel)
 
+    def finals(self, timeout: float | None = None) -> list[Final]:
+        """Consumes the events and returns every `Final` once the terminal one arrived: for a
+        request with variants, one per variant in the order of its list. Raises as `result`
+        (and `EnlargerError` for a delivery that ends with a degraded result)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finals: list[Final] = []
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            event = self._channel.take(remaining)
+            if event is None:
+                raise EnlargerError(f"request {self.id}: its terminal event was taken already")
+            if isinstance(event, Final):
+                finals.append(event)
+                if event.terminal:
+                    return sorted(finals, key=lambda final: final.variant)
+            elif isinstance(event, Degraded) and event.terminal:
+                raise EnlargerError(f"request {self.id} ended with a degraded result: use result()")
+            elif event.terminal:
+                raise RequestError(event)
+
     def result(self, timeout: float | None = None) -> Result:
         """Consumes the events and returns the terminal result (`Final`, or the `Degraded`
         one for delivery DEGRADED). Raises `RequestError` when the request ended otherwise,

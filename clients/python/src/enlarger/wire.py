@@ -17,6 +17,8 @@ TAG = b"ENL-C1"
 MAX_HEADER_BYTES = 65_536
 MAX_REQUEST_ID_BYTES = 64
 MAX_DIMENSION = 16_384
+#: Outputs one Submit may name (client.proto's VARIANTS).
+MAX_VARIANTS = 8
 #: Ids per Sync; a client waiting for more sends several.
 MAX_SYNC_REQUEST_IDS = 512
 

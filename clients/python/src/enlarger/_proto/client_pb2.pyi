@@ -185,7 +185,7 @@ class Rejected(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ["cached", "content_type", "format", "height", "info", "notes", "placeholder", "request_id", "stage", "terminal", "width"]
+    __slots__ = ["cached", "content_type", "format", "height", "info", "notes", "placeholder", "request_id", "stage", "terminal", "variant", "width"]
     CACHED_FIELD_NUMBER: _ClassVar[int]
     CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +196,7 @@ class Result(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     TERMINAL_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FIELD_NUMBER: _ClassVar[int]
     cached: bool
     content_type: str
@@ -207,8 +208,9 @@ class Result(_message.Message):
     request_id: str
     stage: _common_pb2.Stage
     terminal: bool
+    variant: int
     width: int
-    def __init__(self, request_id: _Optional[str] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ..., content_type: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., cached: bool = ..., placeholder: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ..., content_type: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., cached: bool = ..., placeholder: _Optional[bytes] = ..., variant: _Optional[int] = ...) -> None: ...
 
 class Started(_message.Message):
     __slots__ = ["attempt", "request_id"]
@@ -245,7 +247,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Submit(_message.Message):
-    __slots__ = ["batch", "deadline_ms", "delivery", "no_placeholder", "priority", "request_id", "source", "spec"]
+    __slots__ = ["batch", "deadline_ms", "delivery", "no_placeholder", "priority", "request_id", "source", "spec", "variants"]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
@@ -254,6 +256,7 @@ class Submit(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    VARIANTS_FIELD_NUMBER: _ClassVar[int]
     batch: BatchItem
     deadline_ms: int
     delivery: _common_pb2.Delivery
@@ -262,7 +265,8 @@ class Submit(_message.Message):
     request_id: str
     source: _common_pb2.ImageSource
     spec: _common_pb2.ResizeSpec
-    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., deadline_ms: _Optional[int] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ..., batch: _Optional[_Union[BatchItem, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., no_placeholder: bool = ...) -> None: ...
+    variants: _containers.RepeatedCompositeFieldContainer[_common_pb2.ResizeSpec]
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., deadline_ms: _Optional[int] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ..., batch: _Optional[_Union[BatchItem, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., no_placeholder: bool = ..., variants: _Optional[_Iterable[_Union[_common_pb2.ResizeSpec, _Mapping]]] = ...) -> None: ...
 
 class Sync(_message.Message):
     __slots__ = ["nonce", "request_ids"]

@@ -37,7 +37,7 @@ class Heartbeat(_message.Message):
     def __init__(self) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ["attempt", "delivery", "job_id", "placeholder", "request_id", "source", "spec"]
+    __slots__ = ["attempt", "delivery", "job_id", "placeholder", "request_id", "source", "spec", "variants"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class Job(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    VARIANTS_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     delivery: _common_pb2.Delivery
     job_id: int
@@ -52,7 +53,8 @@ class Job(_message.Message):
     request_id: str
     source: _common_pb2.ImageSource
     spec: _common_pb2.ResizeSpec
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ..., placeholder: bool = ...) -> None: ...
+    variants: _containers.RepeatedCompositeFieldContainer[JobVariant]
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ..., placeholder: bool = ..., variants: _Optional[_Iterable[_Union[JobVariant, _Mapping]]] = ...) -> None: ...
 
 class JobAttempt(_message.Message):
     __slots__ = ["attempt", "job_id"]
@@ -97,7 +99,7 @@ class JobFailed(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class JobResult(_message.Message):
-    __slots__ = ["attempt", "content_type", "digest_verified", "format", "height", "info", "job_id", "notes", "placeholder", "stage", "terminal", "width"]
+    __slots__ = ["attempt", "content_type", "digest_verified", "format", "height", "info", "job_id", "notes", "placeholder", "stage", "terminal", "variant", "width"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     DIGEST_VERIFIED_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +111,7 @@ class JobResult(_message.Message):
     PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     TERMINAL_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     content_type: str
@@ -121,8 +124,9 @@ class JobResult(_message.Message):
     placeholder: bytes
     stage: _common_pb2.Stage
     terminal: bool
+    variant: int
     width: int
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ..., content_type: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., digest_verified: bool = ..., placeholder: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., stage: _Optional[_Union[_common_pb2.Stage, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., format: _Optional[_Union[_common_pb2.ImageFormat, str]] = ..., terminal: bool = ..., info: _Optional[_Union[_common_pb2.ImageInfo, _Mapping]] = ..., content_type: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., digest_verified: bool = ..., placeholder: _Optional[bytes] = ..., variant: _Optional[int] = ...) -> None: ...
 
 class JobSourceOpened(_message.Message):
     __slots__ = ["attempt", "identity", "job_id"]
@@ -141,6 +145,14 @@ class JobStarted(_message.Message):
     attempt: int
     job_id: int
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class JobVariant(_message.Message):
+    __slots__ = ["index", "spec"]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    spec: _common_pb2.ResizeSpec
+    def __init__(self, index: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ...) -> None: ...
 
 class Occupancy(_message.Message):
     __slots__ = ["busy_threads", "stopping"]

@@ -1,0 +1,179 @@
+import EnlargerProtocol
+import Foundation
+import XCTest
+
+@testable import EnlargerBroker
+
+/// A Submit's variants through the core: one final per variant, each forwarded once with its
+/// index and the one completing the set terminal; frames outside that table are a breach; a retry
+/// asks only for the variants not yet delivered; a late joiner is never given a set it would
+/// get only part of; the cache answers a set only whole.
+final class BrokerCoreVariantTests: XCTestCase {
+    let alice: PeerID = "client-alice"
+    let bob: PeerID = "client-bob"
+    let w1: PeerID = "worker-1"
+    let w2: PeerID = "worker-2"
+    static let digest = Data(repeating: 0xCD, count: 32)
+
+    private func submit(_ broker: inout CoreHarness, _ peer: PeerID, _ id: String, widths: [UInt32] = [640, 320, 160],
+                        shared: Bool = false) {
+        broker.client(peer, .submit(.with {
+            $0.requestID = id
+            $0.variants = widths.map { width in .with { $0.width = width } }
+            if shared { $0.source.inline.sha256 = Self.digest }
+        }, image: CoreHarness.jpeg))
+    }
+
+    private func variant(_ broker: inout CoreHarness, _ worker: PeerID, _ job: Enlarger_V1_Job, _ index: UInt32,
+                         terminal: Bool, stage: Enlarger_V1_Stage = .final) {
+        broker.worker(worker, .jobResult(.with {
+            $0.jobID = job.jobID
+            $0.attempt = job.attempt
+            $0.stage = stage
+            $0.width = 10 * (index + 1)
+            $0.height = 10
+            $0.variant = index
+            $0.terminal = terminal
+            $0.digestVerified = true
+        }, image: CoreHarness.image))
+    }
+
+    func testEachVariantIsForwardedOnceWithItsIndexAndTheLastIsTerminal() throws {
+        var broker = CoreHarness()
+        broker.ready(w1)
+        submit(&broker, alice, "set")
+        let job = try XCTUnwrap(broker.jobs(for: w1).first)
+        XCTAssertEqual(job.variants.map(\.index), [0, 1, 2])
+        XCTAssertEqual(job.variants.map(\.spec.width), [640, 320, 160])
+        XCTAssertEqual(job.delivery, .final, "no degraded result for variants")
+        XCTAssertFalse(job.placeholder)
+        variant(&broker, w1, job, 0, terminal: false)
+        variant(&broker, w1, job, 2, terminal: false)
+        variant(&broker, w1, job, 1, terminal: true)
+        let events = broker.events(for: alice)
+        XCTAssertEqual(events.map(\.summary), ["accepted set", "result set final", "result set final",
+                                               "result set final terminal"])
+        let indexes = events.compactMap { event -> UInt32? in
+            if case .result(let result, _) = event { return result.variant } else { return nil }
+        }
+        XCTAssertEqual(indexes, [0, 2, 1])
+        XCTAssertEqual(broker.core.totals.finished, 1)
+        XCTAssertTrue(broker.core.isIdle)
+    }
+
+    /// A repeated variant, an unknown index, a degraded result, a terminal flag on any but the
+    /// last outstanding variant, or none on it: the request fails INTERNAL, and nothing after.
+    func testFramesOutsideTheTableAreABreach() throws {
+        let breaches: [(String, (inout CoreHarness, BrokerCoreVariantTests, Enlarger_V1_Job) -> Void)] = [
+            ("repeat", { b, t, job in t.variant(&b, t.w1, job, 0, terminal: false); t.variant(&b, t.w1, job, 0, terminal: false) }),
+            ("unknown index", { b, t, job in t.variant(&b, t.w1, job, 7, terminal: false) }),
+            ("degraded", { b, t, job in t.variant(&b, t.w1, job, 0, terminal: false, stage: .degraded) }),
+            ("early terminal", { b, t, job in t.variant(&b, t.w1, job, 0, terminal: true) }),
+            ("late non-terminal", { b, t, job in
+                t.variant(&b, t.w1, job, 0, terminal: false)
+                t.variant(&b, t.w1, job, 1, terminal: false)
+                t.variant(&b, t.w1, job, 2, terminal: false)
+            }),
+        ]
+        for (name, breach) in breaches {
+            var broker = CoreHarness()
+            broker.ready(w1)
+            submit(&broker, alice, "set")
+            let job = try XCTUnwrap(broker.jobs(for: w1).first)
+            breach(&broker, self, job)
+            let summaries = broker.events(for: alice).map(\.summary)
+            XCTAssertEqual(summaries.last, "failed set internal", "\(name): \(summaries)")
+            XCTAssertEqual(summaries.filter { $0 == "failed set internal" }.count, 1, name)
+            XCTAssertFalse(summaries.contains("result set final terminal"), name)
+            // Whatever the worker sends afterwards reaches no one.
+            variant(&broker, w1, job, 1, terminal: false)
+            XCTAssertEqual(broker.events(for: alice).map(\.summary), [], name)
+        }
+    }
+
+    /// A worker lost after two of three variants: the retry asks only for the third, which
+    /// completes the set; the client gets each variant once.
+    func testARetryAsksOnlyForTheVariantsNotDelivered() throws {
+        var broker = CoreHarness()
+        broker.ready(w1)
+        submit(&broker, alice, "set")
+        let first = try XCTUnwrap(broker.jobs(for: w1).first)
+        variant(&broker, w1, first, 0, terminal: false)
+        variant(&broker, w1, first, 2, terminal: false)
+        broker.workerUnreachable(w1)
+        let retry = try XCTUnwrap(broker.ready(w2).first)
+        XCTAssertEqual(retry.attempt, 2)
+        XCTAssertEqual(retry.variants.map(\.index), [1])
+        variant(&broker, w2, retry, 1, terminal: true)
+        let finals = broker.events(for: alice).filter { $0.summary.hasPrefix("result") }.map(\.summary)
+        XCTAssertEqual(finals, ["result set final", "result set final", "result set final terminal"])
+        XCTAssertEqual(broker.core.totals.finished, 1)
+    }
+
+    /// Identical sets share one job while it waits; once dispatched, an identical set gets a job
+    /// of its own (it would miss the variants already sent).
+    func testAnIdenticalSetJoinsOnlyAWaitingJob() throws {
+        var broker = CoreHarness()
+        submit(&broker, alice, "first", shared: true)
+        submit(&broker, bob, "waiting", shared: true)
+        XCTAssertEqual(broker.core.liveJobCount, 1, "joined while waiting")
+        let job = try XCTUnwrap(broker.ready(w1, capacity: 2).first)
+        variant(&broker, w1, job, 0, terminal: false)
+        submit(&broker, bob, "late", shared: true)
+        XCTAssertEqual(broker.core.liveJobCount, 2, "a set under way is not joined")
+        variant(&broker, w1, job, 1, terminal: false)
+        variant(&broker, w1, job, 2, terminal: true)
+        XCTAssertEqual(broker.events(for: bob).map(\.summary).filter { $0.hasPrefix("result waiting") }.count, 3)
+        let late = try XCTUnwrap(broker.jobs(for: w1).last)
+        XCTAssertEqual(late.variants.count, 3)
+    }
+
+    /// Each variant's final is cached under a single request's key: the set again is answered
+    /// whole from the cache, a single request for one variant too; a set with one variant more
+    /// goes to a worker.
+    func testTheCacheAnswersASetOnlyWhole() throws {
+        var broker = CoreHarness()
+        broker.ready(w1)
+        submit(&broker, alice, "set", shared: true)
+        let job = try XCTUnwrap(broker.jobs(for: w1).first)
+        variant(&broker, w1, job, 0, terminal: false)
+        variant(&broker, w1, job, 1, terminal: false)
+        variant(&broker, w1, job, 2, terminal: true)
+        _ = broker.events(for: alice)
+        submit(&broker, alice, "again", shared: true)
+        XCTAssertEqual(broker.events(for: alice).map(\.summary),
+                       ["accepted again", "result again final cached", "result again final cached",
+                        "result again final terminal cached"])
+        broker.client(alice, .submit(.with {
+            $0.requestID = "one"
+            $0.spec.width = 320
+            $0.delivery = .final
+            $0.source.inline.sha256 = Self.digest
+        }, image: CoreHarness.jpeg))
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted one", "result one final terminal cached"])
+        submit(&broker, alice, "more", widths: [640, 320, 160, 80], shared: true)
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted more"])
+        XCTAssertEqual(broker.jobs(for: w1).count, 1)
+    }
+
+    func testSetsOutsideTheRulesAreRejected() {
+        var broker = CoreHarness()
+        submit(&broker, alice, "nine", widths: Array(repeating: 10, count: 9))
+        broker.client(alice, .submit(.with {
+            $0.requestID = "mixed"
+            $0.variants = [.with { $0.width = 10 }, .with { $0.width = 20; $0.failOn = .none }]
+        }, image: CoreHarness.jpeg))
+        broker.client(alice, .submit(.with {
+            $0.requestID = "info"
+            $0.delivery = .info
+            $0.variants = [.with { $0.width = 10 }]
+        }, image: CoreHarness.jpeg))
+        broker.client(alice, .submit(.with {
+            $0.requestID = "boxless"
+            $0.variants = [.with { $0.width = 10 }, Enlarger_V1_ResizeSpec()]
+        }, image: CoreHarness.jpeg))
+        XCTAssertEqual(broker.events(for: alice).map(\.summary),
+                       ["rejected nine invalidArgument", "rejected mixed invalidArgument", "rejected info invalidArgument",
+                        "rejected boxless invalidArgument"])
+    }
+}
