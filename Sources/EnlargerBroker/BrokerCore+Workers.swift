@@ -229,13 +229,7 @@ extension BrokerCore {
                 }
                 jobs[jobID]!.degradedSent = true
             }
-            var event = Enlarger_V1_Result()
-            event.stage = result.stage
-            event.width = result.width
-            event.height = result.height
-            event.format = result.format
-            event.contentType = result.contentType
-            event.notes = result.notes
+            var event = Self.clientResult(result)
             event.terminal = terminal
             if result.stage == .info { event.info = result.info }
             // The same frame goes to every request on the job (libzmq shares its buffer).
@@ -287,13 +281,7 @@ extension BrokerCore {
             return
         }
         jobs[jobID]!.variantsSent.insert(result.variant)
-        var event = Enlarger_V1_Result()
-        event.stage = .final
-        event.width = result.width
-        event.height = result.height
-        event.format = result.format
-        event.contentType = result.contentType
-        event.notes = result.notes
+        var event = Self.clientResult(result)
         // Cached as a single output's final, which it also answers.
         event.terminal = true
         if Int(result.variant) < job.variantKeys.count {
@@ -318,6 +306,19 @@ extension BrokerCore {
             endRequest(key, .finished, job: ended, now: now, &actions)
         }
         dispatch(now: now, &actions)
+    }
+
+    /// What the clients are told of a worker's image result (the same for every request on
+    /// the job; the caller sets finality, the request id and the variant).
+    static func clientResult(_ result: Enlarger_V1_JobResult) -> Enlarger_V1_Result {
+        var event = Enlarger_V1_Result()
+        event.stage = result.stage
+        event.width = result.width
+        event.height = result.height
+        event.format = result.format
+        event.contentType = result.contentType
+        event.notes = result.notes
+        return event
     }
 
     /// A worker broke the protocol about a job it holds: the worker may well consider the job

@@ -29,7 +29,7 @@ from .client import DEFAULT_MAX_IN_FLIGHT, Client, _check_wait, _one_source, _wo
 from .codes import CancelOutcome, Chroma, Delivery, FailOn, Fit, GainMap, ImageFormat, Priority
 from .errors import EnlargerError, RequestError
 from .events import BrokerStatus, Degraded, Event, Final, ImageInfo, Info, Result
-from .request import _Channel, _Empty
+from .request import _Channel, _Empty, _gather_final
 
 __all__ = ["AsyncClient", "AsyncRequest"]
 
@@ -281,17 +281,9 @@ class AsyncRequest:
         finals: list[Final] = []
         while True:
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
-            event = await self.next_event(remaining)
-            if event is None:
-                raise EnlargerError(f"request {self.id}: its terminal event was taken already")
-            if isinstance(event, Final):
-                finals.append(event)
-                if event.terminal:
-                    return sorted(finals, key=lambda final: final.variant)
-            elif isinstance(event, Degraded) and event.terminal:
-                raise EnlargerError(f"request {self.id} ended with a degraded result: use result()")
-            elif event.terminal:
-                raise RequestError(event)
+            done = _gather_final(self.id, await self.next_event(remaining), finals)
+            if done is not None:
+                return done
 
     async def result(self, timeout: float | None = None) -> Result:
         """Consumes the events and returns the terminal result, as `Request.result`."""

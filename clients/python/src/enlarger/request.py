@@ -229,17 +229,9 @@ class Request:
         finals: list[Final] = []
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            event = self._channel.take(remaining)
-            if event is None:
-                raise EnlargerError(f"request {self.id}: its terminal event was taken already")
-            if isinstance(event, Final):
-                finals.append(event)
-                if event.terminal:
-                    return sorted(finals, key=lambda final: final.variant)
-            elif isinstance(event, Degraded) and event.terminal:
-                raise EnlargerError(f"request {self.id} ended with a degraded result: use result()")
-            elif event.terminal:
-                raise RequestError(event)
+            done = _gather_final(self.id, self._channel.take(remaining), finals)
+            if done is not None:
+                return done
 
     def result(self, timeout: float | None = None) -> Result:
         """Consumes the events and returns the terminal result (`Final`, or the `Degraded`
@@ -255,3 +247,18 @@ class Request:
                 return event
             if event.terminal:
                 raise RequestError(event)
+
+
+def _gather_final(request_id: str, event: Event | None, finals: list[Final]) -> list[Final] | None:
+    """One step of `finals()` (here and in `AsyncRequest`): keeps a `Final`; returns them all,
+    in variant order, once the terminal one came; raises as `result()` for any other end."""
+    if event is None:
+        raise EnlargerError(f"request {request_id}: its terminal event was taken already")
+    if isinstance(event, Final):
+        finals.append(event)
+        return sorted(finals, key=lambda final: final.variant) if event.terminal else None
+    if isinstance(event, Degraded) and event.terminal:
+        raise EnlargerError(f"request {request_id} ended with a degraded result: use result()")
+    if event.terminal:
+        raise RequestError(event)
+    return None
