@@ -114,6 +114,31 @@ final class MemoryEstimateTests: XCTestCase {
         print(String(format: "largest estimate / measured: %.2f", worst))
     }
 
+    /// Several outputs of one decode: the srcset case on the largest photos, crops, a gain map,
+    /// a PNG; each measured in a fresh process against its estimate.
+    func testEstimateCoversTheMeasuredPeakForVariants() throws {
+        let srcset = [320, 640, 1280].flatMap { box in
+            ["webp", "jpeg"].map { ProbeCase.Variant(width: box, height: box, format: $0) }
+        }
+        var cases: [ProbeCase] = []
+        for file in ["bimg_vertical.jpg", "bimg_test_exif_full.jpg", "sharp_gain-map.jpg", "exifsamples_iphone_hdr_NO.jpg"] {
+            var item = ProbeCase(file: file, options: ResizeOptions(width: 1), delivery: .final)
+            item.variants = srcset
+            cases.append(item)
+        }
+        var crops = ProbeCase(file: "bimg_vertical.jpg", options: ResizeOptions(width: 1, fit: .cover), delivery: .final)
+        crops.variants = [.init(width: 2000, height: 600, format: "jpeg"), .init(width: 600, height: 2000, format: "png"),
+                          .init(width: 300, height: 300, format: "webp")]
+        cases.append(crops)
+        print("measured peak, estimate, ratio for \(cases.count) variant runs, each in a fresh process:")
+        for item in cases {
+            let (measured, estimate) = try MemoryPeakProbe.measureInFreshProcess(item)
+            XCTAssertGreaterThanOrEqual(estimate, measured, "\(item.label): the estimate is below the measured peak")
+            print(String(format: "%8.1f MB %8.1f MB  %6.2f×  ", Double(measured) / 1e6, Double(estimate) / 1e6,
+                         Double(estimate) / Double(measured)) + item.label)
+        }
+    }
+
     func testTheEstimateFollowsTheHeader() throws {
         // Progressive input keeps its coefficients; the same image in baseline does not.
         let progressive = try header("jxltestdata_flower.png.im_q85_420_progr.jpg")  // 2268×1512 4:2:0
@@ -155,6 +180,15 @@ struct ProbeCase: Codable {
     var chroma444: Bool
     var quality: Int
     var delivery: String
+    /// Several outputs from one decode instead (`prepareVariants`): each a box and a format,
+    /// the rest of the options shared.
+    var variants: [Variant]?
+
+    struct Variant: Codable {
+        var width: Int?
+        var height: Int?
+        var format: String
+    }
 
     init(file: String, options: ResizeOptions, delivery: Delivery) {
         self.file = file
@@ -173,8 +207,23 @@ struct ProbeCase: Codable {
                       chroma444: chroma444, format: OutputFormat(rawValue: format)!)
     }
 
+    /// Each variant's options.
+    var variantOptions: [ResizeOptions] {
+        (variants ?? []).map { variant in
+            var options = self.options
+            options.width = variant.width
+            options.height = variant.height
+            options.format = OutputFormat(rawValue: variant.format)!
+            return options
+        }
+    }
+
     var label: String {
-        "\(file) \(width ?? 0)×\(height ?? 0) \(fit) \(format)\(progressive ? " progressive" : "") \(delivery)"
+        if let variants {
+            return "\(file) variants " + variants.map { "\($0.width ?? 0)×\($0.height ?? 0) \($0.format)" }
+                .joined(separator: ", ") + " \(fit)"
+        }
+        return "\(file) \(width ?? 0)×\(height ?? 0) \(fit) \(format)\(progressive ? " progressive" : "") \(delivery)"
     }
 }
 
@@ -210,6 +259,12 @@ final class MemoryPeakProbe: XCTestCase {
         var frames: [[UInt8]] = []
         var estimate = 0
         try withBytes(bytes) { raw throws(ImagingError) in
+            if item.variants != nil {
+                let prepared = try ImagePipeline().prepareVariants(raw, variants: item.variantOptions)
+                estimate = prepared.memoryEstimate.bytes
+                try prepared.run { _, result in frames.append(result.image.withUnsafeBytes { Array($0) }) }
+                return
+            }
             let prepared = try ImagePipeline().prepare(raw, options: item.options, delivery: Delivery(rawValue: item.delivery)!)
             estimate = prepared.memoryEstimate.bytes
             try prepared.run { result in frames.append(result.image.withUnsafeBytes { Array($0) }) }
