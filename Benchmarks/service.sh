@@ -4,6 +4,8 @@
 #     workers (1 job each) vs `vipsthumbnail` over the same files as 2 parallel processes
 #     (fit 720x588, q80): wall-time ratio (target <= 0.9), and the CPU seconds of each part
 #     (the workers, serve's broker, the submitting client; vips's two processes);
+#     1b. the same with file sources: the worker reads each file under its --files-root
+#     (submit --source file), so the client neither reads, hashes nor sends the images;
 #  2. time to first result: degraded vs final t_ms per photo (median), one request at a time;
 #  3. cancel: `enlarger-bench cancel-rtt` (cancel() -> Cancelled over ipc) against the same serve.
 #   Benchmarks/service.sh [ROUNDS] [COPIES]   (default 5 rounds, 4 copies)
@@ -14,21 +16,28 @@ rounds="${1:-5}"
 copies="${2:-4}"
 mapfile -t photos < <(photos)
 # Without the result cache and shared jobs: every round resizes every file, as vips does.
-start_serve --cache-mib 0 --no-share-jobs
+filesroot="$(mktemp -d)"
+start_serve --cache-mib 0 --no-share-jobs --files-root "$filesroot"
+trap 'kill $serve 2>/dev/null; wait $serve 2>/dev/null; rm -rf "$work" "$filesroot"' EXIT
 
 mkdir -p "$work/in"
 files=()
+names=()
 for ((c = 0; c < copies; c++)); do
     for p in "${photos[@]}"; do
         f="$work/in/$c-$(basename "$p")"
         ln -s "$p" "$f"
         files+=("$f")
+        cp "$p" "$filesroot/$c-$(basename "$p")"
+        names+=("$c-$(basename "$p")")
     done
 done
 half=$(( ${#files[@]} / 2 ))
 wall() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); awk -v s="$s" -v e="$e" 'BEGIN { printf "%.3f", e - s }'; }
 run_service() { "$enlarger" submit "${files[@]}" --width 720 --height 588 --quality 80 --delivery final \
     --runtime-dir "$runtime" --out "$work/out-service"; }
+run_service_files() { "$enlarger" submit "${names[@]}" --source file --width 720 --height 588 --quality 80 \
+    --delivery final --runtime-dir "$runtime" --out "$work/out-files"; }
 run_vips() {
     mkdir -p "$work/out-vips"
     VIPS_CONCURRENCY=1 vipsthumbnail "${files[@]:0:$half}" --size 720x588 -o "$work/out-vips/%s.jpg[Q=80]" &
@@ -52,10 +61,10 @@ workers=$(pgrep -P "$serve" | tr '\n' ' ')
 printf '%-6s %10s %10s %8s %12s %11s %11s %9s\n' round vips_s service_s ratio workers_cpu broker_cpu submit_cpu vips_cpu
 : > "$work/ratios"
 # Timed in this shell (not in a command substitution), so that `times` counts the children.
-timed_service() {
+timed_service() {  # [RUN]: run_service (inline images) or run_service_files
     w0=$(cpu_of $workers) b0=$(cpu_of "$serve")
     children_cpu > "$work/c0"
-    wall run_service > "$work/wall"
+    wall "${1:-run_service}" > "$work/wall"
     children_cpu > "$work/c1"
     w1=$(cpu_of $workers) b1=$(cpu_of "$serve")
     s=$(< "$work/wall")
@@ -77,6 +86,20 @@ for ((i = 1; i <= rounds; i++)); do
     echo "$r" >> "$work/ratios"
 done
 echo "median wall-time ratio service/vips: $(median < "$work/ratios")  (target <= 0.9, must be <= 1.0)"
+
+echo "1b. the same with file sources (the worker reads the files; the client sends their names)"
+run_service_files >/dev/null 2>&1
+printf '%-6s %10s %10s %8s %12s %11s %11s %9s\n' round vips_s service_s ratio workers_cpu broker_cpu submit_cpu vips_cpu
+: > "$work/ratios-files"
+for ((i = 1; i <= rounds; i++)); do
+    if ((i % 2)); then timed_vips; timed_service run_service_files; else timed_service run_service_files; timed_vips; fi
+    r=$(awk -v s="$s" -v v="$v" 'BEGIN { printf "%.3f", s / v }')
+    awk -v i="$i" -v v="$v" -v s="$s" -v r="$r" -v t="$ticks" -v w=$((w1 - w0)) -v b=$((b1 - b0)) \
+        -v c="$submit_cpu" -v vc="$vips_cpu" \
+        'BEGIN { printf "%-6s %10s %10s %8s %12.2f %11.2f %11s %9s\n", i, v, s, r, w / t, b / t, c, vc }'
+    echo "$r" >> "$work/ratios-files"
+done
+echo "median wall-time ratio service (file sources)/vips: $(median < "$work/ratios-files")"
 
 echo
 # The >= 6 MP photos are all baseline; the progressive 3.4 MP photo covers the third kind

@@ -27,6 +27,9 @@ final class StrictCancelRaceTests: XCTestCase {
         var synchronous: Bool
         /// Sent with its digest, so that identical requests in flight share one job.
         var shares = false
+        /// Several outputs from one decode (0: one output): a final per variant, the last
+        /// terminal; `afterFinal` then cancels after the first, mid-set.
+        var variants = 0
     }
 
     /// What happened to one request, as its consumer saw it.
@@ -88,7 +91,7 @@ final class StrictCancelRaceTests: XCTestCase {
         var generator = SeededGenerator(seed: seed)
         let plans = (0..<count).map { index in
             let roll = Int.random(in: 0..<100, using: &generator)
-            return Plan(id: "race-\(seed)-\(index)",
+            var plan = Plan(id: "race-\(seed)-\(index)",
                  image: roll < 15 ? 4 : roll < 20 ? 5 : Int.random(in: 0..<4, using: &generator),
                  delivery: [Delivery.progressive, .progressive, .progressive, .final, .degraded].randomElement(using: &generator)!,
                  // Cancels of the larger photos mostly come a random moment after the worker
@@ -101,6 +104,11 @@ final class StrictCancelRaceTests: XCTestCase {
                                               : Int.random(in: 0...3000, using: &generator),
                  synchronous: Bool.random(using: &generator),
                  shares: sharing)
+            if Int.random(in: 0..<100, using: &generator) < 15 {
+                plan.variants = Int.random(in: 2...3, using: &generator)
+                plan.delivery = Bool.random(using: &generator) ? .progressive : .final
+            }
+            return plan
         }
 
         let cluster = try Cluster(self, heartbeat: .milliseconds(500), queueLimit: 4096) { configuration in
@@ -183,6 +191,9 @@ final class StrictCancelRaceTests: XCTestCase {
         }
         var request = ResizeRequest(id: plan.id, image: image, options: options, delivery: plan.delivery)
         request.sharesResults = plan.shares
+        request.variants = Array([options, ResizeOptions(width: 24, format: .webp),
+                                  ResizeOptions(width: 32, height: 32, fit: .cover)].prefix(plan.variants))
+        var variantsSeen: Set<Int> = []
         let events = submitter.submit(request)
         var side: Task<Void, Never>?
         switch plan.cancel {
@@ -252,6 +263,7 @@ final class StrictCancelRaceTests: XCTestCase {
                 mark.working.store(false, ordering: .sequentiallyConsistent)
                 if outcome.events.filter({ $0 == "degraded" }).count > 1 { outcome.violations.append("two degraded results") }
                 if plan.delivery == .final { outcome.violations.append("degraded for a final-only request") }
+                if plan.variants > 0 { outcome.violations.append("degraded for a request with variants") }
                 if plan.delivery == .degraded {
                     terminal = true
                     outcome.ending = "degraded"
@@ -259,9 +271,22 @@ final class StrictCancelRaceTests: XCTestCase {
                     cancelledInline = true
                     await cancel()
                 }
-            case .final:
+            case .final(let image):
                 mark.working.store(false, ordering: .sequentiallyConsistent)
                 if plan.delivery == .degraded { outcome.violations.append("final for a degraded-only request") }
+                if plan.variants > 0 {
+                    if image.variant >= plan.variants || !variantsSeen.insert(image.variant).inserted {
+                        outcome.violations.append("variant \(image.variant) unknown or twice")
+                    }
+                    if variantsSeen.count < plan.variants {
+                        // Not the last: a cancel now lands mid-set.
+                        if plan.cancel == .afterFinal && !cancelledInline {
+                            cancelledInline = true
+                            await cancel()
+                        }
+                        continue
+                    }
+                }
                 terminal = true
                 outcome.ending = "final"
                 if plan.cancel == .afterFinal {
