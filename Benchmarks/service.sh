@@ -59,7 +59,6 @@ children_cpu() {
 }
 workers=$(pgrep -P "$serve" | tr '\n' ' ')
 printf '%-6s %10s %10s %8s %12s %11s %11s %9s\n' round vips_s service_s ratio workers_cpu broker_cpu submit_cpu vips_cpu
-: > "$work/ratios"
 # Timed in this shell (not in a command substitution), so that `times` counts the children.
 timed_service() {  # [RUN]: run_service (inline images) or run_service_files
     w0=$(cpu_of $workers) b0=$(cpu_of "$serve")
@@ -77,28 +76,25 @@ timed_vips() {
     v=$(< "$work/wall")
     vips_cpu=$(awk -v a="$(< "$work/c0")" -v b="$(< "$work/c1")" 'BEGIN { printf "%.2f", b - a }')
 }
-for ((i = 1; i <= rounds; i++)); do
-    if ((i % 2)); then timed_vips; timed_service; else timed_service; timed_vips; fi
-    r=$(awk -v s="$s" -v v="$v" 'BEGIN { printf "%.3f", s / v }')
-    awk -v i="$i" -v v="$v" -v s="$s" -v r="$r" -v t="$ticks" -v w=$((w1 - w0)) -v b=$((b1 - b0)) \
-        -v c="$submit_cpu" -v vc="$vips_cpu" \
-        'BEGIN { printf "%-6s %10s %10s %8s %12.2f %11.2f %11s %9s\n", i, v, s, r, w / t, b / t, c, vc }'
-    echo "$r" >> "$work/ratios"
-done
+# ROUNDS rounds of RUN against vips, alternating which goes first; each round's ratio to FILE.
+compare() {  # RUN FILE
+    : > "$2"
+    for ((i = 1; i <= rounds; i++)); do
+        if ((i % 2)); then timed_vips; timed_service "$1"; else timed_service "$1"; timed_vips; fi
+        r=$(awk -v s="$s" -v v="$v" 'BEGIN { printf "%.3f", s / v }')
+        awk -v i="$i" -v v="$v" -v s="$s" -v r="$r" -v t="$ticks" -v w=$((w1 - w0)) -v b=$((b1 - b0)) \
+            -v c="$submit_cpu" -v vc="$vips_cpu" \
+            'BEGIN { printf "%-6s %10s %10s %8s %12.2f %11.2f %11s %9s\n", i, v, s, r, w / t, b / t, c, vc }'
+        echo "$r" >> "$2"
+    done
+}
+compare run_service "$work/ratios"
 echo "median wall-time ratio service/vips: $(median < "$work/ratios")  (target <= 0.9, must be <= 1.0)"
 
 echo "1b. the same with file sources (the worker reads the files; the client sends their names)"
 run_service_files >/dev/null 2>&1
 printf '%-6s %10s %10s %8s %12s %11s %11s %9s\n' round vips_s service_s ratio workers_cpu broker_cpu submit_cpu vips_cpu
-: > "$work/ratios-files"
-for ((i = 1; i <= rounds; i++)); do
-    if ((i % 2)); then timed_vips; timed_service run_service_files; else timed_service run_service_files; timed_vips; fi
-    r=$(awk -v s="$s" -v v="$v" 'BEGIN { printf "%.3f", s / v }')
-    awk -v i="$i" -v v="$v" -v s="$s" -v r="$r" -v t="$ticks" -v w=$((w1 - w0)) -v b=$((b1 - b0)) \
-        -v c="$submit_cpu" -v vc="$vips_cpu" \
-        'BEGIN { printf "%-6s %10s %10s %8s %12.2f %11.2f %11s %9s\n", i, v, s, r, w / t, b / t, c, vc }'
-    echo "$r" >> "$work/ratios-files"
-done
+compare run_service_files "$work/ratios-files"
 echo "median wall-time ratio service (file sources)/vips: $(median < "$work/ratios-files")"
 
 echo
