@@ -218,7 +218,7 @@ enum GainMapContainer {
 
     /// The primary JPEG followed by the gain map JPEG, indexed. `primary` is a JPEG as the
     /// encoder makes it (SOI, then its own segments); the index goes after SOI and JFIF.
-    static func assemble(primary: [UInt8], gainMap: [UInt8], source: GainMapSource) -> [UInt8] {
+    static func assemble(primary: UnsafeRawBufferPointer, gainMap: [UInt8], source: GainMapSource) -> [UInt8] {
         precondition(primary.starts(with: [0xFF, 0xD8]))
         // After SOI, and after a JFIF APP0 (which must come first).
         var head = 2
@@ -231,8 +231,8 @@ enum GainMapContainer {
             inserted += xmp
         }
         if let iso = source.primaryISOSegment { inserted += iso }
-        // The MPF segment's size does not depend on the offsets it holds: lay it out once with
-        // zeros to learn where its TIFF header lands, then fill them in.
+        // The MPF segment's size does not depend on the offsets it holds, so where its TIFF
+        // header lands, and the primary's length, are known before it is written.
         let mpfAt = head + inserted.count
         let tiffHeader = mpfAt + 4 + GainMapSource.mpfSignature.count
         let primaryLength = primary.count + inserted.count + mpfSegmentLength

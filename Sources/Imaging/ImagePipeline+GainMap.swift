@@ -79,14 +79,21 @@ extension ImagePipeline {
         var jpegOptions = options
         jpegOptions.format = .jpeg
         jpegOptions.accept = []
+        // Kept, the output is written once more with the map after it, beside the encoder's buffer.
+        let assembled = mode == .keep ? MemoryEstimate.encoding(.jpeg, width: plan.outputWidth, height: plan.outputHeight,
+                                                                channels: header.decodedChannels, options: jpegOptions,
+                                                                progressiveOutput: options.progressive).encoded : 0
         return PreparedGainMap(source: source, decoder: decoder, mode: mode, plan: mapPlan,
-                               memoryBytes: MemoryEstimate.gainMapBytes(map, plan: mapPlan, orientation: header.orientation,
-                                                                        options: jpegOptions))
+                               memoryBytes: assembled + MemoryEstimate.gainMapBytes(map, plan: mapPlan,
+                                                                                   orientation: header.orientation,
+                                                                                   options: jpegOptions))
     }
 
-    /// Decodes and resizes the map for the final result; nil (with a note) when it fails.
-    func gainMapOutput(_ gain: PreparedGainMap, job: PreparedResize) throws(ImagingError) -> GainMapOutput? {
-        let cancel = job.cancel, plan = gain.plan
+    /// Decodes and resizes the map for the final result, turned as the image is and encoded at
+    /// `quality` (`keep`); nil, with a note, when it fails.
+    func gainMapOutput(_ gain: PreparedGainMap, orientation: Orientation, quality: Int, cancel: CancellationFlag?,
+                       notes: inout [String]) throws(ImagingError) -> GainMapOutput? {
+        let plan = gain.plan
         do throws(ImagingError) {
             try cancel?.check()
             let header = gain.decoder.header
@@ -102,12 +109,12 @@ extension ImagePipeline {
                                              allocator: allocator)
             }
             // The primary's orientation: the map has none of its own.
-            map = try (job.header?.orientation ?? .up).apply(to: map, allocator: allocator)
+            map = try orientation.apply(to: map, allocator: allocator)
             switch gain.mode {
             case .apply:
                 return GainMapOutput(toneMap: (gain.source.parameters ?? GainMapParameters(), map))
             case .keep:
-                let encoded = try Encoder.encode(map, format: .jpeg, quality: job.options.quality, chroma444: true,
+                let encoded = try Encoder.encode(map, format: .jpeg, quality: quality, chroma444: true,
                                                  cancel: cancel, allocator: allocator)
                 return GainMapOutput(jpeg: GainMapContainer.gainMapJPEG(encoded.bytes, source: gain.source))
             case .drop:
@@ -116,9 +123,16 @@ extension ImagePipeline {
         } catch where error.code == .cancelled {
             throw error
         } catch {
-            job.notes.append("the HDR gain map is left out: \(error.message)")
+            notes.append("the HDR gain map is left out: \(error.message)")
             return nil
         }
+    }
+
+    /// The final JPEG with the kept map after it, indexed; the image itself otherwise.
+    static func attaching(_ output: GainMapOutput?, source: GainMapSource?, to image: EncodedImage) -> EncodedImage {
+        guard let map = output?.jpeg, let source else { return image }
+        let bytes = image.withUnsafeBytes { GainMapContainer.assemble(primary: $0, gainMap: map, source: source) }
+        return EncodedImage(bytes: bytes, width: image.width, height: image.height, format: image.format)
     }
 }
 

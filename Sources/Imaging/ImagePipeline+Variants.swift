@@ -227,23 +227,15 @@ extension ImagePipeline {
             }
             defer { BufferReaper.release(&upright) }
             var notes = job.notes
-            let gain: GainMapOutput?
-            if let prepared = job.gainMaps.isEmpty ? nil : job.gainMaps[index] {
-                let single = PreparedResize(pipeline: self, source: .jpeg(decoder), plan: plan, options: options,
-                                            delivery: .final, cancel: cancel, estimate: job.memoryEstimate)
-                gain = try gainMapOutput(prepared, job: single)
-                notes += single.notes
-            } else {
-                gain = nil
+            let prepared = job.gainMaps.isEmpty ? nil : job.gainMaps[index]
+            let gain = try prepared.flatMap { (prepared) throws(ImagingError) in
+                try gainMapOutput(prepared, orientation: header.orientation, quality: options.quality, cancel: cancel,
+                                  notes: &notes)
             }
             var image = try finishUpright(&upright, header: header, options: options, colour: nil,
                                           quality: options.quality, cancel: cancel, timings: &timings, clock: &clock,
                                           toneMap: gain?.toneMap)
-            if let container = gain?.jpeg, let source = job.gainMaps[index]?.source {
-                image = EncodedImage(bytes: GainMapContainer.assemble(primary: image.bytes, gainMap: container,
-                                                                      source: source),
-                                     width: image.width, height: image.height, format: image.format)
-            }
+            image = Self.attaching(gain, source: prepared?.source, to: image)
             if let format = try? options.outputFormat(hasAlpha: false).format,
                let dropped = Encoder.embeddable(Self.keptProfile(header, options), in: format).note {
                 notes.append(dropped)

@@ -234,14 +234,14 @@ public struct ImagePipeline: Sendable {
                 clock.reset()
             }
         }
-        let gain = try job.gainMap.flatMap { (gain) throws(ImagingError) in try gainMapOutput(gain, job: job) }
+        let gain = try job.gainMap.flatMap { (gain) throws(ImagingError) in
+            try gainMapOutput(gain, orientation: header.orientation, quality: options.quality, cancel: cancel,
+                              notes: &job.notes)
+        }
         var image = try finish(decoded!, .final, plan: plan, header: header, options: options, colour: job.colour,
                                quality: options.quality, cancel: cancel, timings: &timings, clock: &clock,
                                toneMap: gain?.toneMap)
-        if let container = gain?.jpeg, let source = job.gainMap?.source {
-            image = EncodedImage(bytes: GainMapContainer.assemble(primary: image.bytes, gainMap: container, source: source),
-                                 width: image.width, height: image.height, format: image.format)
-        }
+        image = Self.attaching(gain, source: job.gainMap?.source, to: image)
         try emit(result(.final, image, nil, timings))
     }
 

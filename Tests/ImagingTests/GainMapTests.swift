@@ -48,8 +48,8 @@ final class GainMapTests: XCTestCase {
         if orientation != 1 { base.insert(contentsOf: exifSegment(orientation: orientation), at: 2) }
         let source = GainMapSource(range: 0..<0, metadataSegments: [hdrgmSegment(attributes)], primaryISOSegment: nil,
                                    hasXMPMetadata: true, parameters: nil)
-        return GainMapContainer.assemble(primary: base, gainMap: GainMapContainer.gainMapJPEG(try encode(map), source: source),
-                                         source: source)
+        let gainMap = GainMapContainer.gainMapJPEG(try encode(map), source: source)
+        return base.withUnsafeBytes { GainMapContainer.assemble(primary: $0, gainMap: gainMap, source: source) }
     }
 
     /// A `width`×`height` image in four parts holding the given values (grey, or RGB triples),
