@@ -31,6 +31,15 @@ enum OutputDirectory {
 
 /// Output files, written whole or not at all.
 enum OutputFile {
+    /// Refuses to replace `input` with its own output (`--out` its own directory, and a name
+    /// that comes out the same): a resize must never destroy the image it was given.
+    static func refuseOverwriting(input: String, with path: String) throws(ImagingError) {
+        var source = stat(), target = stat()
+        guard input != InputSource.standardInput, stat(input, &source) == 0, stat(path, &target) == 0,
+              source.st_dev == target.st_dev, source.st_ino == target.st_ino else { return }
+        throw ImagingError(.writeFailed, "\(path) is the input itself: choose another --out")
+    }
+
     /// Writes `bytes` to a temporary file beside `path` and renames it into place.
     static func write(_ bytes: [UInt8], to path: String) throws(ImagingError) {
         try write(bytes, to: path, renaming: true)

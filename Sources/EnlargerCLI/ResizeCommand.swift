@@ -11,7 +11,8 @@ struct ResizeCommand: ParsableCommand {
             Writes OUT/<name>.<ext> for each input (and OUT/<name>.degraded.<ext> with --degraded), \
             <ext> being the format written, printing one line per file, or one JSON object per line \
             with --json. Inputs are recognised by their content, never by their names. Every input is \
-            processed; the exit code is 1 if any failed, and a failed input leaves no output file.
+            processed; the exit code is 1 if any failed, and a failed input leaves no output file. \
+            An output that would replace its own input (--out the input's directory) is refused.
 
             Example: enlarger resize photos/*.jpg --width 720 --height 588 --out thumbs
             """
@@ -89,11 +90,11 @@ struct ResizeCommand: ParsableCommand {
         var degradedPath: String?
         if let preview {
             let p = (out as NSString).appendingPathComponent("\(name).degraded.\(preview.image.format.fileExtension)")
-            try write(preview.image.bytes, to: p)
+            try write(preview.image.bytes, to: p, input: input)
             degradedPath = p
         }
         do {
-            try write(final.image.bytes, to: path)
+            try write(final.image.bytes, to: path, input: input)
         } catch {
             if let degradedPath { unlink(degradedPath) }
             throw error
@@ -162,7 +163,7 @@ struct ResizeCommand: ParsableCommand {
                 guard let result else { throw ImagingError(.encodeFailed, "no result for variant \(variant.label)") }
                 let path = (out as NSString).appendingPathComponent(
                     "\(name)-\(variant.label).\(result.image.format.fileExtension)")
-                try write(result.image.bytes, to: path)
+                try write(result.image.bytes, to: path, input: input)
                 written.append(path)
                 let t = result.timings
                 if json {
@@ -199,7 +200,8 @@ struct ResizeCommand: ParsableCommand {
         return "\(input) -> \(variants.count) outputs from one decode\n" + lines.joined(separator: "\n")
     }
 
-    private func write(_ bytes: [UInt8], to path: String) throws {
+    private func write(_ bytes: [UInt8], to path: String, input: String) throws {
+        try OutputFile.refuseOverwriting(input: input, with: path)
         try OutputFile.write(bytes, to: path)
     }
 }

@@ -247,6 +247,9 @@ struct SubmitCommand: AsyncParsableCommand {
             }
             do {
                 // All or nothing on disk too: every file is written before any is put in place.
+                if source == .local {
+                    for (input, path) in zip(inputs, paths) { try OutputFile.refuseOverwriting(input: input, with: path) }
+                }
                 try OutputFile.writeAll(zip(images, paths).map { ($0.bytes, $1) })
             } catch {
                 summary("failed") {
@@ -416,6 +419,7 @@ struct SubmitCommand: AsyncParsableCommand {
                         path = (out as NSString).appendingPathComponent("\(name)-\(variants[result.variant].label).\(ext)")
                     }
                     do {
+                        if source == .local { try OutputFile.refuseOverwriting(input: input, with: path) }
                         try OutputFile.write(result.bytes, to: path)
                     } catch {
                         // Nothing more of it can be written: stop its work at the broker too.

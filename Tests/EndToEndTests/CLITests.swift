@@ -445,6 +445,33 @@ final class CLITests: XCTestCase {
         XCTAssert(result.stderr.contains("1 done, 0 failed"), result.stderr)
     }
 
+    /// `--out` the input's own directory: the output that would replace the input is refused,
+    /// by `resize` and by `submit` alike, and the input is left as it was.
+    func testAnOutputNeverReplacesItsInput() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 1)
+        let directory = try temporaryDirectory()
+        let input = directory.appendingPathComponent("photo.jpg")
+        let original = try Data(contentsOf: Corpus.root.appendingPathComponent("good/sharp_flowers.jpeg"))
+        try original.write(to: input)
+        for arguments in [["resize", input.path, "--width", "64", "--out", directory.path],
+                          ["resize", input.path, "--variant", "64x", "--out", directory.path],
+                          ["submit", input.path, "--width", "64", "--out", directory.path, "--broker", cluster.clientsEndpoint],
+                          ["submit", input.path, "--width", "64", "--batch", "--out", directory.path,
+                           "--broker", cluster.clientsEndpoint]] {
+            let result = try run(arguments)
+            if arguments.contains("--variant") {
+                // Its output has a name of its own: written beside the input.
+                XCTAssertEqual(result.status, 0, result.stderr)
+            } else {
+                XCTAssertNotEqual(result.status, 0, "\(arguments)")
+                XCTAssert(result.stderr.contains("is the input itself") || result.stdout.contains("is the input itself"),
+                          "\(arguments): \(result.stderr)")
+            }
+            XCTAssertEqual(try Data(contentsOf: input), original, "\(arguments): the input was replaced")
+        }
+    }
+
     /// --variant: every output from one decode, named by its box, with the right sizes and
     /// formats; malformed and duplicate variants are refused before anything runs.
     func testResizeVariantsWritesEveryOutput() throws {
