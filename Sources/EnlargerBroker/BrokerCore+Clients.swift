@@ -117,10 +117,15 @@ extension BrokerCore {
             ? configuration.defaultDeadline : min(.milliseconds(submit.deadlineMs), configuration.maxDeadline)
         let shareKey = shareKey(of: submit, principal: principal)
         let variantKeys = submit.variants.map { variantKey(of: submit, spec: $0, principal: principal) }
-        if !variantKeys.isEmpty, variantKeys.allSatisfy({ $0 != nil }) {
-            let hits = variantKeys.compactMap { sharing.cached($0, for: principal) }
-            if hits.count == variantKeys.count {
-                answerFromCache(key, hits, bytesIn: image.count, lifetime: lifetime, to: peer, now: now, &actions)
+        // Each variant is looked up under its own key: a set found whole is answered at once;
+        // one found in part gets those at once and a job for the rest.
+        let cachedVariants = variantKeys.enumerated().compactMap { index, variantKey in
+            sharing.cached(variantKey, for: principal).map { (index: UInt32(index), hit: $0) }
+        }
+        if !variantKeys.isEmpty {
+            if cachedVariants.count == variantKeys.count {
+                answerFromCache(key, cachedVariants.map(\.hit), bytesIn: image.count, lifetime: lifetime, to: peer,
+                                now: now, &actions)
                 if let place {
                     batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: true,
                                       deadline: now + lifetime)
@@ -136,11 +141,21 @@ extension BrokerCore {
             return
         }
         if shareKey?.namesVersion == true { tally(principal, .cacheMisses) }
-        // A variants job is joined only while it waits: a joiner must get every variant.
-        let joining = sharing.joinable(shareKey).flatMap { jobID in
-            jobs[jobID].map { Self.sameBytes($0.image, image) && ($0.variants.isEmpty || $0.firstDispatchedAt == nil) } == true
-                ? jobID : nil
-        }
+        // A single output joins a job of its own kind, or takes one variant of a set still to
+        // come (`onlyVariant`). A set joins a set only while it waits, with nothing sent yet: a
+        // joiner must get every variant. A set that found some variants cached joins nothing.
+        var onlyVariant: UInt32?
+        let joining = cachedVariants.isEmpty ? sharing.joinable(shareKey).flatMap { jobID -> UInt64? in
+            guard let job = jobs[jobID], Self.sameBytes(job.image, image) else { return nil }
+            if !submit.variants.isEmpty {
+                return job.firstDispatchedAt == nil && job.variantsSent.isEmpty ? jobID : nil
+            }
+            guard !job.variants.isEmpty else { return jobID }
+            guard let index = job.variantKeys.firstIndex(where: { $0 == shareKey }),
+                  !job.variantsSent.contains(UInt32(index)) else { return nil }
+            onlyVariant = UInt32(index)
+            return jobID
+        } : nil
         let terms = tenants.terms(for: principal)
         let queuedByPrincipal = waiting.queuedBy[principal] ?? 0
         // A request that joins a job takes no queue slot and holds no image.
@@ -164,7 +179,9 @@ extension BrokerCore {
         }
 
         let lane = Lane(submit.priority)
+        // A set's job makes no placeholder, for its own request or one sharing a variant.
         let wantsPlaceholder = !submit.noPlaceholder && submit.delivery != .info && submit.variants.isEmpty
+            && onlyVariant == nil
         let jobID: UInt64
         if let joining {
             jobID = joining
@@ -188,12 +205,19 @@ extension BrokerCore {
                 .with { $0.index = UInt32(index); $0.spec = spec }
             }
             jobs[jobID]!.variantKeys = variantKeys
-            sharing.claim(shareKey, by: jobID)
+            // Those answered from the cache below count as sent: the worker is not asked for them.
+            jobs[jobID]!.variantsSent = Set(cachedVariants.map(\.index))
+            if cachedVariants.isEmpty { sharing.claim(shareKey, by: jobID) }
+            // Each variant to come may be shared by a single-output request with its key.
+            for (index, variantKey) in variantKeys.enumerated() where !jobs[jobID]!.variantsSent.contains(UInt32(index)) {
+                sharing.claim(variantKey, by: jobID)
+            }
             liveImageBytes += image.count
             waiting.place(jobID, lane: lane, principal: principal)
         }
         requests[key] = Request(key: key, client: peer, jobID: jobID, acceptedAt: now, bytesIn: image.count,
-                                sharedWork: joining != nil, lane: lane, wantsPlaceholder: wantsPlaceholder)
+                                sharedWork: joining != nil, lane: lane, wantsPlaceholder: wantsPlaceholder,
+                                onlyVariant: onlyVariant)
         deadlines.insert(key, at: now + lifetime)
         if let place {
             batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: false,
@@ -209,6 +233,15 @@ extension BrokerCore {
         accepted.heartbeatIntervalMs = UInt32(clamping: configuration.heartbeatInterval.milliseconds)
         accepted.deadlineMs = UInt32(clamping: lifetime.milliseconds)
         send(.accepted(accepted), to: peer, &actions)
+        for (index, hit) in cachedVariants {
+            var result = hit.result
+            result.requestID = requestID
+            result.cached = true
+            result.variant = index
+            result.terminal = false
+            requests[key]!.bytesOut += hit.payload.count
+            send(.result(result, image: hit.payload), to: peer, &actions)
+        }
         if joining != nil {
             // A late joiner hears of the attempt under way; a held job may now have a
             // client that reads.
@@ -260,11 +293,13 @@ extension BrokerCore {
             spec: spec, delivery: submit.delivery)
     }
 
-    /// The key one variant's final is cached under: a single-output request's with that spec and
-    /// DELIVERY_FINAL, so each answers the other. Inline sources with a digest only.
+    /// The key one variant's final is cached and shared under: a single-output request's with
+    /// that spec and DELIVERY_FINAL, so each answers the other, and such a request may join the
+    /// set's job for that variant while it is still to come. Inline sources with a digest only.
     private func variantKey(of submit: Enlarger_V1_Submit, spec: Enlarger_V1_ResizeSpec,
                             principal: Principal) -> ShareKey? {
-        guard configuration.resultCacheBytes > 0, case .inline(let inline)? = submit.source.kind, inline.sha256.count == 32,
+        guard configuration.shareJobs || configuration.resultCacheBytes > 0,
+              case .inline(let inline)? = submit.source.kind, inline.sha256.count == 32,
               let canonical = try? spec.sharingKey(delivery: .final) else { return nil }
         return ShareKey(scope: configuration.shareAcrossPrincipals ? nil : principal.name, kind: .digest,
                         source: inline.sha256, spec: canonical, delivery: .final)

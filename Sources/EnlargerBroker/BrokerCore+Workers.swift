@@ -288,15 +288,34 @@ extension BrokerCore {
             sharing.store(event, payload: image, key: job.variantKeys[Int(result.variant)], for: job.owner.principal,
                           verified: result.digestVerified)
         }
+        // Its key is free from now: later requests find the result in the cache, or start anew.
+        if Int(result.variant) < job.variantKeys.count { sharing.release(job.variantKeys[Int(result.variant)], heldBy: jobID) }
+        // The set's requests get it tagged with its index; a request sharing only this variant
+        // gets it as its own terminal final, untagged, and ends here.
+        var single = event
         event.terminal = result.terminal
         event.variant = result.variant
+        var served: [RequestKey] = []
         for key in job.requests {
             guard let request = requests[key] else { continue }
+            if let only = request.onlyVariant {
+                guard only == result.variant else { continue }
+                single.requestID = request.requestID
+                requests[key]!.bytesOut += image.count
+                send(.result(single, image: image), to: request, &actions)
+                served.append(key)
+                continue
+            }
             event.requestID = request.requestID
             requests[key]!.bytesOut += image.count
             send(.result(event, image: image), to: request, &actions)
         }
-        guard result.terminal else { return }
+        guard result.terminal else {
+            for key in served { endOneRequest(key, .finished, now: now, &actions) }
+            // The set's last request may have been one of those: the job was then withdrawn.
+            if jobs[jobID] == nil { dispatch(now: now, &actions) }
+            return
+        }
         workers[index].jobs[jobID] = nil
         if let dispatched = job.lastDispatchedAt {
             recentJobTime = recentJobTime * 0.9 + now.duration(since: dispatched) * 0.1

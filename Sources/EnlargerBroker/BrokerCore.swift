@@ -30,8 +30,9 @@ public struct BrokerCore<Payload: FrameBytes> {
     // A request is what a client sees: one accepted Submit, keyed by the producer's request
     // id within its principal, live until its terminal event. A job is the work behind it,
     // keyed by the job id the broker gave it (stable across retries). Identical requests (same
-    // source, spec, delivery and sharing scope) share one job; every other job has exactly
-    // one request. A job is either waiting (`waiting` knows where: a lane, quarantine or its
+    // source, spec, delivery and sharing scope) share one job, and a single-output request may
+    // share one variant of a set's job (`onlyVariant`); every other job has exactly one
+    // request. A job is either waiting (`waiting` knows where: a lane, quarantine or its
     // owner's held-back list) or held by one worker, whose `jobs` map names the attempt it
     // holds. A job whose
     // last request ended before the worker finished is no longer a job at all: it is a
@@ -60,6 +61,9 @@ public struct BrokerCore<Payload: FrameBytes> {
         var lane: Lane = .interactive
         /// Its Submit did not say no_placeholder.
         var wantsPlaceholder = true
+        /// A single-output request sharing one variant of another request's set (see
+        /// Sharing): it gets only that variant's final, as its own terminal Result.
+        var onlyVariant: UInt32?
 
         var requestID: String { key.id }
     }
@@ -567,6 +571,7 @@ public struct BrokerCore<Payload: FrameBytes> {
             preconditionFailure("removing job \(jobID), which is not live")
         }
         sharing.release(job.shareKey, heldBy: jobID)
+        for key in job.variantKeys { sharing.release(key, heldBy: jobID) }
         liveImageBytes -= job.image.count
         waiting.withdraw(jobID)
         if let key = job.runningAs { running.remove(key) }

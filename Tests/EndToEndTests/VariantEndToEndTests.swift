@@ -57,9 +57,53 @@ final class VariantEndToEndTests: XCTestCase {
         XCTAssertEqual(again.map(\.variant), Array(0..<6))
         XCTAssertTrue(again.allSatisfy(\.cached))
         for image in again { XCTAssertEqual(image, finals.first { $0.variant == image.variant }) }
+        // One variant more: the six at once from the cache, and the worker makes only the
+        // seventh.
+        var more = Self.request("srcset-more", photo)
+        more.variants.append(ResizeOptions(width: 160, height: 160, format: .jpeg))
+        names = []
+        var seventh: [EncodedImage] = []
+        for try await event in client.submit(more) {
+            names.append(event.name)
+            if case .final(let image) = event { seventh.append(image) }
+        }
+        XCTAssertEqual(names, ["accepted"] + Array(repeating: "final", count: 6) + ["started", "final"])
+        XCTAssertEqual(seventh.map(\.variant), Array(0..<7))
+        XCTAssertEqual(seventh.map(\.cached), Array(repeating: true, count: 6) + [false])
+        XCTAssertEqual(seventh.last.map { max($0.width, $0.height) }, 160)
         let totals = try await client.status().totals
         XCTAssertEqual(totals.cacheHits, 2)
-        XCTAssertEqual(totals.finished, 3)
+        XCTAssertEqual(totals.finished, 4)
+        await client.close()
+    }
+
+    /// A single request for one variant of a set under way shares the set's job: its final is
+    /// that variant's, made once, and the set still gets all six.
+    func testASingleRequestSharesAVariantOfASetUnderWay() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 2)
+        let client = try cluster.client()
+        try await cluster.waitForWorkers(1, client: client)
+        // 24 MP: the set is still being made when the single request comes.
+        let photo = try Corpus.good("bimg_vertical.jpg")
+        var finals: [EncodedImage] = []
+        var single: EncodedImage?
+        for try await event in client.submit(Self.request("srcset", photo)) {
+            if case .started = event {
+                single = try await client.resize(ResizeRequest(
+                    id: "one", image: photo, options: ResizeOptions(width: 320, height: 320, format: .jpeg), delivery: .final))
+            }
+            if case .final(let image) = event { finals.append(image) }
+        }
+        XCTAssertEqual(finals.map(\.variant).sorted(), Array(0..<6))
+        let shared = try XCTUnwrap(single)
+        XCTAssertFalse(shared.cached, "made by the set's job, not found in the cache")
+        XCTAssertEqual(shared.variant, 0)
+        let made = try XCTUnwrap(finals.first { $0.variant == 3 })
+        XCTAssertEqual(shared.bytes, made.bytes)
+        let totals = try await client.status().totals
+        XCTAssertEqual(totals.jobsShared, 1)
+        XCTAssertEqual(totals.finished, 2)
         await client.close()
     }
 

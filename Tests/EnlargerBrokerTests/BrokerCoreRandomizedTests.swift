@@ -22,13 +22,14 @@ final class BrokerCoreRandomizedTests: XCTestCase {
         print("BrokerCore randomized test: ENLARGER_BROKER_SEED=\(seed), \(runs) runs of \(steps) steps")
 
         var totalAccepted: UInt64 = 0
-        var shared: UInt64 = 0, cached: UInt64 = 0, completed: UInt64 = 0, failed: UInt64 = 0
+        var shared: UInt64 = 0, cached: UInt64 = 0, completed: UInt64 = 0, failed: UInt64 = 0, variantSharers = 0
         for run in 0..<runs {
             let runSeed = seed &+ UInt64(run)
             let simulation = Simulation(seed: runSeed)
             simulation.run(steps: steps)
             totalAccepted += simulation.broker.totals.accepted
             shared += simulation.broker.totals.jobsShared
+            variantSharers += simulation.variantSharers
             cached += simulation.broker.totals.cacheHits
             completed += simulation.broker.totals.batchesCompleted
             failed += simulation.broker.totals.batchesFailed + simulation.broker.totals.batchesCancelled
@@ -41,10 +42,11 @@ final class BrokerCoreRandomizedTests: XCTestCase {
         XCTAssertGreaterThan(totalAccepted, UInt64(runs), "the simulation should accept plenty of requests")
         XCTAssertGreaterThan(shared, UInt64(runs), "requests should often share a job")
         XCTAssertGreaterThan(cached, UInt64(runs), "requests should often be answered from the cache")
+        XCTAssertGreaterThan(variantSharers, runs / 30, "single requests should now and then share a set's variant")
         XCTAssertGreaterThan(completed, UInt64(runs) / 2, "batches should often complete")
         XCTAssertGreaterThan(failed, UInt64(runs) / 2, "batches should often fail or be cancelled")
         print("  \(totalAccepted) accepted, \(shared) joined a live job, \(cached) answered from the cache, "
-              + "\(completed) batches completed, \(failed) failed or cancelled")
+              + "\(completed) batches completed, \(failed) failed or cancelled, \(variantSharers) shared one variant of a set")
     }
 }
 
@@ -68,6 +70,8 @@ private final class Simulation {
         var cancelled = false
         var started = false
         var degradedSent = false
+        /// For a set: the variants this attempt has sent.
+        var variantsSent: Set<UInt32> = []
         /// For a file job: the version it reported opening.
         var opened: Data?
     }
@@ -89,6 +93,9 @@ private final class Simulation {
     struct Track {
         let delivery: Enlarger_V1_Delivery
         var degraded = false
+        /// A set's variant count (0: one output), and the indexes received.
+        var variants = 0
+        var variantsSeen: Set<UInt32> = []
     }
 
     var rng: SeededGenerator
@@ -99,14 +106,17 @@ private final class Simulation {
     /// Live requests as the clients see them: request id → (owner, track).
     var live: [String: (owner: PeerID, track: Track)] = [:]
     /// Submits sent in the current step, awaiting their first answer.
-    var pendingSubmits: [(peer: PeerID, requestID: String, delivery: Enlarger_V1_Delivery)] = []
+    var pendingSubmits: [(peer: PeerID, requestID: String, delivery: Enlarger_V1_Delivery, variants: Int)] = []
     /// Cache keys ("digest-byte terminal-stage") of results a worker vouched for: a cached
     /// answer is only ever one of these.
     var vouched: Set<String> = []
-    /// The cache key each live shareable request would be answered from.
+    /// The cache key each live shareable request would be answered from (for a set, its
+    /// first variant's; `variantKey` gives the others).
     var cacheKeys: [String: String] = [:]
     /// Requests whose Submit was answered from the cache in the current step.
     var answeredFromCache = 0
+    /// Single-output requests that joined a set's job for one of its variants.
+    var variantSharers = 0
     /// The image of the Submit being sent, and of each live request.
     var submitting: Bytes = []
     var images: [String: Bytes] = [:]
@@ -245,9 +255,20 @@ private final class Simulation {
             }
             submittingBatch = (batchID, size)
         }
-        pendingSubmits.append((client.peer, requestID, delivery))
+        // Now and then a set of two outputs, the first the single requests' own spec, so a
+        // single request may share it, or be answered by its cached final, and the other way
+        // round.
+        var variants = 0
+        if submittingFile == nil && delivery != .degraded && rng.chance(0.35) {
+            variants = 2
+            submit.variants = [.with { $0.width = 100 }, .with { $0.width = 50 }]
+        }
+        pendingSubmits.append((client.peer, requestID, delivery, variants))
         submitting = image
         send(client: client.peer, ClientToBrokerMessage.submit(submit, image: image).encoded().frames)
+        if broker.requests.values.contains(where: { $0.requestID == requestID && $0.client == client.peer && $0.onlyVariant != nil }) {
+            variantSharers += 1
+        }
         if let pending = pendingSubmits.first {
             problem("Submit \(pending.requestID) from \(pending.peer) got no first answer")
             pendingSubmits.removeAll()
@@ -387,6 +408,10 @@ private final class Simulation {
             return
         }
         let roll = Int.random(in: 0..<10, using: &rng)
+        if !job.variants.isEmpty && (roll >= 3 || held.started) && roll < 9 {
+            sendNextVariant(of: index, at: position)
+            return
+        }
         if !held.started && roll < 3 {
             workers[index].jobs[position].started = true
             send(worker: peer, WorkerToBrokerMessage<Bytes>.jobStarted(.with {
@@ -410,6 +435,28 @@ private final class Simulation {
         }
     }
 
+    /// One of a set's variants not yet sent by this attempt, in any order; the last terminal.
+    private func sendNextVariant(of index: Int, at position: Int) {
+        let held = workers[index].jobs[position]
+        let left = held.job.variants.map(\.index).filter { !held.variantsSent.contains($0) }
+        let next = left.randomElement(using: &rng)!
+        let terminal = left.count == 1
+        if terminal {
+            workers[index].jobs.remove(at: position)
+        } else {
+            workers[index].jobs[position].variantsSent.insert(next)
+        }
+        sendResult(workers[index].peer, held.job, stage: .final, terminal: terminal, variant: next)
+    }
+
+    /// The width of a set's variant `index` (variant 0 is a single request's spec).
+    static func width(of index: UInt32) -> UInt32 { index == 0 ? 100 : 50 }
+
+    /// The cache key of a set's variant `index` (variant 0 is a single request's spec).
+    static func variantKey(_ key: String, _ index: UInt32) -> String {
+        index == 0 ? key : "\(key) w50"
+    }
+
     /// The identity a worker reports for `file` at `version`.
     static func identity(_ file: String, _ version: Int) -> Data {
         Data("file\u{0}\(file)\u{0}\(version)".utf8)
@@ -422,19 +469,26 @@ private final class Simulation {
     }
 
     private func sendResult(
-        _ peer: PeerID, _ job: Enlarger_V1_Job, stage: Enlarger_V1_Stage, terminal: Bool, opened: Data? = nil
+        _ peer: PeerID, _ job: Enlarger_V1_Job, stage: Enlarger_V1_Stage, terminal: Bool, opened: Data? = nil,
+        variant: UInt32? = nil
     ) {
         let verified = job.hasSource && rng.chance(0.8)
+        // A set's frame names a variant (a tombstone's last frame too: it is dropped unread).
+        let variant = variant ?? job.variants.last?.index
         let result = Enlarger_V1_JobResult.with {
             $0.jobID = job.jobID
             $0.attempt = job.attempt
             $0.stage = stage
-            $0.width = 100
+            // A set's variant has its own spec's width: a request given another's would show.
+            $0.width = variant.flatMap { index in job.variants.first { $0.index == index }?.spec.width } ?? 100
             $0.height = 50
             $0.terminal = terminal
             $0.digestVerified = verified
+            $0.variant = variant ?? 0
         }
-        if verified && terminal, let named = job.source.inline.sha256.first {
+        if verified, let variant, let named = job.source.inline.sha256.first {
+            vouched.insert(Self.variantKey("\(named) final", variant))
+        } else if verified && terminal, let named = job.source.inline.sha256.first {
             vouched.insert("\(named) \(stage == .degraded ? "degraded" : "final")")
         }
         if verified && terminal, let opened {
@@ -548,7 +602,7 @@ private final class Simulation {
             fileOf[id] = submittingFile
             batchOf[id] = submittingBatch?.id
             if let batch = submittingBatch, openBatches[batch.id] == nil { openBatches[batch.id] = (batch.size, 0) }
-            live[id] = (peer, Track(delivery: pending.delivery))
+            live[id] = (peer, Track(delivery: pending.delivery, variants: pending.variants))
             accepted += 1
         case .rejected(let rejected):
             answerSubmit(id, peer, event)
@@ -562,6 +616,17 @@ private final class Simulation {
             guard owner == peer, let track = live[id]?.track else {
                 return problem("\(event.summary) to \(peer) after the end or to a stranger")
             }
+            if track.variants > 0 {
+                if result.stage != .final || Int(result.variant) >= track.variants || result.width != Self.width(of: result.variant)
+                    || !live[id]!.track.variantsSeen.insert(result.variant).inserted {
+                    problem("\(event.summary) variant \(result.variant) is not a set's next final")
+                }
+                if result.cached, !vouched.contains(Self.variantKey(cacheKeys[id] ?? "-", result.variant)) {
+                    problem("\(id) variant \(result.variant) answered from the cache with no vouched result")
+                }
+                return
+            }
+            if result.variant != 0 { problem("\(event.summary) of one output names variant \(result.variant)") }
             if result.stage != .degraded || track.delivery != .progressive || track.degraded {
                 problem("non-terminal \(event.summary) breaks delivery \(track.delivery)")
             }
@@ -573,11 +638,28 @@ private final class Simulation {
             if case .result(let result, _) = event, result.stage != (track.delivery == .degraded ? .degraded : .final) {
                 problem("terminal \(event.summary) does not fit delivery \(track.delivery)")
             }
+            if case .result(let result, _) = event, result.width != Self.width(of: track.variants > 0 ? result.variant : 0) {
+                problem("terminal \(event.summary) is \(result.width) wide, variant \(result.variant) of \(track.variants)")
+            }
+            if case .result(let result, _) = event, track.variants > 0 {
+                // The one that completes the set, each variant once.
+                if Int(result.variant) >= track.variants || track.variantsSeen.contains(result.variant)
+                    || track.variantsSeen.count != track.variants - 1 {
+                    problem("terminal \(event.summary) variant \(result.variant) after \(track.variantsSeen.sorted()) of \(track.variants)")
+                }
+                if result.cached, !vouched.contains(Self.variantKey(cacheKeys[id] ?? "-", result.variant)) {
+                    problem("\(id) variant \(result.variant) answered from the cache with no vouched result")
+                }
+            } else if case .result(let result, _) = event, result.variant != 0 {
+                problem("terminal \(event.summary) of one output names variant \(result.variant)")
+            }
             if case .result(let result, _) = event, result.cached, let file = fileOf[id] {
                 // Answered when its worker opened the file: only from the version it found,
                 // the current one, never a stale one.
                 let key = "\(Self.identity(file, fileVersions[file]!).base64EncodedString()) \(result.stage == .degraded ? "degraded" : "final")"
                 if !vouched.contains(key) { problem("\(id) answered from the cache with no vouched result of \(file)'s current version") }
+                answeredFromCache += 1
+            } else if case .result(let result, _) = event, result.cached, track.variants > 0 {
                 answeredFromCache += 1
             } else if case .result(let result, _) = event, result.cached {
                 guard let key = cacheKeys[id], vouched.contains(key) else {
@@ -596,7 +678,7 @@ private final class Simulation {
             default: toldEnds.append("\(id) finished OK")
             }
         case .error:
-            if expectedErrors[peer, default: 0] == 0 { problem("unexpected error to client \(peer)") }
+            guard expectedErrors[peer, default: 0] > 0 else { return problem("unexpected \(event.summary) to client \(peer)") }
             expectedErrors[peer] = expectedErrors[peer]! - 1 == 0 ? nil : expectedErrors[peer]! - 1
         case .download:
             if owner != peer || fileOf[id] == nil { problem("\(event.summary) to \(peer), owner \(String(describing: owner))") }
@@ -653,7 +735,7 @@ private final class Simulation {
             workers[index].zombies += workers[index].jobs.map(\.job)
             workers[index].jobs = []
         case .error:
-            if expectedErrors[peer, default: 0] == 0 { problem("unexpected error to worker \(peer)") }
+            guard expectedErrors[peer, default: 0] > 0 else { return problem("unexpected \(command.summary) to worker \(peer)") }
             expectedErrors[peer] = expectedErrors[peer]! - 1 == 0 ? nil : expectedErrors[peer]! - 1
         case .heartbeat:
             break
@@ -743,6 +825,10 @@ private final class Simulation {
     }
 
     private func finishFirstJob(of index: Int) {
+        if !workers[index].jobs[0].cancelled && !workers[index].jobs[0].job.variants.isEmpty {
+            sendNextVariant(of: index, at: 0)
+            return
+        }
         let held = workers[index].jobs.removeFirst()
         let job = held.job
         if held.cancelled {

@@ -7,7 +7,7 @@ import XCTest
 /// A Submit's variants through the core: one final per variant, each forwarded once with its
 /// index and the one completing the set terminal; frames outside that table are a breach; a retry
 /// asks only for the variants not yet delivered; a late joiner is never given a set it would
-/// get only part of; the cache answers a set only whole.
+/// get only part of; each variant is cached and shared under its own key.
 final class BrokerCoreVariantTests: XCTestCase {
     let alice: PeerID = "client-alice"
     let bob: PeerID = "client-bob"
@@ -125,13 +125,13 @@ final class BrokerCoreVariantTests: XCTestCase {
         variant(&broker, w1, job, 2, terminal: true)
         XCTAssertEqual(broker.events(for: bob).map(\.summary).filter { $0.hasPrefix("result waiting") }.count, 3)
         let late = try XCTUnwrap(broker.jobs(for: w1).last)
-        XCTAssertEqual(late.variants.count, 3)
+        XCTAssertEqual(late.variants.map(\.index), [1, 2], "variant 0 came from the cache")
     }
 
     /// Each variant's final is cached under a single request's key: the set again is answered
     /// whole from the cache, a single request for one variant too; a set with one variant more
-    /// goes to a worker.
-    func testTheCacheAnswersASetOnlyWhole() throws {
+    /// gets the three at once and a job for the fourth alone, which completes it.
+    func testTheCacheAnswersEachVariantUnderItsOwnKey() throws {
         var broker = CoreHarness()
         broker.ready(w1)
         submit(&broker, alice, "set", shared: true)
@@ -144,16 +144,149 @@ final class BrokerCoreVariantTests: XCTestCase {
         XCTAssertEqual(broker.events(for: alice).map(\.summary),
                        ["accepted again", "result again final cached", "result again final cached",
                         "result again final terminal cached"])
-        broker.client(alice, .submit(.with {
-            $0.requestID = "one"
+        single(&broker, alice, "one", width: 320)
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted one", "result one final terminal cached"])
+        submit(&broker, alice, "more", widths: [640, 320, 160, 80], shared: true)
+        let events = broker.events(for: alice)
+        XCTAssertEqual(events.map(\.summary), ["accepted more", "result more final cached", "result more final cached",
+                                               "result more final cached"])
+        XCTAssertEqual(variantIndexes(events), [0, 1, 2])
+        let rest = try XCTUnwrap(broker.jobs(for: w1).first)
+        XCTAssertEqual(rest.variants.map(\.index), [3], "the worker is asked only for the variant not cached")
+        // A second such set does not join this job: it would miss the cached three.
+        submit(&broker, bob, "more too", widths: [640, 320, 160, 80], shared: true)
+        XCTAssertEqual(broker.core.liveJobCount, 2)
+        variant(&broker, w1, rest, 3, terminal: true)
+        let last = broker.events(for: alice)
+        XCTAssertEqual(last.map(\.summary), ["result more final terminal"])
+        XCTAssertEqual(variantIndexes(last), [3])
+        XCTAssertEqual(broker.inconsistencies, [])
+    }
+
+    /// A single-output request for one variant of a set under way shares it: no job of its
+    /// own, nothing of the other variants, that variant's final as its own terminal Result
+    /// (untagged), and it ends there while the set goes on.
+    func testASingleRequestSharesOneVariantOfASetUnderWay() throws {
+        var broker = CoreHarness()
+        broker.ready(w1)
+        submit(&broker, alice, "set", shared: true)
+        let job = try XCTUnwrap(broker.jobs(for: w1).first)
+        single(&broker, bob, "small", width: 160)
+        XCTAssertEqual(broker.core.liveJobCount, 1, "it joined the set's job")
+        XCTAssertEqual(broker.jobs(for: w1), [])
+        XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted small"])
+        variant(&broker, w1, job, 0, terminal: false)
+        XCTAssertEqual(broker.events(for: bob).map(\.summary), [], "not its variant")
+        variant(&broker, w1, job, 2, terminal: false)
+        let mine = broker.events(for: bob)
+        XCTAssertEqual(mine.map(\.summary), ["result small final terminal"])
+        XCTAssertEqual(variantIndexes(mine), [0])
+        if case .result(let result, _)? = mine.first { XCTAssertEqual(result.width, 30, "variant 2's final") }
+        XCTAssertEqual(broker.core.totals.finished, 1)
+        XCTAssertEqual(broker.core.totals.jobsShared, 1)
+        XCTAssertEqual(broker.inconsistencies, [])
+        // A variant already sent is not joined: the cache answers it.
+        single(&broker, bob, "large", width: 640)
+        XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted large", "result large final terminal cached"])
+        variant(&broker, w1, job, 1, terminal: true)
+        XCTAssertEqual(broker.events(for: alice).map(\.summary).filter { $0.hasPrefix("result") }.count, 3, "the set whole")
+        XCTAssertTrue(broker.core.isIdle)
+    }
+
+    /// Without the cache, joining still works on each variant's key; with sharing off nothing
+    /// joins; another principal's set is not joined unless sharing spans principals.
+    func testSharingAVariantFollowsTheSharingRules() throws {
+        var noCache = CoreHarness { $0.resultCacheBytes = 0 }
+        noCache.ready(w1)
+        submit(&noCache, alice, "set", shared: true)
+        single(&noCache, bob, "small", width: 160)
+        XCTAssertEqual(noCache.core.liveJobCount, 1)
+
+        var noSharing = CoreHarness { $0.shareJobs = false }
+        noSharing.ready(w1, capacity: 2)
+        submit(&noSharing, alice, "set", shared: true)
+        single(&noSharing, bob, "small", width: 160)
+        XCTAssertEqual(noSharing.core.liveJobCount, 2)
+
+        var apart = CoreHarness()
+        apart.ready(w1, capacity: 2)
+        apart.client(alice, as: Principal("curve:alice"), .submit(.with {
+            $0.requestID = "set"
+            $0.variants = [640, 320].map { width in .with { $0.width = width } }
+            $0.source.inline.sha256 = Self.digest
+        }, image: CoreHarness.jpeg))
+        apart.client(bob, as: Principal("curve:bob"), .submit(.with {
+            $0.requestID = "small"
             $0.spec.width = 320
             $0.delivery = .final
             $0.source.inline.sha256 = Self.digest
         }, image: CoreHarness.jpeg))
-        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted one", "result one final terminal cached"])
-        submit(&broker, alice, "more", widths: [640, 320, 160, 80], shared: true)
-        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted more"])
-        XCTAssertEqual(broker.jobs(for: w1).count, 1)
+        XCTAssertEqual(apart.core.liveJobCount, 2, "principals' work is kept apart")
+    }
+
+    /// The set's own request cancelled: the job goes on for the request sharing a variant,
+    /// which gets it; once that one is served and nobody is left, the worker is told to stop,
+    /// and its last frames reach no one.
+    func testTheJobStopsWhenItsLastSharerIsServed() throws {
+        var broker = CoreHarness()
+        broker.ready(w1)
+        submit(&broker, alice, "set", shared: true)
+        let job = try XCTUnwrap(broker.jobs(for: w1).first)
+        single(&broker, bob, "middle", width: 320)
+        broker.cancel(alice, "set")
+        XCTAssertEqual(broker.events(for: alice).map(\.summary).filter { !$0.hasPrefix("cancelAck") },
+                       ["accepted set", "cancelled set"])
+        XCTAssertEqual(broker.commands(for: w1).map(\.summary), [], "bob still needs the job")
+        variant(&broker, w1, job, 0, terminal: false)
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), [], "nothing after cancel")
+        XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted middle"])
+        variant(&broker, w1, job, 1, terminal: false)
+        XCTAssertEqual(broker.events(for: bob).map(\.summary), ["result middle final terminal"])
+        XCTAssertEqual(broker.commands(for: w1).map(\.summary), ["cancelJob \(job.jobID) #1"])
+        variant(&broker, w1, job, 2, terminal: true)
+        XCTAssertEqual(broker.events(for: alice).map(\.summary) + broker.events(for: bob).map(\.summary), [])
+        XCTAssertTrue(broker.core.isIdle)
+        XCTAssertEqual(broker.inconsistencies, [])
+    }
+
+    /// The request sharing a variant is cancelled, or the set fails: each ends once, and the
+    /// other's events are untouched.
+    func testASharerEndsOnItsOwnOrWithTheSet() throws {
+        var broker = CoreHarness()
+        broker.ready(w1)
+        submit(&broker, alice, "set", shared: true)
+        let job = try XCTUnwrap(broker.jobs(for: w1).first)
+        single(&broker, bob, "one", width: 320)
+        single(&broker, bob, "two", width: 160)
+        broker.cancel(bob, "one")
+        XCTAssertEqual(broker.events(for: bob).map(\.summary).filter { !$0.hasPrefix("cancelAck") },
+                       ["accepted one", "accepted two", "cancelled one"])
+        variant(&broker, w1, job, 1, terminal: false)
+        XCTAssertEqual(broker.events(for: bob).map(\.summary), [])
+        broker.worker(w1, .jobFailed(.with {
+            $0.jobID = job.jobID
+            $0.attempt = job.attempt
+            $0.code = .corrupt
+            $0.message = "broken"
+        }))
+        XCTAssertEqual(broker.events(for: bob).map(\.summary), ["failed two corrupt"])
+        XCTAssertEqual(broker.events(for: alice).map(\.summary).suffix(1), ["failed set corrupt"])
+        XCTAssertTrue(broker.core.isIdle)
+    }
+
+    private func single(_ broker: inout CoreHarness, _ peer: PeerID, _ id: String, width: UInt32) {
+        broker.client(peer, .submit(.with {
+            $0.requestID = id
+            $0.spec.width = width
+            $0.delivery = .final
+            $0.source.inline.sha256 = Self.digest
+        }, image: CoreHarness.jpeg))
+    }
+
+    private func variantIndexes(_ events: [ClientEvent]) -> [UInt32] {
+        events.compactMap { event -> UInt32? in
+            if case .result(let result, _) = event { return result.variant } else { return nil }
+        }
     }
 
     func testSetsOutsideTheRulesAreRejected() {

@@ -242,12 +242,21 @@ struct CoreHarness {
             if core.jobs[request.jobID]?.requests.contains(key) != true {
                 problems.append("request \(key.id) is not on its job \(request.jobID)")
             }
+            if let only = request.onlyVariant, let job = core.jobs[request.jobID],
+               job.variantsSent.contains(only) || !job.variants.contains(where: { $0.index == only }) {
+                problems.append("request \(key.id) waits for variant \(only), which its job will not send")
+            }
             if core.clients[request.client]?.requests.contains(key) != true {
                 problems.append("client of \(key.id) does not list it")
             }
         }
         if requestsOnJobs != core.requests.count { problems.append("requests and jobs disagree") }
         for (shareKey, jobID) in core.sharing.liveJobs where core.jobs[jobID]?.shareKey != shareKey {
+            // Or the key of one of its variants still to come.
+            if let job = core.jobs[jobID], let index = job.variantKeys.firstIndex(of: shareKey),
+               !job.variantsSent.contains(UInt32(index)) {
+                continue
+            }
             problems.append("shared job index names job \(jobID) for another key")
         }
         let imageBytes = core.jobs.values.reduce(0) { $0 + $1.image.count }

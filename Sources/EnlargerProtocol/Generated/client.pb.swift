@@ -195,12 +195,16 @@
 // PROGRESSIVE delivery behaves as FINAL; DEGRADED and INFO are INVALID_ARGUMENT), and all
 // variants must name the same fail_on (one decode serves them all). Cancel, deadlines and
 // failures end the request as a whole: a failure after some variants arrived still ends it
-// with Failed. Each variant's final is cached under the key a single-output request with that
-// spec and DELIVERY_FINAL would have, so such a request (or a variant of another set) is
-// answered from it; a variants request is answered from the cache when every one of its
-// variants is there (then each comes with `cached` set, the last terminal). A variants
-// request joins a live job of the same variants (same order) only while that job waits for
-// a worker. Variants of file and URL sources are neither cached nor shared.
+// with Failed. Each variant is cached and shared under the key a single-output request with
+// that spec and DELIVERY_FINAL would have:
+// - the cache: such a request is answered from a variant's final, and a variants request gets
+//   each variant the cache holds right after Accepted (`cached` set, in index order; the last
+//   terminal when the cache holds them all), and a job makes only the others;
+// - shared jobs: such a request joins the live job of a set with that variant still to come,
+//   and gets that variant's final as its own terminal Result (`variant` 0, no placeholder),
+//   while the set goes on. A variants request joins a live job of the same variants (same
+//   order) only while that job waits for a worker and nothing of it came from the cache.
+// Variants of file and URL sources are neither cached nor shared.
 //
 // SIZE
 //
@@ -734,8 +738,8 @@ public nonisolated struct Enlarger_V1_Result: @unchecked Sendable {
     set {_uniqueStorage()._notes = newValue}
   }
 
-  /// The broker answered from its result cache: no worker ran for this request. Only ever on
-  /// a terminal result (see CACHE AND SHARED JOBS).
+  /// The broker answered from its result cache: no worker ran for this result. Only ever on
+  /// a terminal result, or on a variant's final (see CACHE AND SHARED JOBS, VARIANTS).
   public var cached: Bool {
     get {_storage._cached}
     set {_uniqueStorage()._cached = newValue}

@@ -213,9 +213,9 @@ public nonisolated enum Enlarger_V1_Delivery: SwiftProtobuf.Enum, Swift.CaseIter
   public typealias RawValue = Int
 
   /// PROGRESSIVE, FINAL and DEGRADED start with at most one PLACEHOLDER result (none when the
-  /// Submit says no_placeholder, when the request shares a job already past it, when it is
-  /// answered from the result cache, and when the worker cannot make one), which comes before
-  /// any other result.
+  /// Submit says no_placeholder, when the request shares a job already past it or a variant of
+  /// a set, when it is answered from the result cache, and when the worker cannot make one),
+  /// which comes before any other result.
   ///
   /// Zero or one DEGRADED result, then exactly one FINAL result, which is terminal.
   /// The degraded one is skipped when the worker has nothing cheaper than the final
