@@ -12,18 +12,22 @@ public enum InputFile {
     public static func read(path: String, maxBytes: Int) throws(ImagingError) -> [UInt8] {
         let (fd, size, _) = try open(path, maxBytes: maxBytes)
         defer { close(fd) }
-        var bytes = [UInt8](repeating: 0, count: size)
-        var filled = 0
-        while filled < size {
-            let got = bytes.withUnsafeMutableBytes { systemRead(fd, $0.baseAddress! + filled, size - filled) }
-            if got < 0 {
-                if errno == EINTR { continue }
-                throw ImagingError(.unreadable, "\(path): \(String(cString: strerror(errno)))")
+        // Read straight into the array's storage: zero-filling it first would touch every
+        // page of a large image once more.
+        var failure: Int32 = 0
+        let bytes = [UInt8](unsafeUninitializedCapacity: size) { buffer, filled in
+            while filled < size {
+                let got = systemRead(fd, buffer.baseAddress! + filled, size - filled)
+                if got < 0 {
+                    if errno == EINTR { continue }
+                    failure = errno
+                    return
+                }
+                if got == 0 { return }  // shrank while reading
+                filled += got
             }
-            if got == 0 { break }  // shrank while reading
-            filled += got
         }
-        if filled < size { bytes.removeLast(size - filled) }
+        if failure != 0 { throw ImagingError(.unreadable, "\(path): \(String(cString: strerror(failure)))") }
         if bytes.isEmpty { throw ImagingError(.empty, "\(path): the file is empty (0 bytes)") }
         return bytes
     }

@@ -56,6 +56,25 @@ public final class Message {
         return message
     }
 
+    /// A frame that sends `bytes`' own storage rather than a copy (`zmq_msg_init_data`):
+    /// for a payload as large as an image, which a copy would first have to fault in. The
+    /// array is kept alive, and never written (it is an immutable copy of the caller's), until
+    /// libzmq lets the frame go, perhaps on its I/O thread.
+    public init(sharing bytes: [UInt8]) {
+        pointer = .allocate(capacity: 1)
+        guard !bytes.isEmpty else {
+            zmq_msg_init(pointer)
+            return
+        }
+        let keeper = Unmanaged.passRetained(SharedBytes(bytes))
+        let start = keeper.takeUnretainedValue().start
+        let status = zmq_msg_init_data(pointer, start, bytes.count, { _, hint in
+            Unmanaged<SharedBytes>.fromOpaque(hint!).release()
+        }, keeper.toOpaque())
+        // zmq_msg_init_data only fails with ENOMEM (its own small allocation).
+        precondition(status == 0, "zmq_msg_init_data(\(bytes.count)) failed")
+    }
+
     /// A frame holding a copy of `bytes`.
     public convenience init(_ bytes: [UInt8]) {
         self.init(count: bytes.count)
@@ -132,5 +151,17 @@ extension Array where Element == Message {
             if let userID = frame.userID { return userID }
         }
         return nil
+    }
+}
+
+/// The array behind a `Message(sharing:)` frame, and where its bytes start: a native array's
+/// storage does not move while the array lives unchanged, and this one is never changed.
+private final class SharedBytes {
+    let bytes: [UInt8]
+    let start: UnsafeMutableRawPointer
+
+    init(_ bytes: [UInt8]) {
+        self.bytes = bytes
+        start = UnsafeMutableRawPointer(mutating: self.bytes.withUnsafeBytes { $0.baseAddress! })
     }
 }

@@ -49,6 +49,32 @@ final class SocketTests: XCTestCase {
         }
     }
 
+    /// A frame made with `Message(sharing:)` sends the array's own bytes: they outlive the
+    /// array the caller had, are not changed by the caller's later writes, and the frame can
+    /// be sent more than once (libzmq keeps the buffer until the last copy is sent).
+    func testASharedFrameSendsTheArrayItKeeps() throws {
+        let (_, router, dealer) = try routerAndDealer(TemporaryEndpoints(self))
+        let pattern = (0..<1_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        func frame() -> Message {
+            var bytes = pattern
+            let message = Message(sharing: bytes)
+            bytes[0] ^= 0xFF  // the caller's copy, not the frame's
+            bytes.removeAll()
+            return message
+        }
+        let payload = frame()
+        XCTAssertEqual(payload.count, pattern.count)
+        try dealer.send(payload)
+        try dealer.send(payload)
+        for _ in 0..<2 {
+            let frames = try router.receiveMultipart()
+            XCTAssertEqual(frames.count, 2)
+            XCTAssertEqual(frames[1].bytes, pattern)
+        }
+        try dealer.send(Message(sharing: []))
+        XCTAssertEqual(try router.receiveMultipart()[1].count, 0)
+    }
+
     func testRouterMandatorySendToUnknownPeerFailsWithHostUnreachable() throws {
         let (_, router, _) = try routerAndDealer(TemporaryEndpoints(self))
 
