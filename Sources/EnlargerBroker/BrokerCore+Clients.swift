@@ -124,7 +124,7 @@ extension BrokerCore {
         }
         if !variantKeys.isEmpty {
             if cachedVariants.count == variantKeys.count {
-                answerFromCache(key, cachedVariants.map(\.hit), bytesIn: image.count, lifetime: lifetime, to: peer,
+                answerFromCache(key, cachedVariants.map { $0.hit }, bytesIn: image.count, lifetime: lifetime, to: peer,
                                 now: now, &actions)
                 if let place {
                     batchItemAccepted(place, request: key, size: submit.batch.size, from: peer, finished: true,
@@ -206,7 +206,7 @@ extension BrokerCore {
             }
             jobs[jobID]!.variantKeys = variantKeys
             // Those answered from the cache below count as sent: the worker is not asked for them.
-            jobs[jobID]!.variantsSent = Set(cachedVariants.map(\.index))
+            if !cachedVariants.isEmpty { jobs[jobID]!.variantsSent = Set(cachedVariants.map { $0.index }) }
             if cachedVariants.isEmpty { sharing.claim(shareKey, by: jobID) }
             // Each variant to come may be shared by a single-output request with its key.
             for (index, variantKey) in variantKeys.enumerated() where !jobs[jobID]!.variantsSent.contains(UInt32(index)) {
