@@ -360,6 +360,7 @@ extension BrokerCore {
         switch classify(jobID: jobID, attempt: failure.attempt, workerAt: index) {
         case .current:
             workers[index].jobs[jobID] = nil
+            if !Self.imageFailureCodes.contains(failure.code) { giveVariantSharersJobsOfTheirOwn(jobID) }
             if Self.workerFailureCodes.contains(failure.code) {
                 failJob(jobID, failure.code, failure.message, now: now, &actions)
             } else {
@@ -383,6 +384,40 @@ extension BrokerCore {
     static var workerFailureCodes: Set<Enlarger_V1_ErrorCode> {
         [.notJpeg, .empty, .truncated, .corrupt, .unsupported, .tooLarge, .tooManyScans, .invalidArgument,
          .encodeFailed, .internal, .digestMismatch, .sourceRefused, .sourceUnavailable]
+    }
+
+    /// Failures that come from the image itself (its bytes, its digest, its source), which any
+    /// request for it meets alike; the others may come from one output's spec.
+    static var imageFailureCodes: Set<Enlarger_V1_ErrorCode> {
+        [.notJpeg, .empty, .truncated, .corrupt, .unsupported, .tooManyScans, .digestMismatch, .sourceRefused,
+         .sourceUnavailable]
+    }
+
+    /// A set's job failed for a reason that may be another variant's (too large an output, an
+    /// encoder's failure, workers dying): each single-output request sharing one of its
+    /// variants still to come gets a job of its own instead of the set's failure, at the front
+    /// of its lane (it has waited its turn).
+    mutating func giveVariantSharersJobsOfTheirOwn(_ jobID: UInt64) {
+        guard let job = jobs[jobID], !job.variants.isEmpty else { return }
+        for key in job.requests {
+            guard let request = requests[key], let only = request.onlyVariant,
+                  let variant = job.variants.first(where: { $0.index == only }) else { continue }
+            let shareKey = Int(only) < job.variantKeys.count ? job.variantKeys[Int(only)] : nil
+            let newID = nextJobID
+            nextJobID += 1
+            var own = Job(spec: variant.spec, delivery: .final, image: job.image, source: job.source,
+                          submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: request.lane)
+            // Its attempts go on from what its client was told.
+            own.attempt = request.startedAttempt
+            jobs[newID] = own
+            liveImageBytes += job.image.count
+            sharing.release(shareKey, heldBy: jobID)
+            sharing.claim(shareKey, by: newID)
+            requests[key]!.jobID = newID
+            requests[key]!.onlyVariant = nil
+            waiting.place(newID, lane: request.lane, principal: key.principal, atFront: true)
+            jobs[jobID]!.requests.removeAll { $0 == key }
+        }
     }
 
     private mutating func jobCancelled(
@@ -469,6 +504,8 @@ extension BrokerCore {
             if alone { job.losses += 1 }
             if job.losses > configuration.maxRetries {
                 jobs[jobID] = job
+                // Another variant may be what kills workers: a request sharing one is tried alone.
+                giveVariantSharersJobsOfTheirOwn(jobID)
                 failed += 1
                 failJob(jobID, .workerLost, "the worker died each of the \(job.losses) times this request ran alone on one",
                         now: now, &actions)

@@ -6,7 +6,8 @@ import EnlargerProtocol
 /// progress (whether two jobs reading one version may merge).
 ///
 /// - A key finds the job that holds it, and a job holds at most the key it was submitted or
-///   re-keyed with: the first job claims a key, later identical ones join it.
+///   re-keyed with (a set's job also the keys of its variants still to come): the first job
+///   claims a key, later identical ones join it.
 /// - A location key (a file or URL before anyone read it) lets requests join a job only
 ///   until the job is dispatched: from then its worker may open the source at any moment,
 ///   and a request sent later might have been sent after the source changed. A version is

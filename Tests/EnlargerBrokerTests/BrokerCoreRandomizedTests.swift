@@ -429,7 +429,9 @@ private final class Simulation {
             send(worker: peer, WorkerToBrokerMessage<Bytes>.jobFailed(.with {
                 $0.jobID = job.jobID
                 $0.attempt = job.attempt
-                $0.code = .corrupt
+                // A failure of the image, or one that may be one output's (see
+                // giveVariantSharersJobsOfTheirOwn).
+                $0.code = [.corrupt, .tooLarge].randomElement(using: &rng)!
                 $0.message = "simulated"
             }).encoded().frames)
         }

@@ -274,6 +274,42 @@ final class BrokerCoreVariantTests: XCTestCase {
         XCTAssertTrue(broker.core.isIdle)
     }
 
+    /// The set fails for a reason that may be another variant's (an output too large): the
+    /// request sharing one variant is not failed with it but gets a job of its own, which
+    /// serves it. A failure of the image itself (corrupt data) ends both alike.
+    func testASharerOutlivesAFailureThatMayNotBeItsOwn() throws {
+        for (code, sharerFails) in [(Enlarger_V1_ErrorCode.tooLarge, false), (.corrupt, true)] {
+            var broker = CoreHarness()
+            broker.ready(w1)
+            submit(&broker, alice, "set", shared: true)
+            let job = try XCTUnwrap(broker.jobs(for: w1).first)
+            single(&broker, bob, "small", width: 160)
+            broker.worker(w1, .jobFailed(.with {
+                $0.jobID = job.jobID
+                $0.attempt = job.attempt
+                $0.code = code
+                $0.message = "simulated"
+            }))
+            XCTAssertEqual(broker.events(for: alice).map(\.summary).last, "failed set \(code)")
+            XCTAssertEqual(broker.inconsistencies, [], "\(code)")
+            if sharerFails {
+                XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted small", "failed small \(code)"])
+                XCTAssertTrue(broker.core.isIdle)
+                continue
+            }
+            XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted small"])
+            let own = try XCTUnwrap(broker.jobs(for: w1).first, "its own job, dispatched at once")
+            XCTAssertNotEqual(own.jobID, job.jobID)
+            XCTAssertEqual(own.variants, [])
+            XCTAssertEqual(own.spec.width, 160)
+            XCTAssertEqual(own.delivery, .final)
+            broker.finish(w1, own)
+            XCTAssertEqual(broker.events(for: bob).map(\.summary), ["result small final terminal"])
+            XCTAssertTrue(broker.core.isIdle)
+            XCTAssertEqual(broker.inconsistencies, [])
+        }
+    }
+
     private func single(_ broker: inout CoreHarness, _ peer: PeerID, _ id: String, width: UInt32) {
         broker.client(peer, .submit(.with {
             $0.requestID = id
