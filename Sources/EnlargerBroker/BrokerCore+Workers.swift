@@ -612,10 +612,19 @@ extension BrokerCore {
     private mutating func nextWaiting(in lane: Lane) -> UInt64? {
         let tenants = tenants
         let running = running
+        let jobs = jobs
         return waiting.next(in: lane, weight: { tenants.terms(for: $0).weight }, eligible: { principal in
             guard let limit = tenants.terms(for: principal).maxRunning else { return true }
             return running.count(of: principal) < limit
-        })
+        }, cost: { jobs[$0].map(Self.fairShareCost) ?? 1 })
+    }
+
+    /// What a job takes of its principal's fair share, in single outputs' worth: 1, or for a
+    /// set, half its outputs still to make, rounded up (one decode serves them all: six
+    /// outputs cost about three single requests' CPU, `Benchmarks/variants.sh`).
+    static func fairShareCost(_ job: Job) -> Int {
+        let outputs = job.variants.count - job.variantsSent.count
+        return max(1, (outputs + 1) / 2)
     }
 
     /// Whether a job of `lane` may take a slot now: a bulk one only outside the interactive

@@ -17,8 +17,10 @@ enum Lane: Int, CaseIterable, Comparable, Sendable {
 ///
 /// A waiting job is in exactly one place:
 /// - **a lane**, in its principal's FIFO there. Within a lane, principals with work take
-///   turns in weighted deficit round robin by job: each turn a principal is dispatched up
-///   to its weight in jobs, then the next one's turn comes.
+///   turns in weighted deficit round robin by cost: each turn adds a principal's weight to
+///   its allowance, it is dispatched jobs while the allowance lasts, each taking its cost
+///   (1 for a single output), then the next one's turn comes. A costly job may overdraw
+///   the allowance: the principal then sits out turns until its debt is paid.
 /// - **quarantine** (oldest first): its worker died while it ran beside other jobs, so it
 ///   must run alone (see the core's Quarantine).
 /// - **held back** on its owning client's list (oldest first): none of its clients reads
@@ -40,7 +42,8 @@ struct WaitingJobs {
         /// Principals with jobs here, in turn order; the first one's turn is now.
         var ring: [Principal] = []
         var ringHead = 0
-        /// Jobs the principal at the head may still take this turn.
+        /// What each principal may still take (in costs): this turn's allowance, or, below
+        /// zero, the debt a costly job left. Forgotten when its queue empties.
         var deficit: [Principal: Int] = [:]
         var count = 0
     }
@@ -140,24 +143,38 @@ struct WaitingJobs {
 
     // MARK: Choosing
 
+    /// The most a job may cost (see `next`): it bounds how many turns a debt lasts.
+    static let maxCost = 8
+
     /// The next job to dispatch in `lane`, taken off it: the head of the queue of the
     /// principal whose turn it is, skipping principals `eligible` refuses (at their running
-    /// limit; their turn waits for them). `weight` gives each principal's jobs per turn.
-    mutating func next(in lane: Lane, weight: (Principal) -> Int, eligible: (Principal) -> Bool) -> UInt64? {
+    /// limit; their turn waits for them). `weight` gives each principal's allowance per turn,
+    /// `cost` what a job takes of it (1 to `maxCost`).
+    mutating func next(in lane: Lane, weight: (Principal) -> Int, eligible: (Principal) -> Bool,
+                       cost: (UInt64) -> Int = { _ in 1 }) -> UInt64? {
         guard lanes[lane.rawValue].count > 0 else { return nil }
         var queues = lanes[lane.rawValue]
         lanes[lane.rawValue] = LaneQueues()
         defer { lanes[lane.rawValue] = queues }
-        for _ in 0..<queues.ring.count {
+        // Every eligible principal's allowance grows by at least 1 a round, and no debt is
+        // deeper than maxCost - 1: within maxCost rounds one of them can take a job.
+        for _ in 0..<(queues.ring.count * Self.maxCost) {
             let principal = queues.ring[queues.ringHead]
             guard eligible(principal) else {
                 queues.ringHead = (queues.ringHead + 1) % queues.ring.count
                 continue
             }
-            if queues.deficit[principal, default: 0] <= 0 { queues.deficit[principal] = max(1, weight(principal)) }
+            if queues.deficit[principal, default: 0] <= 0 {
+                // A new turn: its allowance, less any debt.
+                queues.deficit[principal, default: 0] += max(1, weight(principal))
+                if queues.deficit[principal]! <= 0 {
+                    queues.ringHead = (queues.ringHead + 1) % queues.ring.count
+                    continue
+                }
+            }
             let jobID = queues.queues[principal]!.popFirst()!
             queues.count -= 1
-            queues.deficit[principal]! -= 1
+            queues.deficit[principal]! -= min(max(1, cost(jobID)), Self.maxCost)
             places[jobID] = nil
             decrementQueued(principal)
             if queues.queues[principal]!.isEmpty {

@@ -29,6 +29,28 @@ final class FairShareTests: XCTestCase {
         XCTAssertEqual(waiting.queuedBy, [:])
     }
 
+    /// Jobs that cost more take more of their principal's turns: at equal weights, one job
+    /// of cost 3 for every three of cost 1 while both wait.
+    func testACostlyJobTakesItsCostOfTheTurns() {
+        var waiting = WaitingJobs()
+        for jobID in UInt64(1)...4 { waiting.place(jobID, lane: .interactive, principal: carol) }
+        for jobID in UInt64(11)...19 { waiting.place(jobID, lane: .interactive, principal: dave) }
+        var order: [UInt64] = []
+        while let jobID = waiting.next(in: .interactive, weight: { _ in 1 }, eligible: { _ in true },
+                                       cost: { $0 < 10 ? 3 : 1 }) {
+            order.append(jobID)
+            XCTAssertEqual(waiting.inconsistencies, [])
+        }
+        XCTAssertEqual(order, [1, 11, 12, 13, 2, 14, 15, 16, 3, 17, 18, 19, 4])
+        // A principal in debt alone in its lane still gets its jobs: nobody else waits.
+        for jobID in UInt64(21)...23 { waiting.place(jobID, lane: .bulk, principal: carol) }
+        var alone: [UInt64] = []
+        while let jobID = waiting.next(in: .bulk, weight: { _ in 1 }, eligible: { _ in true }, cost: { _ in 8 }) {
+            alone.append(jobID)
+        }
+        XCTAssertEqual(alone, [21, 22, 23])
+    }
+
     func testAnIneligiblePrincipalIsSkippedAndKeepsItsPlace() {
         var waiting = WaitingJobs()
         waiting.place(1, lane: .interactive, principal: carol)
@@ -183,6 +205,41 @@ final class FairShareTests: XCTestCase {
         }
         XCTAssertEqual(done["c"], 30)
         XCTAssertEqual(done["d"], 30)
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+    }
+
+    /// A principal that floods sets of six outputs gets one set dispatched for every three
+    /// single requests of another: about the same CPU each, not six times as much.
+    func testFloodingSetsBuysNoMoreOfTheFleet() {
+        var broker = CoreHarness()
+        broker.ready(w1, capacity: 1)
+        for index in 0..<20 {
+            broker.client(carolsPeer, as: carol, .submit(.with {
+                $0.requestID = "c\(index)"
+                $0.variants = (1...6).map { width in .with { $0.width = UInt32(width * 10) } }
+            }, image: CoreHarness.jpeg + Array("c\(index)".utf8)))
+            submit(&broker, davesPeer, "d\(index)", as: dave)
+        }
+        var order: [String] = []
+        var running = broker.jobs(for: w1)
+        for _ in 0..<16 {
+            let job = running.removeFirst()
+            order.append(job.requestID)
+            for (position, variant) in job.variants.enumerated() {
+                broker.worker(w1, .jobResult(.with {
+                    $0.jobID = job.jobID
+                    $0.attempt = job.attempt
+                    $0.stage = .final
+                    $0.variant = variant.index
+                    $0.terminal = position == job.variants.count - 1
+                }, image: CoreHarness.image))
+            }
+            if job.variants.isEmpty { broker.finish(w1, job) }
+            running += broker.jobs(for: w1)
+        }
+        // c0 went at once, to an idle worker; from then on three of Dave's for each set.
+        XCTAssertEqual(order, ["c0", "d0", "c1", "d1", "d2", "d3", "c2", "d4", "d5", "d6", "c3", "d7", "d8", "d9",
+                               "c4", "d10"])
         XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
     }
 

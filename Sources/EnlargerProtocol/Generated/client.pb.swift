@@ -108,8 +108,11 @@
 // capacity (the broker's --interactive-reserve, 25% by default, rounded up, but never the
 // last slot) is never given to bulk requests: jobs are not preempted, so that reserve is
 // what bounds an interactive request's wait while bulk work fills the rest. Within a lane,
-// principals take turns in weighted round robin by job (deficit round robin): with weights 2
-// and 1, one is dispatched two jobs for each of the other's while both have work waiting.
+// principals take turns in weighted round robin by cost (deficit round robin): with weights 2
+// and 1, one is dispatched two jobs for each of the other's while both have work waiting. A
+// job costs 1, and a set of variants half its outputs still to make, rounded up (one decode
+// serves them all: six outputs cost about three single requests' CPU), so a principal that
+// sends sets gets no more of the workers than one that sends single requests.
 // Identical requests that share a job (CACHE AND SHARED JOBS) wait in the higher of their
 // lanes. The operator sets, per principal, a weight and limits on requests waiting and jobs
 // running (the broker's --tenants file, re-read within a second of a change). A Submit over
