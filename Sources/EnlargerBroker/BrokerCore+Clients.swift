@@ -207,6 +207,7 @@ extension BrokerCore {
             jobs[jobID]!.variantKeys = variantKeys
             // Those answered from the cache below count as sent: the worker is not asked for them.
             if !cachedVariants.isEmpty { jobs[jobID]!.variantsSent = Set(cachedVariants.map { $0.index }) }
+            if !submit.variants.isEmpty { updateCost(of: jobID) }
             if cachedVariants.isEmpty { sharing.claim(shareKey, by: jobID) }
             // Each variant to come may be shared by a single-output request with its key.
             for (index, variantKey) in variantKeys.enumerated() where !jobs[jobID]!.variantsSent.contains(UInt32(index)) {

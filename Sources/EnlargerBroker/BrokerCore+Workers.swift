@@ -281,6 +281,7 @@ extension BrokerCore {
             return
         }
         jobs[jobID]!.variantsSent.insert(result.variant)
+        updateCost(of: jobID)
         var event = Self.clientResult(result)
         // Cached as a single output's final, which it also answers.
         event.terminal = true
@@ -612,11 +613,11 @@ extension BrokerCore {
     private mutating func nextWaiting(in lane: Lane) -> UInt64? {
         let tenants = tenants
         let running = running
-        let jobs = jobs
+        let costs = jobCosts
         return waiting.next(in: lane, weight: { tenants.terms(for: $0).weight }, eligible: { principal in
             guard let limit = tenants.terms(for: principal).maxRunning else { return true }
             return running.count(of: principal) < limit
-        }, cost: { jobs[$0].map(Self.fairShareCost) ?? 1 })
+        }, cost: { costs[$0] ?? 1 })
     }
 
     /// What a job takes of its principal's fair share, in single outputs' worth: 1, or for a
@@ -625,6 +626,13 @@ extension BrokerCore {
     static func fairShareCost(_ job: Job) -> Int {
         let outputs = job.variants.count - job.variantsSent.count
         return max(1, (outputs + 1) / 2)
+    }
+
+    /// Keeps `jobCosts` true to a set's job as its variants are made or found in the cache.
+    mutating func updateCost(of jobID: UInt64) {
+        guard let job = jobs[jobID], !job.variants.isEmpty else { return }
+        let cost = Self.fairShareCost(job)
+        jobCosts[jobID] = cost > 1 ? cost : nil
     }
 
     /// Whether a job of `lane` may take a slot now: a bulk one only outside the interactive

@@ -200,6 +200,9 @@ public struct BrokerCore<Payload: FrameBytes> {
     var nextJobID: UInt64 = 1
     /// Bytes of source images held by live jobs (bounded by `maxLiveImageBytes`).
     var liveImageBytes = 0
+    /// The fair-share cost of each live job that costs more than 1 (a set of variants, see
+    /// `fairShareCost`): looked up at every dispatch, so kept apart from the jobs.
+    var jobCosts: [UInt64: Int] = [:]
     /// Bytes waiting at the broker toward all clients (the sum of `Client.waitingBytes`
     /// plus those of peers with no live requests).
     var clientBytesWaiting: [PeerID: Int] = [:]
@@ -572,6 +575,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         }
         sharing.release(job.shareKey, heldBy: jobID)
         for key in job.variantKeys { sharing.release(key, heldBy: jobID) }
+        if !job.variants.isEmpty { jobCosts[jobID] = nil }
         liveImageBytes -= job.image.count
         waiting.withdraw(jobID)
         if let key = job.runningAs { running.remove(key) }

@@ -59,11 +59,18 @@ public final class Message {
     /// A frame that sends `bytes`' own storage rather than a copy (`zmq_msg_init_data`):
     /// for a payload as large as an image, which a copy would first have to fault in. The
     /// array is kept alive, and never written (it is an immutable copy of the caller's), until
-    /// libzmq lets the frame go, perhaps on its I/O thread.
+    /// libzmq lets the frame go, perhaps on its I/O thread. Below `sharingThreshold` bytes it
+    /// copies: a small copy costs less than the bookkeeping (and libzmq keeps frames of up to
+    /// 33 bytes inside the message itself).
     public init(sharing bytes: [UInt8]) {
         pointer = .allocate(capacity: 1)
-        guard !bytes.isEmpty else {
-            zmq_msg_init(pointer)
+        guard bytes.count >= Self.sharingThreshold else {
+            precondition(zmq_msg_init_size(pointer, bytes.count) == 0, "zmq_msg_init_size(\(bytes.count)) failed")
+            bytes.withUnsafeBytes { source in
+                if let base = source.baseAddress, source.count > 0 {
+                    zmq_msg_data(pointer).copyMemory(from: base, byteCount: source.count)
+                }
+            }
             return
         }
         let keeper = Unmanaged.passRetained(SharedBytes(bytes))
@@ -74,6 +81,9 @@ public final class Message {
         // zmq_msg_init_data only fails with ENOMEM (its own small allocation).
         precondition(status == 0, "zmq_msg_init_data(\(bytes.count)) failed")
     }
+
+    /// The size from which `init(sharing:)` shares rather than copies.
+    public static let sharingThreshold = 16 * 1024
 
     /// A frame holding a copy of `bytes`.
     public convenience init(_ bytes: [UInt8]) {

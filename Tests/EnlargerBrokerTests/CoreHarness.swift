@@ -251,6 +251,10 @@ struct CoreHarness {
             }
         }
         if requestsOnJobs != core.requests.count { problems.append("requests and jobs disagree") }
+        for (jobID, job) in core.jobs where (core.jobCosts[jobID] ?? 1) != BrokerCore<Bytes>.fairShareCost(job) {
+            problems.append("job \(jobID) costs \(core.jobCosts[jobID] ?? 1), not \(BrokerCore<Bytes>.fairShareCost(job))")
+        }
+        for jobID in core.jobCosts.keys where core.jobs[jobID] == nil { problems.append("a cost kept for ended job \(jobID)") }
         for (shareKey, jobID) in core.sharing.liveJobs where core.jobs[jobID]?.shareKey != shareKey {
             // Or the key of one of its variants still to come.
             if let job = core.jobs[jobID], let index = job.variantKeys.firstIndex(of: shareKey),

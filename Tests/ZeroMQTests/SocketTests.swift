@@ -71,8 +71,11 @@ final class SocketTests: XCTestCase {
             XCTAssertEqual(frames.count, 2)
             XCTAssertEqual(frames[1].bytes, pattern)
         }
-        try dealer.send(Message(sharing: []))
-        XCTAssertEqual(try router.receiveMultipart()[1].count, 0)
+        // Below the threshold it is a copy, the same on the wire.
+        for small in [[], [1, 2, 3], Array(pattern.prefix(Message.sharingThreshold - 1))] {
+            try dealer.send(Message(sharing: small))
+            XCTAssertEqual(try router.receiveMultipart()[1].bytes, small)
+        }
     }
 
     func testRouterMandatorySendToUnknownPeerFailsWithHostUnreachable() throws {
