@@ -249,6 +249,27 @@ final class BrokerCoreVariantTests: XCTestCase {
         XCTAssertEqual(broker.inconsistencies, [])
     }
 
+    /// The set cancelled while its job still waits: the requests sharing its variants each
+    /// get a job of their own (one output each, not the whole set), and the set's is gone.
+    func testSharersOfAWaitingSetGetJobsOfTheirOwnWhenTheSetLeaves() throws {
+        var broker = CoreHarness()
+        submit(&broker, alice, "set", shared: true)
+        single(&broker, bob, "small", width: 160)
+        single(&broker, bob, "large", width: 640)
+        XCTAssertEqual(broker.core.liveJobCount, 1)
+        broker.cancel(alice, "set")
+        XCTAssertEqual(broker.core.liveJobCount, 2, "one job for each sharer, the set's withdrawn")
+        XCTAssertEqual(broker.inconsistencies, [])
+        let jobs = broker.ready(w1, capacity: 2)
+        XCTAssertEqual(jobs.map(\.variants), [[], []])
+        XCTAssertEqual(Set(jobs.map(\.spec.width)), [160, 640])
+        for job in jobs { broker.finish(w1, job) }
+        XCTAssertEqual(broker.events(for: bob).map(\.summary).sorted(),
+                       ["accepted large", "accepted small", "result large final terminal", "result small final terminal"])
+        XCTAssertTrue(broker.core.isIdle)
+        XCTAssertEqual(broker.inconsistencies, [])
+    }
+
     /// The request sharing a variant is cancelled, or the set fails: each ends once, and the
     /// other's events are untouched.
     func testASharerEndsOnItsOwnOrWithTheSet() throws {

@@ -205,7 +205,10 @@
 //   terminal when the cache holds them all), and a job makes only the others;
 // - shared jobs: such a request joins the live job of a set with that variant still to come,
 //   and gets that variant's final as its own terminal Result (`variant` 0, no placeholder),
-//   while the set goes on. A variants request joins a live job of the same variants (same
+//   while the set goes on. Such a request gets a job of its own instead when the set's
+//   requests all leave before a worker has the job, and when the set fails for a reason
+//   that may be another variant's (TOO_LARGE, ENCODE_FAILED, INTERNAL, WORKER_LOST...);
+//   a failure of the image itself (CORRUPT, DIGEST_MISMATCH...) ends it with the set. A variants request joins a live job of the same variants (same
 //   order) only while that job waits for a worker and nothing of it came from the cache.
 // Variants of file and URL sources are neither cached nor shared.
 //
