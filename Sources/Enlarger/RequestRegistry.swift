@@ -70,7 +70,7 @@ final class RequestRegistry: Sendable {
             return channel
         }
         // The image is sent from the request's own storage: no copy of megabytes per Submit.
-        let payload = SubmitPayload(frame: Message(sharing: request.image))
+        let payload = SubmitPayload(frame: Message.sharing(request.image))
         let refusal: EnlargerClientError? = state.withLock { state in
             guard state.lifecycle == .open else { return .closed }
             let others = state.live(request.id)

@@ -60,29 +60,23 @@ public final class Message {
     /// for a payload as large as an image, which a copy would first have to fault in. The
     /// array is kept alive, and never written (it is an immutable copy of the caller's), until
     /// libzmq lets the frame go, perhaps on its I/O thread. Below `sharingThreshold` bytes it
-    /// copies: a small copy costs less than the bookkeeping (and libzmq keeps frames of up to
-    /// 33 bytes inside the message itself).
-    public init(sharing bytes: [UInt8]) {
+    /// is a copy: a small copy costs less than the bookkeeping (and libzmq keeps frames of up
+    /// to 33 bytes inside the message itself).
+    public static func sharing(_ bytes: [UInt8]) -> Message {
+        bytes.count < sharingThreshold ? Message(bytes) : Message(keeping: SharedBytes(bytes))
+    }
+
+    private init(keeping shared: SharedBytes) {
         pointer = .allocate(capacity: 1)
-        guard bytes.count >= Self.sharingThreshold else {
-            precondition(zmq_msg_init_size(pointer, bytes.count) == 0, "zmq_msg_init_size(\(bytes.count)) failed")
-            bytes.withUnsafeBytes { source in
-                if let base = source.baseAddress, source.count > 0 {
-                    zmq_msg_data(pointer).copyMemory(from: base, byteCount: source.count)
-                }
-            }
-            return
-        }
-        let keeper = Unmanaged.passRetained(SharedBytes(bytes))
-        let start = keeper.takeUnretainedValue().start
-        let status = zmq_msg_init_data(pointer, start, bytes.count, { _, hint in
+        let keeper = Unmanaged.passRetained(shared)
+        let status = zmq_msg_init_data(pointer, shared.start, shared.bytes.count, { _, hint in
             Unmanaged<SharedBytes>.fromOpaque(hint!).release()
         }, keeper.toOpaque())
         // zmq_msg_init_data only fails with ENOMEM (its own small allocation).
-        precondition(status == 0, "zmq_msg_init_data(\(bytes.count)) failed")
+        precondition(status == 0, "zmq_msg_init_data(\(shared.bytes.count)) failed")
     }
 
-    /// The size from which `init(sharing:)` shares rather than copies.
+    /// The size from which `sharing(_:)` shares rather than copies.
     public static let sharingThreshold = 16 * 1024
 
     /// A frame holding a copy of `bytes`.
@@ -164,7 +158,7 @@ extension Array where Element == Message {
     }
 }
 
-/// The array behind a `Message(sharing:)` frame, and where its bytes start: a native array's
+/// The array behind a `Message.sharing(_:)` frame, and where its bytes start: a native array's
 /// storage does not move while the array lives unchanged, and this one is never changed.
 private final class SharedBytes {
     let bytes: [UInt8]

@@ -49,7 +49,7 @@ final class SocketTests: XCTestCase {
         }
     }
 
-    /// A frame made with `Message(sharing:)` sends the array's own bytes: they outlive the
+    /// A frame made with `Message.sharing(_:)` sends the array's own bytes: they outlive the
     /// array the caller had, are not changed by the caller's later writes, and the frame can
     /// be sent more than once (libzmq keeps the buffer until the last copy is sent).
     func testASharedFrameSendsTheArrayItKeeps() throws {
@@ -57,7 +57,7 @@ final class SocketTests: XCTestCase {
         let pattern = (0..<1_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
         func frame() -> Message {
             var bytes = pattern
-            let message = Message(sharing: bytes)
+            let message = Message.sharing(bytes)
             bytes[0] ^= 0xFF  // the caller's copy, not the frame's
             bytes.removeAll()
             return message
@@ -73,7 +73,7 @@ final class SocketTests: XCTestCase {
         }
         // Below the threshold it is a copy, the same on the wire.
         for small in [[], [1, 2, 3], Array(pattern.prefix(Message.sharingThreshold - 1))] {
-            try dealer.send(Message(sharing: small))
+            try dealer.send(Message.sharing(small))
             XCTAssertEqual(try router.receiveMultipart()[1].bytes, small)
         }
     }

@@ -206,9 +206,12 @@
 // - shared jobs: such a request joins the live job of a set with that variant still to come,
 //   and gets that variant's final as its own terminal Result (`variant` 0, no placeholder),
 //   while the set goes on. Such a request gets a job of its own instead when the set's
-//   requests all leave before a worker has the job, and when the set fails for a reason
-//   that may be another variant's (TOO_LARGE, ENCODE_FAILED, INTERNAL, WORKER_LOST...);
-//   a failure of the image itself (CORRUPT, DIGEST_MISMATCH...) ends it with the set. A variants request joins a live job of the same variants (same
+//   requests all leave before a worker has the job, when the worker reports a failure that
+//   may be another variant's (any code but those of the image itself: NOT_JPEG, EMPTY,
+//   TRUNCATED, CORRUPT, UNSUPPORTED, TOO_MANY_SCANS, DIGEST_MISMATCH, SOURCE_REFUSED,
+//   SOURCE_UNAVAILABLE), and when the set's job keeps killing workers (WORKER_LOST). Any
+//   other end of the set's job (a failure of the image itself, the broker shutting down, a
+//   worker breaking the protocol) ends it with the set, with the same Failed. A variants request joins a live job of the same variants (same
 //   order) only while that job waits for a worker and nothing of it came from the cache.
 // Variants of file and URL sources are neither cached nor shared.
 //
