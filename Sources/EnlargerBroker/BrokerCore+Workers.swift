@@ -395,29 +395,52 @@ extension BrokerCore {
     }
 
     /// A set's job failed for a reason that may be another variant's (too large an output, an
-    /// encoder's failure, workers dying): each single-output request sharing one of its
-    /// variants still to come gets a job of its own instead of the set's failure, at the front
-    /// of its lane (it has waited its turn).
+    /// encoder's failure, workers dying), or was left only to requests sharing its variants:
+    /// the single-output requests sharing each variant still to come get one job for that
+    /// variant, shared as any identical requests share one, instead of the set's failure. It
+    /// waits at the front of its lane (its requests have waited their turn), or in quarantine
+    /// when the set was there, and inherits the set's losses: a variant that may be what kills
+    /// workers gets no fresh budget of crashes. So a set leaves at most one job per variant
+    /// (`Submit.maxVariants`), whatever number of requests shared it.
     mutating func giveVariantSharersJobsOfTheirOwn(_ jobID: UInt64) {
         guard let job = jobs[jobID], !job.variants.isEmpty else { return }
+        var sharersByVariant: [(index: UInt32, requests: [RequestKey])] = []
         for key in job.requests {
-            guard let request = requests[key], let only = request.onlyVariant,
-                  let variant = job.variants.first(where: { $0.index == only }) else { continue }
-            let shareKey = Int(only) < job.variantKeys.count ? job.variantKeys[Int(only)] : nil
+            guard let only = requests[key]?.onlyVariant, job.variants.contains(where: { $0.index == only }) else { continue }
+            if let at = sharersByVariant.firstIndex(where: { $0.index == only }) {
+                sharersByVariant[at].requests.append(key)
+            } else {
+                sharersByVariant.append((only, [key]))
+            }
+        }
+        for (index, sharers) in sharersByVariant {
+            let variant = job.variants.first { $0.index == index }!
+            let shareKey = Int(index) < job.variantKeys.count ? job.variantKeys[Int(index)] : nil
+            let owner = requests[sharers[0]]!
             let newID = nextJobID
             nextJobID += 1
             var own = Job(spec: variant.spec, delivery: .final, image: job.image, source: job.source,
-                          submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: request.lane)
-            // Its attempts go on from what its client was told.
-            own.attempt = request.startedAttempt
+                          submittedKey: shareKey, shareKey: shareKey, requests: sharers,
+                          lane: sharers.map { requests[$0]!.lane }.min()!)
+            // Its attempts go on from what its clients were told.
+            own.attempt = sharers.map { requests[$0]!.startedAttempt }.max()!
+            own.losses = job.losses
+            own.quarantined = job.quarantined
+            own.quarantinedAt = job.quarantinedAt
             jobs[newID] = own
             liveImageBytes += job.image.count
             sharing.release(shareKey, heldBy: jobID)
             sharing.claim(shareKey, by: newID)
-            requests[key]!.jobID = newID
-            requests[key]!.onlyVariant = nil
-            waiting.place(newID, lane: request.lane, principal: key.principal, atFront: true)
-            jobs[jobID]!.requests.removeAll { $0 == key }
+            for key in sharers {
+                requests[key]!.jobID = newID
+                requests[key]!.onlyVariant = nil
+            }
+            if own.quarantined {
+                waiting.quarantine(newID)
+            } else {
+                waiting.place(newID, lane: own.lane, principal: owner.key.principal, atFront: true)
+            }
+            jobs[jobID]!.requests.removeAll { sharers.contains($0) }
         }
     }
 
@@ -601,6 +624,7 @@ extension BrokerCore {
                     requests[key].flatMap { clients[$0.client] }.map { $0.waitingBytes > 0 } ?? false
                 }
                 if noneReading, let owner = requests[job.owner]?.client {
+                    waiting.refund(jobCosts[jobID] ?? 1, to: job.owner.principal, in: lane)
                     waiting.holdBack(jobID, for: owner)
                     continue
                 }

@@ -43,7 +43,10 @@ struct WaitingJobs {
         var ring: [Principal] = []
         var ringHead = 0
         /// What each principal may still take (in costs): this turn's allowance, or, below
-        /// zero, the debt a costly job left. Forgotten when its queue empties.
+        /// zero, the debt a costly job left. An allowance is forgotten when the principal's
+        /// queue empties; a debt is kept, out of the ring, until paid in its next turns or
+        /// the lane empties: a principal that keeps one costly job waiting at a time pays
+        /// for each as one with a backlog does.
         var deficit: [Principal: Int] = [:]
         var count = 0
     }
@@ -131,14 +134,24 @@ struct WaitingJobs {
         if queuedBy[principal] == 0 { queuedBy[principal] = nil }
     }
 
-    /// A principal with nothing left in a lane leaves its ring (and its turn's remainder).
+    /// A principal with nothing left in a lane leaves its ring and its turn's remainder, but
+    /// not its debt while others wait there.
     private static func retire(_ principal: Principal, from queues: inout LaneQueues) {
         queues.queues[principal] = nil
-        queues.deficit[principal] = nil
+        if queues.deficit[principal, default: 0] >= 0 { queues.deficit[principal] = nil }
         guard let index = queues.ring.firstIndex(of: principal) else { return }
         queues.ring.remove(at: index)
         if index < queues.ringHead { queues.ringHead -= 1 }
         if queues.ringHead >= queues.ring.count { queues.ringHead = 0 }
+        if queues.ring.isEmpty { queues.deficit = [:] }
+    }
+
+    /// Gives back what `next` charged `principal` in `lane` for a job it then did not
+    /// dispatch (held back: it is charged when it goes).
+    mutating func refund(_ cost: Int, to principal: Principal, in lane: Lane) {
+        let balance = lanes[lane.rawValue].deficit[principal, default: 0] + min(max(1, cost), Self.maxCost)
+        let inRing = lanes[lane.rawValue].queues[principal] != nil
+        lanes[lane.rawValue].deficit[principal] = balance < 0 || (inRing && balance > 0) ? balance : nil
     }
 
     // MARK: Choosing
@@ -256,6 +269,14 @@ struct WaitingJobs {
             }
             if total != queues.count { problems.append("\(lane) counts \(queues.count), holds \(total)") }
             if Set(queues.ring).count != queues.ring.count { problems.append("\(lane): a principal twice in the ring") }
+            // Out of the ring only a debt is kept, and only while the lane has work.
+            for (principal, balance) in queues.deficit where queues.queues[principal] == nil {
+                if balance >= 0 { problems.append("\(principal) keeps an allowance of \(balance) in \(lane) with no jobs") }
+                if queues.ring.isEmpty { problems.append("\(principal) keeps a debt in the empty \(lane)") }
+            }
+            if queues.deficit.values.contains(where: { $0 < -(Self.maxCost - 1) }) {
+                problems.append("\(lane): a debt deeper than \(Self.maxCost - 1)")
+            }
         }
         var copy = quarantined
         while let jobID = copy.popFirst() {

@@ -99,12 +99,12 @@ extension ImagePipeline {
             let header = gain.decoder.header
             var decoded: PixelBuffer? = try gain.decoder.decode(scaleNumerator: plan.scaleNumerator)
             defer { BufferReaper.release(&decoded) }
-            let region = Self.scale(plan.region, fromWidth: header.width, fromHeight: header.height,
-                                    toWidth: decoded!.width, toHeight: decoded!.height)
+            let (region, span) = Self.decodedWindow(plan.region, sourceWidth: header.width, sourceHeight: header.height,
+                                                    decoded: decoded!, numerator: plan.scaleNumerator)
             var map = decoded!
-            if region != PixelRect(x: 0, y: 0, width: map.width, height: map.height)
+            if region != PixelRect(x: 0, y: 0, width: map.width, height: map.height) || span != nil
                 || map.width != plan.storedOutputWidth || map.height != plan.storedOutputHeight {
-                map = try Resampler.resample(map, region: region, width: plan.storedOutputWidth,
+                map = try Resampler.resample(map, region: region, span: span, width: plan.storedOutputWidth,
                                              height: plan.storedOutputHeight, filter: .lanczos3, cancel: cancel,
                                              allocator: allocator)
             }

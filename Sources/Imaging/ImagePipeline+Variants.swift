@@ -183,7 +183,8 @@ extension ImagePipeline {
         var clock = Stopwatch()
         let header = decoder.header, cancel = job.cancel
         let oriented = header.orientedSize
-        decoded = try decoder.decode(scaleNumerator: job.plans.map(\.scaleNumerator).max()!)
+        let numerator = job.plans.map(\.scaleNumerator).max()!
+        decoded = try decoder.decode(scaleNumerator: numerator)
         var timings = StageTimings(decodeMilliseconds: clock.lap())
         // Resampled buffers (stored orientation, the source's colours), with the part of the
         // stored image each holds: sources for the smaller variants.
@@ -204,8 +205,8 @@ extension ImagePipeline {
         let order = job.order
         for (position, index) in order.enumerated() {
             let plan = job.plans[index], options = job.variants[index]
-            let resized = try resampled(plan, made: made, decoded: decoded!, sourceWidth: header.width,
-                                        sourceHeight: header.height, cancel: cancel)
+            let resized = try resampled(plan, made: made, decoded: decoded!, numerator: numerator,
+                                        sourceWidth: header.width, sourceHeight: header.height, cancel: cancel)
             if !made.contains(where: { $0.pixels.sharesStorage(with: resized) }) { made.append((plan.region, resized)) }
             // Oriented and converted once per geometry and colour handling (a WebP and a JPEG of
             // one size share it). Buffers are shared by reference: releasing one another
@@ -263,13 +264,14 @@ extension ImagePipeline {
 
     /// The plan's output in stored orientation: resampled from the smallest buffer already made
     /// of its region with twice its pixel density, within 5 % (or is exactly it), else from the
-    /// decoded buffer.
+    /// decoded buffer (made at `numerator`/8).
     func resampled(_ plan: ResizePlan, made: [(region: PixelRect, pixels: PixelBuffer)], decoded: PixelBuffer,
-                   sourceWidth: Int, sourceHeight: Int, cancel: CancellationFlag?) throws(ImagingError) -> PixelBuffer {
+                   numerator: Int, sourceWidth: Int, sourceHeight: Int,
+                   cancel: CancellationFlag?) throws(ImagingError) -> PixelBuffer {
         let (width, height) = (plan.storedOutputWidth, plan.storedOutputHeight)
         var source = decoded
-        var region = Self.scale(plan.region, fromWidth: sourceWidth, fromHeight: sourceHeight,
-                                toWidth: decoded.width, toHeight: decoded.height)
+        var (region, span) = Self.decodedWindow(plan.region, sourceWidth: sourceWidth, sourceHeight: sourceHeight,
+                                                decoded: decoded, numerator: numerator)
         for candidate in made {
             if candidate.region == plan.region && candidate.pixels.width == width && candidate.pixels.height == height {
                 return candidate.pixels
@@ -280,13 +282,14 @@ extension ImagePipeline {
                   candidate.pixels.width * candidate.pixels.height < source.width * source.height else { continue }
             source = candidate.pixels
             region = inside
+            span = nil
         }
-        if region == PixelRect(x: 0, y: 0, width: source.width, height: source.height)
+        if region == PixelRect(x: 0, y: 0, width: source.width, height: source.height) && span == nil
             && source.width == width && source.height == height {
             return source
         }
-        return try Resampler.resample(source, region: region, width: width, height: height, filter: .lanczos3,
-                                      cancel: cancel, allocator: allocator)
+        return try Resampler.resample(source, region: region, span: span, width: width, height: height,
+                                      filter: .lanczos3, cancel: cancel, allocator: allocator)
     }
 
     /// The whole of a buffer of `size` pixels holding `held` of the stored image, when that is

@@ -54,8 +54,11 @@ extension ResampleFilter {
 /// most about 1500 taps (the box pre-shrink takes over beyond), a small fraction of a level.
 ///
 /// Windows are Pillow's: the output pixel `i` is centred on input coordinate
-/// `(i + 0.5) · scale`, the kernel is stretched by `scale` when downscaling, and the window
-/// is cut at the region's borders and renormalised there. Every window is then widened to the
+/// `origin + (i + 0.5) · scale`, with `scale = extent / outSize`, the kernel is stretched by
+/// `scale` when downscaling, and the window is cut at the region's borders and renormalised
+/// there. The span (`origin`, `extent`) is the region's pixels, `0` and `inSize`, unless the
+/// picture covers only part of them: a decode reduced in the DCT covers `size · scale` pixels
+/// of the image, and its last pixel, rounded up, lies partly beyond (see `SourceSpan`). Every window is then widened to the
 /// same `taps` (with zero weights) so the inner loops run a fixed count with no edge cases;
 /// a widened window is moved, not extended, at the far border so it never leaves the region.
 struct AxisCoefficients {
@@ -71,11 +74,14 @@ struct AxisCoefficients {
     /// `outSize × taps`, row-major by output index.
     let weights: [Int16]
 
-    init(inSize: Int, outSize: Int, filter: ResampleFilter, box: Int = 1) {
+    init(inSize: Int, outSize: Int, filter: ResampleFilter, box: Int = 1, span: AxisSpan? = nil) {
         let samples = AxisSamples(pixels: inSize, box: box)
-        let scale = Double(inSize) / Double(outSize)
+        let span = span ?? AxisSpan(pixels: inSize)
+        let scale = span.extent / Double(outSize)
         let inverseFilterScale = 1 / max(scale, 1)
-        let windows = (0..<outSize).map { Self.window($0, inSize: inSize, outSize: outSize, filter: filter, box: box) }
+        let windows = (0..<outSize).map {
+            Self.window($0, inSize: inSize, outSize: outSize, filter: filter, box: box, span: span)
+        }
         let taps = windows.map { $0.count }.max()!
 
         var starts = [Int](repeating: 0, count: outSize)
@@ -83,7 +89,7 @@ struct AxisCoefficients {
         var exact = [Double](repeating: 0, count: taps)
         var misses: [(miss: Double, tap: Int)] = []
         for (i, window) in windows.enumerated() {
-            let center = (Double(i) + 0.5) * scale
+            let center = span.origin + (Double(i) + 0.5) * scale
             let start = min(window.lowerBound, samples.count - taps)
             starts[i] = start
 
@@ -139,10 +145,12 @@ struct AxisCoefficients {
 
     /// The input samples output `i`'s kernel covers, cut at the borders: those whose centre
     /// lies in the kernel's span of pixels.
-    static func window(_ i: Int, inSize: Int, outSize: Int, filter: ResampleFilter, box: Int = 1) -> Range<Int> {
-        let scale = Double(inSize) / Double(outSize)
+    static func window(_ i: Int, inSize: Int, outSize: Int, filter: ResampleFilter, box: Int = 1,
+                       span: AxisSpan? = nil) -> Range<Int> {
+        let span = span ?? AxisSpan(pixels: inSize)
+        let scale = span.extent / Double(outSize)
         let support = filter.support * max(scale, 1)
-        let center = (Double(i) + 0.5) * scale
+        let center = span.origin + (Double(i) + 0.5) * scale
         let lo = max(0, Int((center - support + 0.5).rounded(.down)))
         let hi = min(inSize, Int((center + support + 0.5).rounded(.down)))
         let samples = AxisSamples(pixels: inSize, box: box)
@@ -151,17 +159,31 @@ struct AxisCoefficients {
 
     /// `taps` and the first and last window starts the initialiser would compute, without the
     /// weights (for memory estimates).
-    static func shape(inSize: Int, outSize: Int, filter: ResampleFilter,
-                      box: Int = 1) -> (taps: Int, firstStart: Int, lastStart: Int) {
+    static func shape(inSize: Int, outSize: Int, filter: ResampleFilter, box: Int = 1,
+                      span: AxisSpan? = nil) -> (taps: Int, firstStart: Int, lastStart: Int) {
         var taps = 0
         for i in 0..<outSize {
-            taps = max(taps, window(i, inSize: inSize, outSize: outSize, filter: filter, box: box).count)
+            taps = max(taps, window(i, inSize: inSize, outSize: outSize, filter: filter, box: box, span: span).count)
         }
         let count = AxisSamples(pixels: inSize, box: box).count
-        let first = window(0, inSize: inSize, outSize: outSize, filter: filter, box: box).lowerBound
-        let last = window(outSize - 1, inSize: inSize, outSize: outSize, filter: filter, box: box).lowerBound
+        let first = window(0, inSize: inSize, outSize: outSize, filter: filter, box: box, span: span).lowerBound
+        let last = window(outSize - 1, inSize: inSize, outSize: outSize, filter: filter, box: box, span: span).lowerBound
         return (taps, min(first, count - taps), min(last, count - taps))
     }
+}
+
+/// Where the picture lies on one axis of a region, in the region's pixels: from `origin` for
+/// `extent` pixels (`0` and the region's size when it fills the region).
+struct AxisSpan: Equatable {
+    var origin: Double
+    var extent: Double
+
+    init(origin: Double = 0, extent: Double) {
+        self.origin = origin
+        self.extent = extent
+    }
+
+    init(pixels: Int) { self.init(extent: Double(pixels)) }
 }
 
 /// The input samples of an axis of `pixels` pixels cut into boxes of `box` pixels: all full

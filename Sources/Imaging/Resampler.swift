@@ -24,6 +24,18 @@ public struct PixelRect: Sendable, Equatable {
     }
 }
 
+/// Where the picture lies within a region, in the region's pixels (`x`, `y` from its top-left
+/// corner), when it does not fill the region exactly. A decode reduced in the DCT (JPEG's
+/// shrink-on-load) has `⌈size · scale⌉` pixels on an axis whose picture is `size · scale`
+/// long, its last pixel lying partly beyond the image; and a crop of the full image falls
+/// on fractions of the reduced decode's pixels.
+struct SourceSpan: Sendable, Equatable {
+    var x: Double
+    var y: Double
+    var width: Double
+    var height: Double
+}
+
 /// A separable two-pass image resampler in fixed point, in the manner of Pillow's
 /// `ImagingResample`.
 ///
@@ -56,16 +68,36 @@ public enum Resampler {
         filter: ResampleFilter = .lanczos3, cancel: CancellationFlag? = nil,
         allocator: BufferAllocator = BufferAllocator()
     ) throws(ImagingError) -> PixelBuffer {
+        try resample(source, region: region, span: nil, width: width, height: height, filter: filter, cancel: cancel,
+                     allocator: allocator)
+    }
+
+    /// `resample` of the picture at `span` within `region` (nil: the region's pixels).
+    static func resample(
+        _ source: PixelBuffer, region: PixelRect?, span: SourceSpan?, width: Int, height: Int,
+        filter: ResampleFilter = .lanczos3, cancel: CancellationFlag? = nil,
+        allocator: BufferAllocator = BufferAllocator()
+    ) throws(ImagingError) -> PixelBuffer {
         let region = region ?? PixelRect(x: 0, y: 0, width: source.width, height: source.height)
         try validate(source: source, region: region, width: width, height: height)
+        if let span {
+            guard span.x >= 0, span.y >= 0, span.width > 0, span.height > 0,
+                  span.x + span.width <= Double(region.width), span.y + span.height <= Double(region.height) else {
+                throw ImagingError(.invalidArgument, "span \(span) is not inside the \(region.width)×\(region.height) region")
+            }
+        }
         try cancel?.check()
 
         // An axis whose size does not change needs no pass: at scale 1 every window is a
-        // single weight of exactly one.
-        let xs = width == region.width ? nil : AxisCoefficients(
-            inSize: region.width, outSize: width, filter: filter, box: boxFactor(inSize: region.width, outSize: width))
-        let ys = height == region.height ? nil : AxisCoefficients(
-            inSize: region.height, outSize: height, filter: filter, box: boxFactor(inSize: region.height, outSize: height))
+        // single weight of exactly one. A span that does not fill its axis always needs one.
+        let xSpan = span.map { AxisSpan(origin: $0.x, extent: $0.width) }.flatMap { $0 == AxisSpan(pixels: region.width) ? nil : $0 }
+        let ySpan = span.map { AxisSpan(origin: $0.y, extent: $0.height) }.flatMap { $0 == AxisSpan(pixels: region.height) ? nil : $0 }
+        let xs = width == region.width && xSpan == nil ? nil : AxisCoefficients(
+            inSize: region.width, outSize: width, filter: filter, box: boxFactor(inSize: region.width, outSize: width),
+            span: xSpan)
+        let ys = height == region.height && ySpan == nil ? nil : AxisCoefficients(
+            inSize: region.height, outSize: height, filter: filter, box: boxFactor(inSize: region.height, outSize: height),
+            span: ySpan)
         guard xs != nil || ys != nil else { return try crop(source, to: region, allocator: allocator) }
 
         let job = Job(source: source, region: region, width: width, height: height, xs: xs, ys: ys, cancel: cancel,

@@ -12,6 +12,8 @@ import CZeroMQ
 public final class Message {
     // The zmq_msg_t lives at a fixed address: libzmq forbids copying it bitwise.
     let pointer: UnsafeMutablePointer<zmq_msg_t>
+    /// Made by `sharing(_:)` over its caller's array: never to be written.
+    private var sharesCallersArray = false
 
     /// An empty frame.
     public init() {
@@ -68,6 +70,7 @@ public final class Message {
 
     private init(keeping shared: SharedBytes) {
         pointer = .allocate(capacity: 1)
+        sharesCallersArray = true
         let keeper = Unmanaged.passRetained(shared)
         let status = zmq_msg_init_data(pointer, shared.start, shared.bytes.count, { _, hint in
             Unmanaged<SharedBytes>.fromOpaque(hint!).release()
@@ -112,9 +115,11 @@ public final class Message {
 
     /// Calls `body` with the frame's bytes for writing, valid only during the call. Only
     /// for a frame this thread created and has not sent: a received or sent frame may share
-    /// its buffer with other messages.
+    /// its buffer with other messages, and one made by `sharing(_:)` is its caller's array
+    /// (a precondition).
     public func withUnsafeMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
-        try body(UnsafeMutableRawBufferPointer(start: zmq_msg_data(pointer), count: zmq_msg_size(pointer)))
+        precondition(!sharesCallersArray, "a frame made by Message.sharing(_:) is its caller's array: never written")
+        return try body(UnsafeMutableRawBufferPointer(start: zmq_msg_data(pointer), count: zmq_msg_size(pointer)))
     }
 
     /// A copy of the frame's bytes.

@@ -270,6 +270,51 @@ final class BrokerCoreVariantTests: XCTestCase {
         XCTAssertEqual(broker.inconsistencies, [])
     }
 
+    /// Many requests sharing one variant of a set that leaves get one job between them, not
+    /// one each: a set leaves at most a job per variant, whatever number of requests shared it
+    /// (they joined taking no queue slot and holding no image, and must not add up to more).
+    func testSharersOfOneVariantGetOneJobBetweenThem() throws {
+        var broker = CoreHarness()
+        submit(&broker, alice, "set", shared: true)
+        for id in ["a", "b", "c"] { single(&broker, bob, id, width: 160) }
+        single(&broker, bob, "d", width: 640)
+        XCTAssertEqual(broker.core.liveJobCount, 1)
+        broker.cancel(alice, "set")
+        XCTAssertEqual(broker.core.liveJobCount, 2, "one job for variant 2's three sharers, one for variant 0's")
+        XCTAssertEqual(broker.core.waiting.queuedBy[.local], 2)
+        XCTAssertEqual(broker.core.liveImageBytes, 2 * CoreHarness.jpeg.count)
+        XCTAssertEqual(broker.inconsistencies, [])
+        let jobs = broker.ready(w1, capacity: 4)
+        XCTAssertEqual(jobs.map(\.spec.width).sorted(), [160, 640])
+        for job in jobs { broker.finish(w1, job) }
+        XCTAssertEqual(broker.events(for: bob).map(\.summary).filter { $0.hasPrefix("result") }.sorted(),
+                       ["result a final terminal", "result b final terminal", "result c final terminal",
+                        "result d final terminal"])
+        XCTAssertTrue(broker.core.isIdle)
+        XCTAssertEqual(broker.inconsistencies, [])
+    }
+
+    /// A set that was quarantined (its worker died while it ran beside another job) and then
+    /// left to a request sharing one of its variants: the sharer's job waits in quarantine and
+    /// keeps the set's losses, so a variant that may be what kills workers runs alone and gets
+    /// no fresh budget of crashes.
+    func testASharersJobKeepsTheSetsQuarantine() throws {
+        var broker = CoreHarness()
+        broker.ready(w1, capacity: 2)
+        submit(&broker, alice, "set", shared: true)
+        broker.client(alice, .submit(CoreHarness.submitMessage("other", delivery: .final), image: CoreHarness.jpeg))
+        XCTAssertEqual(broker.jobs(for: w1).count, 2)
+        broker.workerUnreachable(w1)
+        single(&broker, bob, "small", width: 160)
+        broker.cancel(alice, "set")
+        XCTAssertEqual(broker.inconsistencies, [])
+        XCTAssertEqual(broker.core.waiting.quarantined.count, 2, "the other request's job, and the sharer's in the set's place")
+        let sharerJob = try XCTUnwrap(broker.core.jobs.first { $0.value.spec.width == 160 })
+        XCTAssertTrue(sharerJob.value.quarantined)
+        XCTAssertEqual(broker.core.waiting.place(of: sharerJob.key), .quarantine)
+        XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted small"])
+    }
+
     /// The request sharing a variant is cancelled, or the set fails: each ends once, and the
     /// other's events are untouched.
     func testASharerEndsOnItsOwnOrWithTheSet() throws {

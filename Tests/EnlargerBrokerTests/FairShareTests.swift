@@ -51,6 +51,52 @@ final class FairShareTests: XCTestCase {
         XCTAssertEqual(alone, [21, 22, 23])
     }
 
+    /// A principal that keeps one costly job waiting at a time (it sends the next set as the
+    /// last one goes) pays for each as one with a backlog does: its debt outlasts its empty
+    /// queue while others wait, and is forgotten once the lane empties.
+    func testADebtOutlastsAnEmptyQueue() {
+        var waiting = WaitingJobs()
+        var carols: UInt64 = 1
+        waiting.place(carols, lane: .interactive, principal: carol)
+        for jobID in UInt64(11)...19 { waiting.place(jobID, lane: .interactive, principal: dave) }
+        var order: [UInt64] = []
+        while let jobID = waiting.next(in: .interactive, weight: { _ in 1 }, eligible: { _ in true },
+                                       cost: { $0 < 10 ? 3 : 1 }) {
+            order.append(jobID)
+            if jobID < 10 && carols < 4 {
+                carols += 1
+                waiting.place(carols, lane: .interactive, principal: carol)
+            }
+            XCTAssertEqual(waiting.inconsistencies, [])
+        }
+        XCTAssertEqual(order, [1, 11, 12, 13, 2, 14, 15, 16, 3, 17, 18, 19, 4])
+        // The lane is empty: the last debt is gone, and Carol's next job goes at once.
+        waiting.place(5, lane: .interactive, principal: carol)
+        waiting.place(20, lane: .interactive, principal: dave)
+        XCTAssertEqual(waiting.next(in: .interactive, weight: { _ in 1 }, eligible: { _ in true }, cost: { _ in 1 }), 5)
+        XCTAssertEqual(waiting.inconsistencies, [])
+    }
+
+    /// A job `next` took but dispatch held back (none of its clients reads) is charged when it
+    /// goes, not also when it was taken: its cost is given back.
+    func testAHeldBackJobIsChargedOnce() {
+        var waiting = WaitingJobs()
+        waiting.place(1, lane: .interactive, principal: carol)
+        waiting.place(2, lane: .interactive, principal: carol)
+        for jobID in UInt64(11)...16 { waiting.place(jobID, lane: .interactive, principal: dave) }
+        let cost: (UInt64) -> Int = { $0 < 10 ? 3 : 1 }
+        XCTAssertEqual(waiting.next(in: .interactive, weight: { _ in 1 }, eligible: { _ in true }, cost: cost), 1)
+        waiting.refund(3, to: carol, in: .interactive)
+        waiting.holdBack(1, for: carolsPeer)
+        var order: [UInt64] = []
+        while let jobID = waiting.next(in: .interactive, weight: { _ in 1 }, eligible: { _ in true }, cost: cost) {
+            order.append(jobID)
+            XCTAssertEqual(waiting.inconsistencies, [])
+        }
+        // Charged for job 1 too, Carol would wait for three of Dave's: [11, 12, 13, 2, …].
+        XCTAssertEqual(order, [11, 2, 12, 13, 14, 15, 16])
+    }
+
     func testAnIneligiblePrincipalIsSkippedAndKeepsItsPlace() {
         var waiting = WaitingJobs()
         waiting.place(1, lane: .interactive, principal: carol)

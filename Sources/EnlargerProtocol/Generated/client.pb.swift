@@ -112,7 +112,9 @@
 // and 1, one is dispatched two jobs for each of the other's while both have work waiting. A
 // job costs 1, and a set of variants half its outputs still to make, rounded up (one decode
 // serves them all: six outputs cost about three single requests' CPU), so a principal that
-// sends sets gets no more of the workers than one that sends single requests.
+// sends sets gets no more of the workers than one that sends single requests. A set may
+// overdraw its principal's turn; the principal then sits out turns until the debt is paid,
+// also when it had nothing else waiting (a debt lasts while the lane has work).
 // Identical requests that share a job (CACHE AND SHARED JOBS) wait in the higher of their
 // lanes. The operator sets, per principal, a weight and limits on requests waiting and jobs
 // running (the broker's --tenants file, re-read within a second of a change). A Submit over
@@ -205,8 +207,10 @@
 //   terminal when the cache holds them all), and a job makes only the others;
 // - shared jobs: such a request joins the live job of a set with that variant still to come,
 //   and gets that variant's final as its own terminal Result (`variant` 0, no placeholder),
-//   while the set goes on. Such a request gets a job of its own instead when the set's
-//   requests all leave before a worker has the job, when the worker reports a failure that
+//   while the set goes on. The requests sharing one variant get one job for it instead
+//   (at most one job per variant of the set, whatever number of requests shared it; in
+//   quarantine if the set's job was, with its losses) when the set's requests all leave
+//   before a worker has the job, when the worker reports a failure that
 //   may be another variant's (any code but those of the image itself: NOT_JPEG, EMPTY,
 //   TRUNCATED, CORRUPT, UNSUPPORTED, TOO_MANY_SCANS, DIGEST_MISMATCH, SOURCE_REFUSED,
 //   SOURCE_UNAVAILABLE), and when the set's job keeps killing workers (WORKER_LOST). Any
