@@ -394,6 +394,14 @@ extension BrokerCore {
          .sourceUnavailable]
     }
 
+    /// A set's job whose own requests have all left, with requests sharing its variants still
+    /// on it: waiting again, it would make every variant for them; a job per variant they
+    /// share makes only what they wait for.
+    func leftOnlyToVariantSharers(_ jobID: UInt64) -> Bool {
+        guard let job = jobs[jobID], !job.variants.isEmpty else { return false }
+        return job.requests.allSatisfy { requests[$0]?.onlyVariant != nil }
+    }
+
     /// A set's job failed for a reason that may be another variant's (too large an output, an
     /// encoder's failure, workers dying), or was left only to requests sharing its variants:
     /// the single-output requests sharing each variant still to come get one job for that
@@ -539,8 +547,13 @@ extension BrokerCore {
             job.quarantined = true
             job.quarantinedAt = now
             jobs[jobID] = job
-            waiting.quarantine(jobID)
             requeued += 1
+            if leftOnlyToVariantSharers(jobID) {
+                giveVariantSharersJobsOfTheirOwn(jobID)
+                _ = removeJob(jobID)
+                continue
+            }
+            waiting.quarantine(jobID)
         }
         counters.jobsRequeued += UInt64(requeued)
         actions.append(.report(.workerLost(worker.id, reason: reason, requeued: requeued, failed: failed)))
@@ -555,7 +568,10 @@ extension BrokerCore {
             jobs[jobID]!.worker = nil
             if let key = job.runningAs { running.remove(key) }
             jobs[jobID]!.runningAs = nil
-            if job.quarantined {
+            if leftOnlyToVariantSharers(jobID) {
+                giveVariantSharersJobsOfTheirOwn(jobID)
+                _ = removeJob(jobID)
+            } else if job.quarantined {
                 waiting.quarantine(jobID)
             } else {
                 waiting.place(jobID, lane: job.lane, principal: job.owner.principal, atFront: true)

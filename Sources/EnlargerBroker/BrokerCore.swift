@@ -627,10 +627,9 @@ public struct BrokerCore<Payload: FrameBytes> {
         // for the new owner's principal.
         let wasOwner = jobs[jobID]!.owner == key
         jobs[jobID]!.requests.removeAll { $0 == key }
-        // A set's job left, before any worker has it, only to requests sharing one variant
-        // each: they are better served by a job each than by every variant of the set.
-        if let job = jobs[jobID], job.worker == nil, !job.variants.isEmpty,
-           job.requests.allSatisfy({ requests[$0]?.onlyVariant != nil }) {
+        // A set's job left, before any worker has it, only to requests sharing its variants:
+        // they are better served by a job per variant than by every variant of the set.
+        if jobs[jobID]!.worker == nil, leftOnlyToVariantSharers(jobID) {
             giveVariantSharersJobsOfTheirOwn(jobID)
             return endRequest(key, outcome, job: removeJob(jobID), now: now, &actions)
         }

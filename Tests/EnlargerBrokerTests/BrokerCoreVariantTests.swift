@@ -315,6 +315,35 @@ final class BrokerCoreVariantTests: XCTestCase {
         XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted small"])
     }
 
+    /// A set left while a worker had its job goes on for the request sharing one of its
+    /// variants; when that worker is lost, the sharer gets a job of its own (in quarantine with
+    /// the set's loss: it ran alone), not the whole set again.
+    func testASetLeftToItsSharersIsNotRetriedWhole() throws {
+        var broker = CoreHarness()
+        broker.ready(w1)
+        submit(&broker, alice, "set", shared: true)
+        XCTAssertEqual(broker.jobs(for: w1).count, 1)
+        single(&broker, bob, "small", width: 160)
+        broker.cancel(alice, "set")
+        XCTAssertEqual(broker.commands(for: w1).count, 0, "the sharer still waits for the set's job")
+        broker.workerUnreachable(w1)
+        XCTAssertEqual(broker.inconsistencies, [])
+        let own = try XCTUnwrap(broker.core.jobs.values.first)
+        XCTAssertEqual(broker.core.liveJobCount, 1)
+        XCTAssertEqual(own.variants, [])
+        XCTAssertEqual(own.spec.width, 160)
+        XCTAssertTrue(own.quarantined)
+        XCTAssertEqual(own.losses, 1)
+        let retry = try XCTUnwrap(broker.ready(w2).first)
+        XCTAssertEqual(retry.variants, [])
+        XCTAssertEqual(retry.spec.width, 160)
+        broker.finish(w2, retry)
+        XCTAssertEqual(broker.events(for: bob).map(\.summary).filter { !$0.hasPrefix("started") },
+                       ["accepted small", "result small final terminal"])
+        XCTAssertTrue(broker.core.isIdle)
+        XCTAssertEqual(broker.inconsistencies, [])
+    }
+
     /// The request sharing a variant is cancelled, or the set fails: each ends once, and the
     /// other's events are untouched.
     func testASharerEndsOnItsOwnOrWithTheSet() throws {

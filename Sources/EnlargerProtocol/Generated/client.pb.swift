@@ -205,18 +205,20 @@
 // - the cache: such a request is answered from a variant's final, and a variants request gets
 //   each variant the cache holds right after Accepted (`cached` set, in index order; the last
 //   terminal when the cache holds them all), and a job makes only the others;
-// - shared jobs: such a request joins the live job of a set with that variant still to come,
-//   and gets that variant's final as its own terminal Result (`variant` 0, no placeholder),
-//   while the set goes on. The requests sharing one variant get one job for it instead
-//   (at most one job per variant of the set, whatever number of requests shared it; in
-//   quarantine if the set's job was, with its losses) when the set's requests all leave
-//   before a worker has the job, when the worker reports a failure that
-//   may be another variant's (any code but those of the image itself: NOT_JPEG, EMPTY,
-//   TRUNCATED, CORRUPT, UNSUPPORTED, TOO_MANY_SCANS, DIGEST_MISMATCH, SOURCE_REFUSED,
-//   SOURCE_UNAVAILABLE), and when the set's job keeps killing workers (WORKER_LOST). Any
-//   other end of the set's job (a failure of the image itself, the broker shutting down, a
-//   worker breaking the protocol) ends it with the set, with the same Failed. A variants request joins a live job of the same variants (same
-//   order) only while that job waits for a worker and nothing of it came from the cache.
+// - shared jobs: such a request joins the live job of a set with that variant still to
+//   come, and gets that variant's final as its own terminal Result (`variant` 0, no
+//   placeholder), while the set goes on. The requests sharing one variant get one job for
+//   it instead (at most one job per variant of the set, whatever number of requests shared
+//   it; in quarantine if the set's job was, with its losses) when the set's requests all
+//   leave before a worker has the job (or its worker is lost after they left), when the
+//   worker reports a failure that may be another variant's (any code but those of the image
+//   itself: NOT_JPEG, EMPTY, TRUNCATED, CORRUPT, UNSUPPORTED, TOO_MANY_SCANS,
+//   DIGEST_MISMATCH, SOURCE_REFUSED, SOURCE_UNAVAILABLE), and when the set's job keeps
+//   killing workers (WORKER_LOST). Any other end of the set's job (a failure of the image
+//   itself, the broker shutting down, a worker breaking the protocol) ends it with the set,
+//   with the same Failed.
+// A variants request joins a live job of the same variants (same order) only while that job
+// waits for a worker and nothing of it came from the cache.
 // Variants of file and URL sources are neither cached nor shared.
 //
 // SIZE
