@@ -90,7 +90,7 @@ public final class Mirror {
     /// Scans all of SRC and reconciles OUT with it; lists OUT's foreign files.
     public func fullPass(_ thumbnailer: @escaping Thumbnailer, report: (MirrorEvent) -> Void) async throws -> MirrorSummary {
         let tree = try MirrorTree.scan(layout)
-        let gone = record.entries.keys.filter { tree.files[$0] == nil }
+        let gone = tree.gone(record.entries.keys)
         var summary = try await run(tree, gone: gone, thumbnailer, report: report)
         for output in try foreignFiles() {
             let event = MirrorEvent.foreign(output: output)
@@ -111,6 +111,11 @@ public final class Mirror {
             let full = layout.source + "/" + path
             var info = stat()
             guard lstat(full, &info) == 0 else {
+                if errno != ENOENT {
+                    tree.skipped[path] = "cannot be read: \(String(cString: strerror(errno)))"
+                    tree.unreadable.insert(path)
+                    continue
+                }
                 gone.insert(path)
                 gone.formUnion(record.entries.keys.filter { $0.hasPrefix(path + "/") })
                 continue
@@ -119,13 +124,13 @@ public final class Mirror {
                 let below = try MirrorTree.scan(layout, below: path)
                 tree.files.merge(below.files) { a, _ in a }
                 tree.skipped.merge(below.skipped) { a, _ in a }
-                let present = Set(below.files.keys)
-                gone.formUnion(record.entries.keys.filter { $0.hasPrefix(path + "/") && !present.contains($0) })
+                tree.unreadable.formUnion(below.unreadable)
+                gone.formUnion(below.gone(record.entries.keys.filter { $0.hasPrefix(path + "/") }))
             } else {
                 tree.add(path, info)
             }
         }
-        gone.formUnion(tree.skipped.keys.filter { record.entries[$0] != nil })
+        gone.formUnion(tree.skipped.keys.filter { record.entries[$0] != nil && !tree.hides($0) })
         let summary = try await run(tree, gone: Array(gone), thumbnailer, report: report)
         try record.checkpoint()
         return summary
@@ -185,7 +190,12 @@ public final class Mirror {
                     if let output = try removeThumbnail(of: path) { say(.removed(path: path, output: output)) }
                     say(.skipped(path: path, reason: reason))
                 case (.bytes, .failed(let code, let message)?), (.failed(let code, let message), _):
-                    if let output = try removeThumbnail(of: path) { say(.removed(path: path, output: output)) }
+                    // The source itself gets no thumbnail now: an earlier one would be stale. Any
+                    // other failure (the service's, a read that may work later) leaves the
+                    // thumbnail and its record as they were, for the next pass to try again.
+                    if Self.sourceFailureCodes.contains(code), let output = try removeThumbnail(of: path) {
+                        say(.removed(path: path, output: output))
+                    }
                     say(.failed(path: path, code: code, message: message))
                 case (.bytes, nil):
                     preconditionFailure("a read source always has an outcome")
@@ -195,6 +205,13 @@ public final class Mirror {
         }
         return summary
     }
+
+    /// The failures that say a source has no thumbnail to give (gone, not an image any more,
+    /// broken, beyond the limits), rather than that none could be made this time.
+    public static let sourceFailureCodes: Set<String> = [
+        "NOT_FOUND", "UNKNOWN_FORMAT", "NOT_JPEG", "EMPTY", "TRUNCATED", "CORRUPT", "UNSUPPORTED", "TOO_LARGE",
+        "TOO_MANY_SCANS",
+    ]
 
     // MARK: Writing and removing
 

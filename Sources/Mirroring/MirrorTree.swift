@@ -8,6 +8,19 @@ struct MirrorTree {
     var files: [String: FileVersion] = [:]
     /// Relative path → why it gets no thumbnail (a symbolic link, a FIFO, an empty file).
     var skipped: [String: String] = [:]
+    /// What could not be read (a directory it may not list, an entry it may not look at):
+    /// thumbnails of sources at or below these are kept as they are, not taken for gone.
+    var unreadable: Set<String> = []
+
+    /// Whether `path` is, or lies below, something that could not be read.
+    func hides(_ path: String) -> Bool {
+        unreadable.contains { path == $0 || path.hasPrefix($0 + "/") }
+    }
+
+    /// Of the sources `recorded`, those gone from this tree: neither here nor hidden.
+    func gone(_ recorded: some Sequence<String>) -> [String] {
+        recorded.filter { files[$0] == nil && !hides($0) }
+    }
 
     static func scan(_ layout: MirrorLayout, below start: String = "") throws -> MirrorTree {
         var tree = MirrorTree()
@@ -20,6 +33,7 @@ struct MirrorTree {
                 // The top is an error; a directory below that cannot be read is reported.
                 guard relative.isEmpty || relative == start else {
                     tree.skipped[relative] = "directory cannot be read: \(String(cString: strerror(errno)))"
+                    tree.unreadable.insert(relative)
                     return
                 }
                 throw MirrorError("cannot read \(directory): \(error.localizedDescription)")
@@ -27,7 +41,15 @@ struct MirrorTree {
             for name in names where !name.hasPrefix(".") {
                 let child = relative.isEmpty ? name : relative + "/" + name
                 var info = stat()
-                guard lstat(directory + "/" + name, &info) == 0 else { continue }  // gone meanwhile
+                guard lstat(directory + "/" + name, &info) == 0 else {
+                    // Gone meanwhile, or there but not to be looked at (a directory that may be
+                    // listed but not searched): the latter keeps its thumbnails.
+                    if errno != ENOENT {
+                        tree.skipped[child] = "cannot be read: \(String(cString: strerror(errno)))"
+                        tree.unreadable.insert(child)
+                    }
+                    continue
+                }
                 if (info.st_mode & S_IFMT) == S_IFDIR {
                     if FileIdentity(info) != layout.outIdentity { try walk(child) }
                 } else {

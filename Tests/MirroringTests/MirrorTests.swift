@@ -47,6 +47,52 @@ final class MirrorTests: XCTestCase {
         XCTAssertEqual(MirrorDirectories.files(directories.out)["a.jpg.png"], FakeService.thumbnail([2]))
     }
 
+    /// A pass that cannot make a thumbnail again for a reason of the service's (the broker down
+    /// or overloaded, a worker lost, a deadline) or of a read that may work later keeps the
+    /// earlier thumbnail and its record: the next pass makes it. Only a source that is itself
+    /// no image any more (broken, gone) loses its thumbnail.
+    func testOnlyAFailureOfTheSourceItselfRemovesItsThumbnail() async throws {
+        let directories = try MirrorDirectories(self)
+        try directories.write("a.jpg", [2])
+        try directories.write("b.jpg", [4])
+        _ = try await Mirror.fake(directories).fakeFullPass()
+        let before = MirrorDirectories.files(directories.out)
+        XCTAssertEqual(before.count, 2)
+        // Other options: every thumbnail is to be made again, and the service fails.
+        for code in ["BROKER_UNREACHABLE", "BROKER_LOST", "OVERLOADED", "WORKER_LOST", "DEADLINE_EXCEEDED", "UNREADABLE"] {
+            var events: [MirrorEvent] = []
+            let summary = try await Mirror.fake(directories, spec: "w=64").fullPass({ _, _ in
+                .failed(code: code, message: "simulated")
+            }) { events.append($0) }
+            XCTAssertEqual(summary.failed, 2, code)
+            XCTAssertEqual(summary.removed, 0, code)
+            XCTAssertFalse(events.contains { if case .removed = $0 { true } else { false } }, code)
+            XCTAssertEqual(MirrorDirectories.files(directories.out), before, code)
+        }
+        // The service back: both are made for the new options, over the kept ones.
+        let (made, _) = try await Mirror.fake(directories, spec: "w=64").fakeFullPass()
+        XCTAssertEqual(made.changed, 2)
+        XCTAssertEqual(made.failed, 0)
+        // A source broken since: its thumbnail goes, the other stays.
+        try directories.write("a.jpg", Array("FAIL".utf8))
+        let (broken, _) = try await Mirror.fake(directories, spec: "w=64").fakeFullPass()
+        XCTAssertEqual(broken.removed, 1)
+        XCTAssertEqual(broken.failures, ["CORRUPT": 1])
+        XCTAssertEqual(Set(MirrorDirectories.files(directories.out).keys), ["b.jpg.png"])
+    }
+
+    /// A directory sync may not list, or an entry it may not look at, hides what is below it:
+    /// those sources' thumbnails are kept, not taken for gone (and the pass says it skipped
+    /// them). Made by hand: as root, permissions cannot make such a directory here.
+    func testWhatCannotBeReadIsNotTakenForGone() {
+        var tree = MirrorTree()
+        tree.unreadable = ["2019", "2020/x.jpg"]
+        let recorded = ["2019/a.jpg", "2019/deep/b.jpg", "2019.jpg", "2020/x.jpg", "2020/y.jpg", "top.jpg"]
+        XCTAssertEqual(tree.gone(recorded).sorted(), ["2019.jpg", "2020/y.jpg", "top.jpg"])
+        XCTAssertTrue(tree.hides("2019/deep/b.jpg"))
+        XCTAssertFalse(tree.hides("2019x/a.jpg"))
+    }
+
     /// A rewrite of the same size that puts the modification time back (`exiftool -P`) is a
     /// change: the ctime says so.
     func testARewriteWithTheSameSizeAndMtimeIsSeen() async throws {
