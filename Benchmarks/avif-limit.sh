@@ -9,7 +9,7 @@ trap 'rm -rf "$out"' EXIT
 for height in 2000 4000 4898 6000; do
     for _ in $(seq "${1:-3}"); do
         "$enlarger" resize "$corpus/good/bimg_vertical.jpg" --height "$height" --enlarge --format avif \
-            --max-avif-pixels 100000000 --out "$out" --json
+            --max-avif-pixels 100000000 --out "$out" --overwrite --json
     done | python3 -c '
 import json, statistics, sys
 runs = [json.loads(line) for line in sys.stdin]

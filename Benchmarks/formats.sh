@@ -17,7 +17,7 @@ measure() { /usr/bin/time -f "%U %S %M" -o "$out/time" "$@" >/dev/null 2>&1 || {
 cpu() { awk '{ print $1 + $2 }' "$out/time"; }
 rss() { awk '{ print $3 }' "$out/time"; }
 vips_run() { VIPS_CONCURRENCY=1 measure vipsthumbnail "$@" --size 720x720 --export-profile srgb -o "$out/v/%s.jpg[Q=80]"; }
-enlarger_run() { measure "$enlarger" resize "$@" --width 720 --height 720 --quality 80 --out "$out/e"; }
+enlarger_run() { measure "$enlarger" resize "$@" --width 720 --height 720 --quality 80 --out "$out/e" --overwrite; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f\n", a / b }'; }
 mkdir -p "$out/v" "$out/e" "$out/in"
 
@@ -75,7 +75,7 @@ for photo in bimg_test_exif_full bimg_vertical; do
     for format in jpeg webp avif png; do
         : > "$out/c"
         for ((i = 1; i <= rounds; i++)); do
-            measure "$enlarger" resize "$corpus/good/$photo.jpg" --width 720 --height 720 --format "$format" --out "$out/e"
+            measure "$enlarger" resize "$corpus/good/$photo.jpg" --width 720 --height 720 --format "$format" --out "$out/e" --overwrite
             cpu >> "$out/c"
         done
         line+="  $format $(median < "$out/c") s"

@@ -10,7 +10,7 @@ trap 'rm -rf "$out"' EXIT
 rss() { /usr/bin/time -f "%M" -o "$out/rss" "$@" >/dev/null 2>&1; cat "$out/rss"; }
 for ((i = 1; i <= rounds; i++)); do
     VIPS_CONCURRENCY=1 rss vipsthumbnail "$photo" --size 720x720 -o "$out/%s.jpg[Q=80]" >> "$out/v"
-    rss "$enlarger" resize "$photo" --width 720 --height 720 --out "$out" >> "$out/e"
+    rss "$enlarger" resize "$photo" --width 720 --height 720 --out "$out" --overwrite >> "$out/e"
 done
 v=$(median < "$out/v"); e=$(median < "$out/e")
 echo "peak RSS, median of $rounds: vipsthumbnail $((v / 1024)) MB, enlarger $((e / 1024)) MB (target <= 64 MB)"

@@ -33,7 +33,7 @@ start=$(date +%s.%N)
 since() { awk -v now="$(date +%s.%N)" -v then="$1" 'BEGIN { printf "%.2f\n", now - then }'; }
 for i in $(seq 1 "$crashers"); do
     ( "$enlarger" submit "$corpus/good/thumbor_9643x10328.jpg" --width 9000 --no-share --id-prefix "crash$i" \
-          --out "$work/out" --runtime-dir "$runtime" >/dev/null 2>&1 || true
+          --out "$work/out" --overwrite --runtime-dir "$runtime" >/dev/null 2>&1 || true
       echo "$(since "$start")" >>"$work/crashers" ) &
 done
 sleep 0.5
@@ -42,7 +42,7 @@ photos=(bimg_test_exif_full.jpg bimg_vertical.jpg exifsamples_DSCN0010.jpg exifs
         exifsamples_kodak-dc240.jpg)
 for photo in "${photos[@]}"; do
     ( submitted=$(date +%s.%N)
-      if "$enlarger" submit "$corpus/good/$photo" --width 720 --no-share --id-prefix "ok-$photo" --out "$work/out" \
+      if "$enlarger" submit "$corpus/good/$photo" --width 720 --no-share --id-prefix "ok-$photo" --out "$work/out" --overwrite \
              --runtime-dir "$runtime" >/dev/null 2>&1; then outcome=finished; else outcome=failed; fi
       echo "$(since "$submitted") $outcome $photo" >>"$work/ordinary" ) &
 done

@@ -34,10 +34,10 @@ for ((c = 0; c < copies; c++)); do
 done
 half=$(( ${#files[@]} / 2 ))
 wall() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); awk -v s="$s" -v e="$e" 'BEGIN { printf "%.3f", e - s }'; }
-run_service() { "$enlarger" submit "${files[@]}" --width 720 --height 588 --quality 80 --delivery final \
+run_service() { "$enlarger" submit "${files[@]}" --width 720 --height 588 --quality 80 --delivery final --overwrite \
     --runtime-dir "$runtime" --out "$work/out-service"; }
 run_service_files() { "$enlarger" submit "${names[@]}" --source file --width 720 --height 588 --quality 80 \
-    --delivery final --runtime-dir "$runtime" --out "$work/out-files"; }
+    --delivery final --overwrite --runtime-dir "$runtime" --out "$work/out-files"; }
 run_vips() {
     mkdir -p "$work/out-vips"
     VIPS_CONCURRENCY=1 vipsthumbnail "${files[@]:0:$half}" --size 720x588 -o "$work/out-vips/%s.jpg[Q=80]" &

@@ -10,7 +10,7 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 cpu() { /usr/bin/time -f "%U %S" -o "$out/time" "$@" >/dev/null 2>&1; awk '{ print $1 + $2 }' "$out/time"; }
 run_vips() { VIPS_CONCURRENCY=1 cpu vipsthumbnail "${files[@]}" --size 720x588 -o "$out/vips/%s.jpg[Q=80]"; }
-run_enlarger() { cpu "$enlarger" resize "${files[@]}" --width 720 --height 588 --quality 80 --out "$out/enlarger"; }
+run_enlarger() { cpu "$enlarger" resize "${files[@]}" --width 720 --height 588 --quality 80 --out "$out/enlarger" --overwrite; }
 mkdir -p "$out/vips"
 echo "${#files[@]} photos: $(for f in "${files[@]}"; do basename "$f"; done | tr '\n' ' ')"
 run_vips >/dev/null; run_enlarger >/dev/null  # warm the page cache and both binaries

@@ -15,7 +15,7 @@ boxes=(320 640 1280)
 formats=(webp jpeg)
 cpu() { /usr/bin/time -f "%U %S" -o "$out/time" "$@" >/dev/null 2>&1; awk '{ print $1 + $2 }' "$out/time"; }
 run_variants() {
-    cpu "$enlarger" resize "${files[@]}" --quality 80 --out "$out/variants" \
+    cpu "$enlarger" resize "${files[@]}" --quality 80 --out "$out/variants" --overwrite \
         --variant 320x320:webp,640x640:webp,1280x1280:webp,320x320:jpeg,640x640:jpeg,1280x1280:jpeg
 }
 run_six() {  # vips | enlarger: six runs, one per output; the sum of their CPU seconds
@@ -27,7 +27,7 @@ run_six() {  # vips | enlarger: six runs, one per output; the sum of their CPU s
                     -o "$out/vips/%s-$box.$format[Q=80]")
             else
                 t=$(cpu "$enlarger" resize "${files[@]}" --width "$box" --height "$box" --format "$format" \
-                    --quality 80 --out "$out/single-$box")
+                    --quality 80 --out "$out/single-$box" --overwrite)
             fi
             total=$(awk -v a="$total" -v b="$t" 'BEGIN { print a + b }')
         done

@@ -45,7 +45,7 @@ py "$here/profiled.py" "$corpus/good" --tsv >"$work/photos.tsv"
 mapfile -t files < <(cut -f1 "$work/photos.tsv")
 paths=()
 for f in "${files[@]}"; do paths+=("$corpus/good/$f"); done
-"$enlarger" resize "${paths[@]}" --width "$width" --format "$format" --out "$out/enlarger" >"$work/enlarger.log" 2>&1 ||
+"$enlarger" resize "${paths[@]}" --width "$width" --format "$format" --out "$out/enlarger" --overwrite >"$work/enlarger.log" 2>&1 ||
     echo "warning: enlarger failed on some photos (see below)" >&2
 
 # One row per photo: group, photo, profile, then Enlarger's size, mean, p95, max and mean dE76,

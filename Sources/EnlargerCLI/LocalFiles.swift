@@ -1,3 +1,4 @@
+import CFiles
 import CLISupport
 import Foundation
 import ImageModel
@@ -29,8 +30,15 @@ enum OutputDirectory {
     }
 }
 
-/// Output files, written whole or not at all.
+/// Output files, written whole or not at all, and never over a file that was there before
+/// unless asked (`replacing`, the commands' `--overwrite`): `--out` may be a directory of the
+/// user's own, and a name an output takes there may be theirs.
 enum OutputFile {
+    /// Why a file already at `path` was left alone.
+    static func taken(_ path: String) -> ImagingError {
+        ImagingError(.writeFailed, "\(path) already exists: not replaced (--overwrite replaces it)")
+    }
+
     /// Refuses to replace `input` with its own output (`--out` its own directory, and a name
     /// that comes out the same): a resize must never destroy the image it was given.
     static func refuseOverwriting(input: String, with path: String) throws(ImagingError) {
@@ -40,13 +48,21 @@ enum OutputFile {
         throw ImagingError(.writeFailed, "\(path) is the input itself: choose another --out")
     }
 
-    /// Writes `bytes` to a temporary file beside `path` and renames it into place.
-    static func write(_ bytes: [UInt8], to path: String) throws(ImagingError) {
-        try write(bytes, to: path, renaming: true)
+    /// Writes `bytes` to a temporary file beside `path` and renames it into place, over a file
+    /// already there only when `replacing`.
+    static func write(_ bytes: [UInt8], to path: String, replacing: Bool) throws(ImagingError) {
+        try write(bytes, to: path, renaming: true, replacing: replacing)
+    }
+
+    /// Renames `temporary` to `path`, over a file already there only when `replacing`; 0 or an errno.
+    private static func place(_ temporary: String, at path: String, replacing: Bool) -> Int32 {
+        if replacing { return rename(temporary, path) == 0 ? 0 : errno }
+        return -enlarger_rename_noreplace(temporary, path)
     }
 
     /// With `renaming`, through a temporary file; without, straight to `path` (which must not exist).
-    private static func write(_ bytes: [UInt8], to path: String, renaming: Bool) throws(ImagingError) {
+    private static func write(_ bytes: [UInt8], to path: String, renaming: Bool,
+                              replacing: Bool = false) throws(ImagingError) {
         let temporary = renaming ? path + ".partial-\(getpid())-\(UInt32.random(in: 0...UInt32.max))" : path
         func failure(_ code: Int32) -> ImagingError {
             ImagingError(.writeFailed, "cannot write \(path): \(String(cString: strerror(code)))")
@@ -65,27 +81,35 @@ enum OutputFile {
             }
             written += n
         }
-        if close(fd) != 0 || (renaming && rename(temporary, path) != 0) {
+        if close(fd) != 0 {
             let code = errno
             unlink(temporary)
             throw failure(code)
+        }
+        if renaming {
+            let code = place(temporary, at: path, replacing: replacing)
+            if code != 0 {
+                unlink(temporary)
+                throw code == EEXIST ? taken(path) : failure(code)
+            }
         }
     }
 }
 
 extension OutputFile {
     /// Writes every file or none: each to a temporary file beside its path first, then, once
-    /// all are written and no path is taken by a directory, renames them into place. A rename
-    /// that still fails removes the files renamed before it (an older file one of them
-    /// replaced is not brought back).
-    static func writeAll(_ files: [(bytes: [UInt8], path: String)]) throws(ImagingError) {
+    /// all are written and no path is taken (by a directory; by any file unless `replacing`),
+    /// renames them into place. A rename that still fails removes the files renamed before it
+    /// (with `replacing`, an older file one of them replaced is not brought back).
+    static func writeAll(_ files: [(bytes: [UInt8], path: String)], replacing: Bool) throws(ImagingError) {
         var temporaries: [String] = []
         func removeTemporaries() { for temporary in temporaries { unlink(temporary) } }
         for file in files {
             var info = stat()
-            if lstat(file.path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR {
+            if lstat(file.path, &info) == 0 && (!replacing || (info.st_mode & S_IFMT) == S_IFDIR) {
                 removeTemporaries()
-                throw ImagingError(.writeFailed, "cannot write \(file.path): a directory has that name")
+                throw (info.st_mode & S_IFMT) == S_IFDIR
+                    ? ImagingError(.writeFailed, "cannot write \(file.path): a directory has that name") : taken(file.path)
             }
             let temporary = file.path + ".partial-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
             do {
@@ -96,11 +120,13 @@ extension OutputFile {
             }
             temporaries.append(temporary)
         }
-        for (index, file) in files.enumerated() where rename(temporaries[index], file.path) != 0 {
-            let code = errno
+        for (index, file) in files.enumerated() {
+            let code = place(temporaries[index], at: file.path, replacing: replacing)
+            guard code != 0 else { continue }
             for placed in files[..<index] { unlink(placed.path) }
             for temporary in temporaries[index...] { unlink(temporary) }
-            throw ImagingError(.writeFailed, "cannot write \(file.path): \(String(cString: strerror(code)))")
+            throw code == EEXIST ? taken(file.path)
+                : ImagingError(.writeFailed, "cannot write \(file.path): \(String(cString: strerror(code)))")
         }
     }
 }

@@ -30,6 +30,10 @@ struct ResizeCommand: ParsableCommand {
     @Option(help: "Output directory (created if missing).")
     var out: String
 
+    @Flag(help: ArgumentHelp("Replace files already in --out. Without it, an output whose name is taken there fails "
+              + "that input (WRITE_FAILED: already exists) and the file is left as it was."))
+    var overwrite = false
+
     @Flag(help: "Print one JSON object per file.")
     var json = false
 
@@ -202,6 +206,6 @@ struct ResizeCommand: ParsableCommand {
 
     private func write(_ bytes: [UInt8], to path: String, input: String) throws {
         try OutputFile.refuseOverwriting(input: input, with: path)
-        try OutputFile.write(bytes, to: path)
+        try OutputFile.write(bytes, to: path, replacing: overwrite)
     }
 }

@@ -65,6 +65,10 @@ struct SubmitCommand: AsyncParsableCommand {
     @Option(help: "Output directory (created if missing).")
     var out: String
 
+    @Flag(help: ArgumentHelp("Replace files already in --out. Without it, an output whose name is taken there fails "
+              + "that input (WRITE_FAILED: already exists) and the file is left as it was."))
+    var overwrite = false
+
     @Flag(help: "Print one JSON object per event.")
     var json = false
 
@@ -250,7 +254,7 @@ struct SubmitCommand: AsyncParsableCommand {
                 if source == .local {
                     for (input, path) in zip(inputs, paths) { try OutputFile.refuseOverwriting(input: input, with: path) }
                 }
-                try OutputFile.writeAll(zip(images, paths).map { ($0.bytes, $1) })
+                try OutputFile.writeAll(zip(images, paths).map { ($0.bytes, $1) }, replacing: overwrite)
             } catch {
                 summary("failed") {
                     $0.add("code", error.code.name)
@@ -420,7 +424,7 @@ struct SubmitCommand: AsyncParsableCommand {
                     }
                     do {
                         if source == .local { try OutputFile.refuseOverwriting(input: input, with: path) }
-                        try OutputFile.write(result.bytes, to: path)
+                        try OutputFile.write(result.bytes, to: path, replacing: overwrite)
                     } catch {
                         // Nothing more of it can be written: stop its work at the broker too.
                         if !isFinal { _ = try? await client.cancel(id) }

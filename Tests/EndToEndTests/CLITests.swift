@@ -417,7 +417,7 @@ final class CLITests: XCTestCase {
         XCTAssertLessThan(try XCTUnwrap(lines.firstIndex(of: placeholder)),
                           try XCTUnwrap(lines.firstIndex { $0.contains("\"event\":\"final\"") }))
         let quiet = try run(["submit", "2024/flowers.jpeg", "--source", "file", "--width", "64", "--delivery", "final",
-                             "--json", "--no-placeholder", "--no-share", "--out", out.path,
+                             "--json", "--no-placeholder", "--no-share", "--out", out.path, "--overwrite",
                              "--broker", cluster.clientsEndpoint])
         XCTAssertEqual(quiet.status, 0, quiet.stderr)
         XCTAssertFalse(quiet.stdout.contains("\"event\":\"placeholder\""), quiet.stdout)
@@ -469,6 +469,39 @@ final class CLITests: XCTestCase {
                           "\(arguments): \(result.stderr)")
             }
             XCTAssertEqual(try Data(contentsOf: input), original, "\(arguments): the input was replaced")
+        }
+    }
+
+    /// A file already in `--out` at an output's name (the user's own: `holiday.jpeg`'s output
+    /// is `holiday.jpg`) is never replaced without `--overwrite`: that input fails with
+    /// WRITE_FAILED ("already exists") and the file is left as it was, by `resize`, `submit`
+    /// and `submit --batch` alike (a batch writes none of its files). With `--overwrite` it is
+    /// replaced.
+    func testAFileAlreadyInOutIsReplacedOnlyWithOverwrite() async throws {
+        let cluster = try Cluster(self)
+        try cluster.startThreadWorkers(1, concurrency: 1)
+        let sources = try temporaryDirectory(), out = try temporaryDirectory()
+        let input = sources.appendingPathComponent("holiday.jpeg"), other = sources.appendingPathComponent("other.jpg")
+        try Data(contentsOf: Corpus.root.appendingPathComponent("good/sharp_flowers.jpeg")).write(to: input)
+        try Data(contentsOf: Corpus.root.appendingPathComponent("good/sharp_flowers.jpeg")).write(to: other)
+        let mine = out.appendingPathComponent("holiday.jpg")
+        let broker = ["--broker", cluster.clientsEndpoint]
+        for arguments in [["resize", input.path, other.path, "--width", "64", "--out", out.path],
+                          ["submit", input.path, other.path, "--width", "64", "--out", out.path] + broker,
+                          ["submit", input.path, other.path, "--width", "64", "--batch", "--out", out.path] + broker] {
+            try Data("the user's own".utf8).write(to: mine)
+            try? FileManager.default.removeItem(at: out.appendingPathComponent("other.jpg"))
+            let refused = try run(arguments)
+            XCTAssertNotEqual(refused.status, 0, "\(arguments)")
+            XCTAssert((refused.stderr + refused.stdout).contains("\(mine.path) already exists: not replaced"),
+                      "\(arguments): \(refused.stderr)")
+            XCTAssertEqual(try Data(contentsOf: mine), Data("the user's own".utf8), "\(arguments): replaced")
+            // The other input is written, except by a batch: all of its files or none.
+            let otherWritten = FileManager.default.fileExists(atPath: out.appendingPathComponent("other.jpg").path)
+            XCTAssertEqual(otherWritten, !arguments.contains("--batch"), "\(arguments)")
+            let replaced = try run(arguments + ["--overwrite"])
+            XCTAssertEqual(replaced.status, 0, "\(arguments): \(replaced.stderr)")
+            XCTAssert(try Data(contentsOf: mine).starts(with: [0xFF, 0xD8, 0xFF]), "\(arguments)")
         }
     }
 
