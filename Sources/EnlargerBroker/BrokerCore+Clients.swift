@@ -165,7 +165,8 @@ extension BrokerCore {
             } else if joining == nil, let limit = terms.maxQueued, queuedByPrincipal >= limit {
                 "this principal has \(queuedByPrincipal) requests waiting (its limit is \(limit))"
             } else if joining == nil && liveImageBytes + image.count > configuration.maxLiveImageBytes {
-                "the broker holds \(liveImageBytes) bytes of images (limit \(configuration.maxLiveImageBytes))"
+                // Not how many it holds: with its own in mind, a principal would learn the others'.
+                "the broker holds all the image bytes it may (\(configuration.maxLiveImageBytes))"
             } else if (clients[peer]?.requests.count ?? 0) >= configuration.maxLiveRequestsPerClient {
                 "this connection has \(configuration.maxLiveRequestsPerClient) live requests already"
             } else {

@@ -55,6 +55,8 @@ final class MirrorRecord {
     /// version, whose names could collide).
     private(set) var owners: [String: Set<String>] = [:]
     private var fd: Int32 = -1
+    /// OUT itself, open and locked (`flock`) while this record is: one sync at a time.
+    private var lock: Int32 = -1
     private var appended = 0
     /// Tests: a crash (a thrown `MirrorCrash`) at a chosen step.
     var faults: FaultSchedule?
@@ -66,6 +68,16 @@ final class MirrorRecord {
         self.out = out
         self.spec = spec
         path = out + "/" + Self.fileName
+        // Before anything is read or undone: another sync's writes under way are not a crash's.
+        lock = open(out, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard lock >= 0 else { throw MirrorError("cannot open \(out): \(String(cString: strerror(errno)))") }
+        guard flock(lock, LOCK_EX | LOCK_NB) == 0 else {
+            let code = errno
+            close(lock)
+            lock = -1
+            throw MirrorError(code == EWOULDBLOCK ? "another sync is writing to \(out): one at a time"
+                                                  : "cannot lock \(out): \(String(cString: strerror(code)))")
+        }
         var recordedSpec = spec
         if let data = FileManager.default.contents(atPath: path) {
             recordedSpec = try replay(data)
@@ -87,7 +99,10 @@ final class MirrorRecord {
         unlink(out + "/" + Self.legacyFileName)
     }
 
-    deinit { if fd >= 0 { close(fd) } }
+    deinit {
+        if fd >= 0 { close(fd) }
+        if lock >= 0 { close(lock) }  // and with it the lock
+    }
 
     /// Reads the lines of `data` into the record; returns the spec it was written with.
     private func replay(_ data: Data) throws -> String {

@@ -81,6 +81,22 @@ final class MirrorTests: XCTestCase {
         XCTAssertEqual(Set(MirrorDirectories.files(directories.out).keys), ["b.jpg.png"])
     }
 
+    /// Two syncs writing to one OUT at once (a cron job and a `--watch`) would take each other's
+    /// writes under way for a crash's and undo them: the second is refused while the first
+    /// holds OUT, and may go once it is done.
+    func testOneSyncAtATimeWritesToAnOut() async throws {
+        let directories = try MirrorDirectories(self)
+        try directories.write("a.jpg", [2])
+        var first: Mirror? = try Mirror.fake(directories)
+        XCTAssertThrowsError(try Mirror.fake(directories)) { error in
+            XCTAssert("\(error)".contains("another sync is writing to"), "\(error)")
+        }
+        _ = try await first!.fakeFullPass()
+        first = nil
+        let (second, _) = try await Mirror.fake(directories).fakeFullPass()
+        XCTAssertEqual(second.unchanged, 1)
+    }
+
     /// A directory sync may not list, or an entry it may not look at, hides what is below it:
     /// those sources' thumbnails are kept, not taken for gone (and the pass says it skipped
     /// them). Made by hand: as root, permissions cannot make such a directory here.
