@@ -38,9 +38,10 @@
 //
 // CANCEL
 //
-// Any client connection may cancel any live request by id, not only the submitter's. The
-// submitter then gets Cancelled (terminal) and the canceller gets CancelAck; when they are
-// the same connection, Cancelled comes first. The broker forwards nothing about the request
+// Any connection of the submitter's principal may cancel its live request by id, not only
+// the connection that submitted it (an admin principal may cancel any request; see
+// PRINCIPALS). The submitter then gets Cancelled (terminal) and the canceller gets CancelAck;
+// when they are the same connection, Cancelled comes first. The broker forwards nothing about the request
 // after Cancelled, whatever the worker still sends, and tells the worker to stop. A Result
 // already on its way to the client when it sent Cancel may still arrive before Cancelled;
 // a client library that promises "nothing after cancel" must also drop it locally.
@@ -461,8 +462,9 @@ public nonisolated struct Enlarger_V1_BatchItem: Sendable {
   public init() {}
 }
 
-/// Cancels a live request, whichever connection submitted it. Answered with CancelAck to the
-/// sender (and Cancelled to the submitter when the request was live).
+/// Cancels a live request of the sender's principal (any request for an admin), whichever
+/// of its connections submitted it. Answered with CancelAck to the sender (and Cancelled to
+/// the submitter when the request was live).
 public nonisolated struct Enlarger_V1_Cancel: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
