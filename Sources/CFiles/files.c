@@ -68,3 +68,12 @@ int enlarger_rename_noreplace(const char *from, const char *to) {
     unlink(from);
     return 0;
 }
+
+int enlarger_sync_file_system(int fd) {
+#ifdef __linux__
+    return syncfs(fd) == 0 ? 0 : -errno;
+#else
+    sync();
+    return 0;
+#endif
+}

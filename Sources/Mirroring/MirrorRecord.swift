@@ -1,3 +1,4 @@
+import CFiles
 import Foundation
 
 /// What a mirror owns in OUT, kept so that a crash at any moment loses nothing: the
@@ -171,6 +172,13 @@ final class MirrorRecord {
         for source in pending.keys.sorted() {
             let write = pending[source]!
             try add(Line(pending: source, output: write.output, temporary: write.temporary))
+        }
+        // The thumbnails it names reach the disk before it does: after a power cut, a record
+        // that says a thumbnail is done is never left naming an empty or partial file. One
+        // call for OUT's file system, not an fsync per thumbnail.
+        if lock >= 0 {
+            let status = enlarger_sync_file_system(lock)
+            guard status == 0 else { throw MirrorError("cannot flush \(out) to disk: \(String(cString: strerror(-status)))") }
         }
         let temporary = path + ".partial"
         let file = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)

@@ -23,4 +23,9 @@ int enlarger_open_beneath(int dirfd, const char *path);
 /// Returns 0, or -errno (-EEXIST when `to` exists).
 int enlarger_rename_noreplace(const char *from, const char *to);
 
+/// Writes everything cached for the file system that holds `fd` to its disk: syncfs(2).
+///
+/// Returns 0, or -errno.
+int enlarger_sync_file_system(int fd);
+
 #endif
