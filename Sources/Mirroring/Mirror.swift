@@ -227,6 +227,11 @@ public final class Mirror {
         try makeDirectories(directory, for: output)
         var info = stat()
         let exists = lstat(target, &info) == 0
+        if exists && record.entries[source]?.output == output && !record.holdsAsWritten(source) {
+            // Written over or replaced since sync made it: the user's now. It is let go, listed
+            // as foreign from now on, and the source fails until it is moved (or --adopt).
+            try record.remove(source)
+        }
         var replace = exists && record.mayReplace(output, for: source)
         if exists && !replace {
             guard adopt && record.owners[output] == nil && (info.st_mode & S_IFMT) == S_IFREG else {
@@ -274,11 +279,13 @@ public final class Mirror {
             guard result == 0 else { throw try giveUp(-result) }
         }
         try record.faults?.step("renamed")
-        if let old = record.entries[source]?.output, old != output, !record.othersNeed(old, besides: source) {
+        let file = MirrorRecord.ThumbnailFile.at(target)
+        if let old = record.entries[source]?.output, old != output, !record.othersNeed(old, besides: source),
+           record.holdsAsWritten(source) {
             unlink(layout.out + "/" + old)
             try record.faults?.step("old thumbnail removed")
         }
-        try record.finish(source, output: output, version: version)
+        try record.finish(source, output: output, version: version, file: file)
         try record.faults?.step("finished")
     }
 
@@ -302,15 +309,19 @@ public final class Mirror {
 
     /// Deletes `source`'s thumbnail (unless another source needs it) and forgets it; the
     /// output it had, if any.
+    /// Deletes `source`'s thumbnail (unless another source needs it) and its record; returns
+    /// its name, or nil when there was none or the file there is not sync's any more (put in
+    /// its place since: the user's, left alone and foreign from now on).
     private func removeThumbnail(of source: String) throws -> String? {
         guard let output = record.entries[source]?.output else { return nil }
-        if !record.othersNeed(output, besides: source) {
+        let ours = record.holdsAsWritten(source)
+        if ours && !record.othersNeed(output, besides: source) {
             unlink(layout.out + "/" + output)
             try record.faults?.step("thumbnail removed")
         }
         try record.remove(source)
         try record.faults?.step("removal recorded")
-        return output
+        return ours ? output : nil
     }
 
     /// Regular files in OUT that sync did not write (its record aside), sorted.

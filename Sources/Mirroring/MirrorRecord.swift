@@ -29,6 +29,33 @@ final class MirrorRecord {
         var version: FileVersion?
         /// The thumbnail's path relative to OUT.
         var output: String
+        /// The thumbnail file as sync left it (nil in a record written before this was kept):
+        /// a file at `output` that is not this one any more is the user's, never replaced
+        /// nor deleted.
+        var file: ThumbnailFile? = nil
+    }
+
+    /// A thumbnail file as sync wrote it: its inode (on its device), size and modification
+    /// time. A file put in its place, or written over, differs (a chmod or a rename of the
+    /// directory does not).
+    struct ThumbnailFile: Codable, Equatable {
+        var device: UInt64
+        var inode: UInt64
+        var size: Int64
+        var modifiedNanoseconds: Int64
+
+        init(_ info: stat) {
+            device = UInt64(info.st_dev)
+            inode = UInt64(info.st_ino)
+            size = Int64(info.st_size)
+            modifiedNanoseconds = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        }
+
+        /// The file at `path` now, not following a link; nil when there is none.
+        static func at(_ path: String) -> ThumbnailFile? {
+            var info = stat()
+            return lstat(path, &info) == 0 ? ThumbnailFile(info) : nil
+        }
     }
 
     struct Pending: Equatable {
@@ -45,6 +72,7 @@ final class MirrorRecord {
         var output: String?
         var temporary: String?
         var version: FileVersion?
+        var file: ThumbnailFile?
     }
 
     let out: String
@@ -89,6 +117,8 @@ final class MirrorRecord {
             unlink(out + "/" + write.temporary)
             if entries[source]?.output != write.output { unlink(out + "/" + write.output) }
             entries[source]?.version = nil
+            // The write may have replaced its file: which one is there now is not known.
+            entries[source]?.file = nil
         }
         pending.removeAll()
         if recordedSpec != spec {
@@ -123,7 +153,7 @@ final class MirrorRecord {
                 }
                 recordedSpec = spec
             } else if let source = line.set, let output = line.output {
-                entries[source] = Entry(version: line.version, output: output)
+                entries[source] = Entry(version: line.version, output: output, file: line.file)
                 pending[source] = nil
             } else if let source = line.pending, let output = line.output, let temporary = line.temporary {
                 pending[source] = Pending(output: output, temporary: temporary)
@@ -167,7 +197,7 @@ final class MirrorRecord {
         try add(Line(format: 2, spec: spec))
         for source in entries.keys.sorted() {
             let entry = entries[source]!
-            try add(Line(set: source, output: entry.output, version: entry.version))
+            try add(Line(set: source, output: entry.output, version: entry.version, file: entry.file))
         }
         for source in pending.keys.sorted() {
             let write = pending[source]!
@@ -242,20 +272,28 @@ final class MirrorRecord {
         try append(Line(pending: source, output: output, temporary: temporary))
     }
 
-    /// Step 4: `source`'s thumbnail is `output`, made from `version`.
-    func finish(_ source: String, output: String, version: FileVersion?) throws {
+    /// Step 4: `source`'s thumbnail is `output`, the file `file`, made from `version`.
+    func finish(_ source: String, output: String, version: FileVersion?, file: ThumbnailFile?) throws {
         if let old = entries[source]?.output { owners[old]?.remove(source) }
-        entries[source] = Entry(version: version, output: output)
+        entries[source] = Entry(version: version, output: output, file: file)
         pending[source] = nil
         owners[output, default: []].insert(source)
-        try append(Line(set: source, output: output, version: version))
+        try append(Line(set: source, output: output, version: version, file: file))
+    }
+
+    /// Whether the file at `source`'s thumbnail is still the one sync wrote there (or there
+    /// is none, or the record predates keeping it): only then may sync replace or delete it.
+    func holdsAsWritten(_ source: String) -> Bool {
+        guard let entry = entries[source], let file = entry.file else { return true }
+        guard let now = ThumbnailFile.at(out + "/" + entry.output) else { return true }
+        return now == file
     }
 
     /// A write given up before its rename: the record is as before it began.
     func abandon(_ source: String) throws {
         pending[source] = nil
         if let entry = entries[source] {
-            try append(Line(set: source, output: entry.output, version: entry.version))
+            try append(Line(set: source, output: entry.output, version: entry.version, file: entry.file))
         } else {
             try append(Line(remove: source))
         }

@@ -109,6 +109,36 @@ final class MirrorTests: XCTestCase {
         XCTAssertFalse(tree.hides("2019x/a.jpg"))
     }
 
+    /// A file the user puts where sync wrote a thumbnail (a copy over it, or a new file in its
+    /// place) is theirs from then on: never replaced when its source changes, never deleted
+    /// when its source goes; it is listed as foreign, and the source fails OUTPUT_EXISTS until
+    /// it is moved (or `--adopt`).
+    func testAFileTheUserPutsInAThumbnailsPlaceIsTheirs() async throws {
+        let directories = try MirrorDirectories(self)
+        try directories.write("a.jpg", [2])
+        try directories.write("b.jpg", [4])
+        _ = try await Mirror.fake(directories).fakeFullPass()
+        // Over a.jpg's thumbnail (the same inode, written anew); in place of b.jpg's (a new file).
+        try Data("my own a".utf8).write(to: URL(fileURLWithPath: directories.out + "/a.jpg.png"))
+        XCTAssertEqual(unlink(directories.out + "/b.jpg.png"), 0)
+        try directories.write("b.jpg.png", Array("my own b".utf8), in: directories.out)
+        // a.jpg changes, b.jpg goes.
+        try directories.write("a.jpg", [6])
+        try FileManager.default.removeItem(atPath: directories.source + "/b.jpg")
+        let (summary, events) = try await Mirror.fake(directories).fakeFullPass()
+        XCTAssertEqual(summary.failures, ["OUTPUT_EXISTS": 1], "\(events)")
+        XCTAssertEqual(summary.removed, 0, "\(events)")
+        XCTAssertEqual(summary.foreign, 2, "\(events)")
+        let files = MirrorDirectories.files(directories.out)
+        XCTAssertEqual(files["a.jpg.png"], Array("my own a".utf8))
+        XCTAssertEqual(files["b.jpg.png"], Array("my own b".utf8))
+        // Moved away, a.jpg's thumbnail is made again.
+        XCTAssertEqual(unlink(directories.out + "/a.jpg.png"), 0)
+        let (again, _) = try await Mirror.fake(directories).fakeFullPass()
+        XCTAssertEqual(again.inserted, 1)
+        XCTAssertEqual(MirrorDirectories.files(directories.out)["a.jpg.png"], FakeService.thumbnail([6]))
+    }
+
     /// A rewrite of the same size that puts the modification time back (`exiftool -P`) is a
     /// change: the ctime says so.
     func testARewriteWithTheSameSizeAndMtimeIsSeen() async throws {
