@@ -32,6 +32,15 @@ public struct FileVersion: Codable, Equatable, Hashable, Sendable {
     }
 }
 
+extension FileVersion {
+    /// The same file, its content untouched as far as writes show (device, inode, size and
+    /// modification time): what a chmod or a rename changes (the change time) is left out.
+    func sameContent(as other: FileVersion) -> Bool {
+        device == other.device && inode == other.inode && size == other.size
+            && modifiedNanoseconds == other.modifiedNanoseconds
+    }
+}
+
 /// A directory or file named by device and inode: the same whatever path reaches it.
 struct FileIdentity: Hashable {
     var device: UInt64

@@ -279,7 +279,7 @@ public final class Mirror {
             guard result == 0 else { throw try giveUp(-result) }
         }
         try record.faults?.step("renamed")
-        let file = MirrorRecord.ThumbnailFile.at(target)
+        let file = MirrorRecord.file(at: target)
         if let old = record.entries[source]?.output, old != output, !record.othersNeed(old, besides: source),
            record.holdsAsWritten(source) {
             unlink(layout.out + "/" + old)

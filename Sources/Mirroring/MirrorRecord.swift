@@ -30,32 +30,15 @@ final class MirrorRecord {
         /// The thumbnail's path relative to OUT.
         var output: String
         /// The thumbnail file as sync left it (nil in a record written before this was kept):
-        /// a file at `output` that is not this one any more is the user's, never replaced
-        /// nor deleted.
-        var file: ThumbnailFile? = nil
+        /// a file at `output` that is not this one any more (`sameContent`) is the user's,
+        /// never replaced nor deleted.
+        var file: FileVersion? = nil
     }
 
-    /// A thumbnail file as sync wrote it: its inode (on its device), size and modification
-    /// time. A file put in its place, or written over, differs (a chmod or a rename of the
-    /// directory does not).
-    struct ThumbnailFile: Codable, Equatable {
-        var device: UInt64
-        var inode: UInt64
-        var size: Int64
-        var modifiedNanoseconds: Int64
-
-        init(_ info: stat) {
-            device = UInt64(info.st_dev)
-            inode = UInt64(info.st_ino)
-            size = Int64(info.st_size)
-            modifiedNanoseconds = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
-        }
-
-        /// The file at `path` now, not following a link; nil when there is none.
-        static func at(_ path: String) -> ThumbnailFile? {
-            var info = stat()
-            return lstat(path, &info) == 0 ? ThumbnailFile(info) : nil
-        }
+    /// The file at `path` now, not following a link; nil when there is none.
+    static func file(at path: String) -> FileVersion? {
+        var info = stat()
+        return lstat(path, &info) == 0 ? FileVersion(info) : nil
     }
 
     struct Pending: Equatable {
@@ -72,7 +55,7 @@ final class MirrorRecord {
         var output: String?
         var temporary: String?
         var version: FileVersion?
-        var file: ThumbnailFile?
+        var file: FileVersion?
     }
 
     let out: String
@@ -273,7 +256,7 @@ final class MirrorRecord {
     }
 
     /// Step 4: `source`'s thumbnail is `output`, the file `file`, made from `version`.
-    func finish(_ source: String, output: String, version: FileVersion?, file: ThumbnailFile?) throws {
+    func finish(_ source: String, output: String, version: FileVersion?, file: FileVersion?) throws {
         if let old = entries[source]?.output { owners[old]?.remove(source) }
         entries[source] = Entry(version: version, output: output, file: file)
         pending[source] = nil
@@ -285,8 +268,8 @@ final class MirrorRecord {
     /// is none, or the record predates keeping it): only then may sync replace or delete it.
     func holdsAsWritten(_ source: String) -> Bool {
         guard let entry = entries[source], let file = entry.file else { return true }
-        guard let now = ThumbnailFile.at(out + "/" + entry.output) else { return true }
-        return now == file
+        guard let now = Self.file(at: out + "/" + entry.output) else { return true }
+        return now.sameContent(as: file)
     }
 
     /// A write given up before its rename: the record is as before it began.
