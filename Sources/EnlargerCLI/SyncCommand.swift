@@ -65,7 +65,8 @@ struct SyncCommand: AsyncParsableCommand {
     var maxBytes = DecodeLimits().maxInputBytes
 
     @Flag(help: ArgumentHelp("Replace files already at a thumbnail's name that no record names (after the record was lost); "
-              + "without it, such files are never overwritten: their sources fail with OUTPUT_EXISTS."))
+              + "without it, such files are never overwritten: their sources fail with OUTPUT_EXISTS. Also makes an OUT "
+              + "that mirrors another directory this SRC's mirror (without it, that is refused)."))
     var adopt = false
 
     @Option(help: "The broker lane of its requests: bulk (the default) or interactive. Bulk requests wait behind interactive ones and never take the capacity kept for them, so a backfill does not hold up someone waiting for one image.")

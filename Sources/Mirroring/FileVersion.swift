@@ -42,7 +42,7 @@ extension FileVersion {
 }
 
 /// A directory or file named by device and inode: the same whatever path reaches it.
-struct FileIdentity: Hashable {
+struct FileIdentity: Hashable, Codable {
     var device: UInt64
     var inode: UInt64
 

@@ -74,7 +74,7 @@ public final class Mirror {
         self.maxBytes = maxBytes
         self.inFlight = max(1, inFlight)
         self.adopt = adopt
-        record = try MirrorRecord(out: layout.out, spec: spec)
+        record = try MirrorRecord(out: layout.out, spec: spec, source: layout.mirrored, adopt: adopt)
     }
 
     init(layout: MirrorLayout, spec: String, maxBytes: Int, inFlight: Int, adopt: Bool, faults: FaultSchedule?) throws {
@@ -82,7 +82,7 @@ public final class Mirror {
         self.maxBytes = maxBytes
         self.inFlight = max(1, inFlight)
         self.adopt = adopt
-        record = try MirrorRecord(out: layout.out, spec: spec, faults: faults)
+        record = try MirrorRecord(out: layout.out, spec: spec, source: layout.mirrored, adopt: adopt, faults: faults)
     }
 
     // MARK: Passes

@@ -24,6 +24,8 @@ public struct MirrorLayout: Sendable {
     /// OUT lies inside SRC.
     public let outInsideSource: Bool
     let outIdentity: FileIdentity
+    /// SRC's device and inode: what OUT's record says it mirrors.
+    var sourceIdentity: FileIdentity? = nil
 
     /// Resolves `source` and `out` (relative to the working directory), checks the rules
     /// above, and creates OUT (and its parents) if it is missing.
@@ -77,7 +79,13 @@ public struct MirrorLayout: Sendable {
         if access(realOut, W_OK | X_OK) != 0 {
             throw MirrorError("cannot write to \(out): \(String(cString: strerror(errno)))")
         }
-        return MirrorLayout(source: realSource, out: realOut, outInsideSource: inside, outIdentity: outIdentity)
+        return MirrorLayout(source: realSource, out: realOut, outInsideSource: inside, outIdentity: outIdentity,
+                            sourceIdentity: sourceIdentity)
+    }
+
+    /// SRC as OUT's record names it.
+    var mirrored: MirrorRecord.Source? {
+        sourceIdentity.map { MirrorRecord.Source(path: source, identity: $0) }
     }
 
     /// Whether `path` names OUT (by device and inode).

@@ -46,9 +46,16 @@ final class MirrorRecord {
         var temporary: String
     }
 
+    /// The directory a record mirrors: its path when last synced, and its device and inode.
+    struct Source: Codable, Equatable {
+        var path: String
+        var identity: FileIdentity
+    }
+
     private struct Line: Codable {
         var format: Int?
         var spec: String?
+        var source: Source?
         var set: String?
         var pending: String?
         var remove: String?
@@ -61,6 +68,8 @@ final class MirrorRecord {
     let out: String
     let path: String
     private(set) var spec: String
+    /// The directory mirrored, as the next checkpoint records it (nil: none is known).
+    private(set) var source: Source?
     private(set) var entries: [String: Entry] = [:]
     private(set) var pending: [String: Pending] = [:]
     /// Output → the sources whose thumbnail it is (one, except in a record of the first
@@ -75,7 +84,7 @@ final class MirrorRecord {
 
     /// Opens OUT's record (or starts one), undoes every write a crash left pending, and
     /// writes a fresh checkpoint. Options other than `spec` mark every thumbnail to be made again.
-    init(out: String, spec: String, faults: FaultSchedule? = nil) throws {
+    init(out: String, spec: String, source: Source? = nil, adopt: Bool = false, faults: FaultSchedule? = nil) throws {
         self.faults = faults
         self.out = out
         self.spec = spec
@@ -90,9 +99,18 @@ final class MirrorRecord {
             throw MirrorError(code == EWOULDBLOCK ? "another sync is writing to \(out): one at a time"
                                                   : "cannot lock \(out): \(String(cString: strerror(code)))")
         }
+        self.source = source
         var recordedSpec = spec
         if let data = FileManager.default.contents(atPath: path) {
-            recordedSpec = try replay(data)
+            let recorded = try replay(data)
+            recordedSpec = recorded.spec
+            // Another directory's mirror (or SRC mistyped, or an empty mount point): its
+            // thumbnails would all be taken for those of deleted files.
+            if let mirrored = recorded.source, let source, mirrored.identity != source.identity, !adopt {
+                throw MirrorError("\(out) mirrors \(mirrored.path), not \(source.path): sync that directory into it, "
+                                  + "choose another --out, or run with --adopt to make it \(source.path)'s mirror "
+                                  + "(the thumbnails of files \(source.path) does not have are then deleted)")
+            }
         } else if let data = FileManager.default.contents(atPath: out + "/" + Self.legacyFileName) {
             recordedSpec = try legacy(data)
         }
@@ -118,11 +136,13 @@ final class MirrorRecord {
         if lock >= 0 { close(lock) }  // and with it the lock
     }
 
-    /// Reads the lines of `data` into the record; returns the spec it was written with.
-    private func replay(_ data: Data) throws -> String {
+    /// Reads the lines of `data` into the record; returns the spec it was written with, and
+    /// the directory it mirrored (nil in a record that predates keeping it).
+    private func replay(_ data: Data) throws -> (spec: String, source: Source?) {
         let lines = data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
         let decoder = JSONDecoder()
         var recordedSpec: String?
+        var recordedSource: Source?
         for (index, bytes) in lines.enumerated() where !bytes.isEmpty {
             let isLast = index == lines.count - 1  // no newline after it: cut off by a crash
             guard let line = try? decoder.decode(Line.self, from: Data(bytes)), !isLast else {
@@ -135,6 +155,7 @@ final class MirrorRecord {
                     throw MirrorError("\(path) is not a sync record of this version")
                 }
                 recordedSpec = spec
+                recordedSource = line.source
             } else if let source = line.set, let output = line.output {
                 entries[source] = Entry(version: line.version, output: output, file: line.file)
                 pending[source] = nil
@@ -146,7 +167,7 @@ final class MirrorRecord {
             }
         }
         guard let recordedSpec else { throw MirrorError("\(path) is empty") }
-        return recordedSpec
+        return (recordedSpec, recordedSource)
     }
 
     /// The first version's manifest: its thumbnails are adopted, each to be made again
@@ -177,7 +198,7 @@ final class MirrorRecord {
             text.append(try encoder.encode(line))
             text.append(UInt8(ascii: "\n"))
         }
-        try add(Line(format: 2, spec: spec))
+        try add(Line(format: 2, spec: spec, source: source))
         for source in entries.keys.sorted() {
             let entry = entries[source]!
             try add(Line(set: source, output: entry.output, version: entry.version, file: entry.file))

@@ -139,6 +139,38 @@ final class MirrorTests: XCTestCase {
         XCTAssertEqual(MirrorDirectories.files(directories.out)["a.jpg.png"], FakeService.thumbnail([6]))
     }
 
+    /// OUT's record names the directory it mirrors: a sync of another directory into it (SRC
+    /// mistyped, an empty mount point) is refused, rather than deleting every thumbnail as
+    /// those of deleted files; `--adopt` makes it the other's mirror. A renamed SRC is the same.
+    func testAnOutMirrorsOneSource() async throws {
+        let directories = try MirrorDirectories(self)
+        try directories.write("a.jpg", [2])
+        _ = try await Mirror.fake(directories).fakeFullPass()
+        let other = directories.root.appendingPathComponent("other").path
+        try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
+        try Data([4]).write(to: URL(fileURLWithPath: other + "/b.jpg"))
+        XCTAssertThrowsError(try Mirror(source: other, out: directories.out, spec: "w=32", maxBytes: 1 << 20, inFlight: 4)) {
+            XCTAssert("\($0)".contains("mirrors \(directories.source), not \(other)"), "\($0)")
+        }
+        XCTAssertEqual(Set(MirrorDirectories.files(directories.out).keys), ["a.jpg.png"])
+        // Renamed, SRC is still the directory the record names.
+        let renamed = directories.root.appendingPathComponent("renamed").path
+        XCTAssertEqual(rename(directories.source, renamed), 0)
+        do {
+            let moved = try Mirror(source: renamed, out: directories.out, spec: "w=32", maxBytes: 1 << 20, inFlight: 4)
+            let (unchanged, _) = try await moved.fakeFullPass()
+            XCTAssertEqual(unchanged.unchanged, 1)
+        }
+        XCTAssertEqual(rename(renamed, directories.source), 0)
+        // Adopted by the other directory: its thumbnails, and a.jpg's gone.
+        let adopted = try Mirror(source: other, out: directories.out, spec: "w=32", maxBytes: 1 << 20, inFlight: 4,
+                                 adopt: true)
+        let (summary, _) = try await adopted.fakeFullPass()
+        XCTAssertEqual(summary.inserted, 1)
+        XCTAssertEqual(summary.removed, 1)
+        XCTAssertEqual(Set(MirrorDirectories.files(directories.out).keys), ["b.jpg.png"])
+    }
+
     /// A rewrite of the same size that puts the modification time back (`exiftool -P`) is a
     /// change: the ctime says so.
     func testARewriteWithTheSameSizeAndMtimeIsSeen() async throws {
