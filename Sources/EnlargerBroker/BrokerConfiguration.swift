@@ -68,6 +68,9 @@ public struct BrokerConfiguration: Sendable {
     /// Batches that may be live at once; an item starting one more is `Rejected{OVERLOADED}`.
     /// (A batch lives at most until its first item's deadline.)
     public var maxLiveBatches: Int = 4096
+    /// Live batches one principal may hold of those: a principal whose batches stay live at no
+    /// cost (items answered from the cache, a far deadline) cannot take every one.
+    public var maxLiveBatchesPerPrincipal: Int = 512
 
     public init() {}
 

@@ -75,6 +75,10 @@ extension BrokerCore {
         } else if batches.count >= configuration.maxLiveBatches {
             return .failure(BatchRefusal(code: .overloaded,
                                          message: "the broker holds \(configuration.maxLiveBatches) live batches", place: place))
+        } else if batches.keys.lazy.filter({ $0.principal == principal }).count >= configuration.maxLiveBatchesPerPrincipal {
+            return .failure(BatchRefusal(
+                code: .overloaded,
+                message: "this principal has \(configuration.maxLiveBatchesPerPrincipal) live batches (its limit)", place: place))
         }
         return .success(place)
     }

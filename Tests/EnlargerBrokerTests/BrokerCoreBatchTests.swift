@@ -211,4 +211,28 @@ final class BrokerCoreBatchTests: XCTestCase {
         }, image: CoreHarness.jpeg))
         XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted a"])
     }
+
+    /// A principal may hold only its share of the live batches: one whose batches stay live at
+    /// no cost (each a first item, the rest never sent) is refused its next one, and another
+    /// principal still starts batches.
+    func testAPrincipalHoldsOnlyItsShareOfTheLiveBatches() {
+        var broker = CoreHarness {
+            $0.maxLiveBatches = 8
+            $0.maxLiveBatchesPerPrincipal = 3
+        }
+        let carol = Principal("curve:carol"), dave = Principal("curve:dave")
+        func first(_ peer: PeerID, _ principal: Principal, _ batch: String) {
+            broker.client(peer, as: principal, .submit(.with {
+                $0.requestID = batch
+                $0.spec.width = 64
+                $0.batch = .with { $0.batchID = batch; $0.index = 0; $0.size = 2 }
+            }, image: CoreHarness.jpeg))
+        }
+        for batch in ["c1", "c2", "c3", "c4"] { first(alice, carol, batch) }
+        XCTAssertEqual(broker.events(for: alice).map(\.summary).filter { !$0.hasPrefix("batchEnded") },
+                       ["accepted c1", "accepted c2", "accepted c3", "rejected c4 overloaded"])
+        first(bob, dave, "d1")
+        XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted d1"])
+        XCTAssertEqual(broker.inconsistencies, [])
+    }
 }

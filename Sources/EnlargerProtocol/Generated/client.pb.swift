@@ -188,7 +188,9 @@
 // filled (or for the deadline). A batch not complete by the deadline of its
 // first item fails with DEADLINE_EXCEEDED, naming the first place without a result (a place
 // whose item never arrived first). Results are delivered as they come; a client library puts
-// them in input order.
+// them in input order. A broker holds a bounded number of live batches (4096 by default) and
+// each principal at most its share of them (512): an item that would start one more is
+// Rejected{OVERLOADED} and its batch fails.
 //
 // VARIANTS
 //
