@@ -157,7 +157,8 @@ extension BrokerCore {
             return jobID
         } : nil
         let terms = tenants.terms(for: principal)
-        let queuedByPrincipal = waiting.queuedBy[principal] ?? 0
+        // Held back (none of its clients reads) a job still waits: it counts as queued.
+        let queuedByPrincipal = (waiting.queuedBy[principal] ?? 0) + (waiting.heldBackBy[principal] ?? 0)
         // A request that joins a job takes no queue slot and holds no image.
         let overload: String? =
             if joining == nil && waiting.count >= configuration.queueLimit {
@@ -400,7 +401,7 @@ extension BrokerCore {
     /// jobs have run as it has waiting beyond the limit, at the recent pace of the fleet.
     func retryAfter(for principal: Principal) -> Duration {
         let capacity = max(1, workers.reduce(0) { $0 + $1.capacity })
-        let ahead = (waiting.queuedBy[principal] ?? 0) + 1
+        let ahead = (waiting.queuedBy[principal] ?? 0) + (waiting.heldBackBy[principal] ?? 0) + 1
         let estimate = recentJobTime * (Double(ahead) / Double(capacity))
         return min(max(estimate, .milliseconds(100)), .seconds(60))
     }

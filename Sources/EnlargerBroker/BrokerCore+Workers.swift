@@ -641,7 +641,7 @@ extension BrokerCore {
                 }
                 if noneReading, let owner = requests[job.owner]?.client {
                     waiting.refund(jobCosts[jobID] ?? 1, to: job.owner.principal, in: lane)
-                    waiting.holdBack(jobID, for: owner)
+                    waiting.holdBack(jobID, for: owner, principal: job.owner.principal)
                     continue
                 }
                 send(jobID, toWorkerAt: index, now: now, &actions)

@@ -57,6 +57,10 @@ struct WaitingJobs {
     private var places: [UInt64: Place] = [:]
     /// Jobs each principal has waiting in the lanes (not quarantined, not held back).
     private(set) var queuedBy: [Principal: Int] = [:]
+    /// Jobs each principal has held back, and whose each held job is: they wait as much as
+    /// queued ones, and count against the principal's limit on waiting requests alike.
+    private(set) var heldBackBy: [Principal: Int] = [:]
+    private var heldBackPrincipals: [UInt64: Principal] = [:]
 
     /// All waiting jobs, wherever they are.
     var count: Int { places.count }
@@ -101,10 +105,12 @@ struct WaitingJobs {
         quarantined.append(jobID)
     }
 
-    mutating func holdBack(_ jobID: UInt64, for client: PeerID) {
+    mutating func holdBack(_ jobID: UInt64, for client: PeerID, principal: Principal) {
         precondition(places[jobID] == nil, "job \(jobID) already waits")
         places[jobID] = .heldBack(client)
         heldBack[client, default: []].append(jobID)
+        heldBackPrincipals[jobID] = principal
+        heldBackBy[principal, default: 0] += 1
     }
 
     /// Takes a job from wherever it waits; returns where that was (nil: it did not wait).
@@ -125,6 +131,10 @@ struct WaitingJobs {
         case .heldBack(let client):
             heldBack[client]?.removeAll { $0 == jobID }
             if heldBack[client]?.isEmpty == true { heldBack[client] = nil }
+            if let principal = heldBackPrincipals.removeValue(forKey: jobID) {
+                heldBackBy[principal]! -= 1
+                if heldBackBy[principal] == 0 { heldBackBy[principal] = nil }
+            }
         }
         return place
     }
@@ -288,6 +298,11 @@ struct WaitingJobs {
             }
         }
         if seen != places { problems.append("places disagree with the queues") }
+        let heldJobs = Set(heldBack.values.flatMap { $0 })
+        if Set(heldBackPrincipals.keys) != heldJobs { problems.append("held jobs and their principals disagree") }
+        var counted: [Principal: Int] = [:]
+        for principal in heldBackPrincipals.values { counted[principal, default: 0] += 1 }
+        if counted != heldBackBy { problems.append("held-back counts per principal are off") }
         return problems
     }
 }

@@ -87,7 +87,7 @@ final class FairShareTests: XCTestCase {
         let cost: (UInt64) -> Int = { $0 < 10 ? 3 : 1 }
         XCTAssertEqual(waiting.next(in: .interactive, weight: { _ in 1 }, eligible: { _ in true }, cost: cost), 1)
         waiting.refund(3, to: carol, in: .interactive)
-        waiting.holdBack(1, for: carolsPeer)
+        waiting.holdBack(1, for: carolsPeer, principal: carol)
         var order: [UInt64] = []
         while let jobID = waiting.next(in: .interactive, weight: { _ in 1 }, eligible: { _ in true }, cost: cost) {
             order.append(jobID)
@@ -115,8 +115,8 @@ final class FairShareTests: XCTestCase {
         waiting.place(1, lane: .bulk, principal: carol)
         waiting.place(2, lane: .bulk, principal: carol)
         waiting.quarantine(3)
-        waiting.holdBack(4, for: carolsPeer)
-        waiting.holdBack(5, for: carolsPeer)
+        waiting.holdBack(4, for: carolsPeer, principal: carol)
+        waiting.holdBack(5, for: carolsPeer, principal: carol)
         XCTAssertEqual(waiting.count, 5)
         XCTAssertEqual(waiting.count(in: .bulk), 2)
         XCTAssertEqual(waiting.withdraw(2), .lane(.bulk, carol))
@@ -145,7 +145,7 @@ final class FairShareTests: XCTestCase {
                                   principal: principals[Int(random.next() % 3)], atFront: random.next() % 4 == 0)
                     expected.insert(jobID)
                 case 2:
-                    waiting.holdBack(jobID, for: PeerID([UInt8(random.next() % 2)]))
+                    waiting.holdBack(jobID, for: PeerID([UInt8(random.next() % 2)]), principal: random.next() % 2 == 0 ? carol : dave)
                     expected.insert(jobID)
                 case 3:
                     if let victim = expected.randomElement(using: &random) {
@@ -315,6 +315,27 @@ final class FairShareTests: XCTestCase {
         for job in carols { broker.finish(w1, job) }
         XCTAssertTrue(broker.jobs(for: w1).map(\.requestID).contains("d1"))
         XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+    }
+
+    /// A principal whose client does not read has its jobs held back rather than dispatched:
+    /// they still wait, and count against its limit on waiting requests (they would let it
+    /// fill the broker's queue and image bytes otherwise).
+    func testHeldBackJobsCountAgainstTheQueuedLimit() {
+        var broker = CoreHarness {
+            $0.tenants = TenantPolicy(principals: [self.dave.name: .init(maxQueued: 2, maxRunning: 10)])
+        }
+        broker.ready(w1, capacity: 4)
+        submit(&broker, davesPeer, "d0", as: dave)
+        XCTAssertEqual(broker.jobs(for: w1).map(\.requestID), ["d0"])
+        broker.backlog(davesPeer, bytes: 4 << 20)  // Dave stops reading
+        for index in 1..<5 { submit(&broker, davesPeer, "d\(index)", as: dave) }
+        XCTAssertEqual(broker.jobs(for: w1), [], "held back: nobody reads them")
+        XCTAssertEqual(broker.core.waiting.heldBackBy[dave], 2)
+        let refused = broker.events(for: davesPeer).compactMap { event -> String? in
+            if case .rejected(let rejected) = event { rejected.requestID } else { nil }
+        }
+        XCTAssertEqual(refused, ["d3", "d4"])
+        XCTAssertEqual(broker.inconsistencies, [])
     }
 
     func testASharedJobWaitsInTheHigherLane() {

@@ -119,9 +119,10 @@
 // Identical requests that share a job (CACHE AND SHARED JOBS) wait in the higher of their
 // lanes. The operator sets, per principal, a weight and limits on requests waiting and jobs
 // running (the broker's --tenants file, re-read within a second of a change). A Submit over
-// the principal's waiting limit is Rejected{OVERLOADED} with retry_after_ms; a principal at
-// its running limit waits while other principals are dispatched. Requests of other principals
-// are not affected by either limit.
+// the principal's waiting limit (its jobs held back for a client that does not read count as
+// waiting) is Rejected{OVERLOADED} with retry_after_ms; a principal at its running limit
+// waits while other principals are dispatched. Requests of other principals are not affected
+// by either limit.
 //
 // SOURCES
 //
