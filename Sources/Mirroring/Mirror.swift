@@ -107,7 +107,7 @@ public final class Mirror {
         -> MirrorSummary {
         var tree = MirrorTree()
         var gone = Set<String>()
-        for path in paths.sorted() {
+        for path in paths.sorted() where !layout.holdsInOut(path) {
             let full = layout.source + "/" + path
             var info = stat()
             guard lstat(full, &info) == 0 else {

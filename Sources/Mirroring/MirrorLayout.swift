@@ -88,6 +88,18 @@ public struct MirrorLayout: Sendable {
         sourceIdentity.map { MirrorRecord.Source(path: source, identity: $0) }
     }
 
+    /// Whether `relative` (a path below SRC, as a watch names it) is OUT or lies in it: never
+    /// a source, whatever changed there (a `chmod -R` of SRC touches OUT too).
+    func holdsInOut(_ relative: String) -> Bool {
+        guard outInsideSource else { return false }
+        var path = source
+        for component in relative.split(separator: "/") {
+            path += "/" + component
+            if isOut(path) { return true }
+        }
+        return false
+    }
+
     /// Whether `path` names OUT (by device and inode).
     public func isOut(_ path: String) -> Bool {
         FileIdentity.of(path) == outIdentity

@@ -51,6 +51,12 @@ final class MirrorLayoutTests: XCTestCase {
             let mirror = try Mirror.fake(directories, out: thumbs)
             XCTAssertTrue(mirror.layout.outInsideSource)
             for _ in 0..<3 { _ = try await mirror.fakeFullPass() }
+            // A watch naming OUT, or a file in it (an attribute change made by `chmod -R`):
+            // nothing there is a source.
+            var events: [MirrorEvent] = []
+            let watched = try await mirror.pass(paths: ["thumbs", "thumbs/a.jpg.png", "thumbs/busy"],
+                                                FakeService.thumbnailer) { events.append($0) }
+            XCTAssertEqual(watched.inserted + watched.changed + watched.removed + watched.skipped, 0, "\(events)")
         }
         // The same OUT through a link from outside SRC (once the first is done: one at a time).
         let link = directories.root.appendingPathComponent("thumbs-link").path
