@@ -1077,25 +1077,38 @@ final class CLITests: XCTestCase {
     /// per process with its id, stage, code and durations as numbers.
     func testServeExposesHealthMetricsAndRequestLogLines() async throws {
         let directory = try temporaryDirectory()
-        let port = try unusedPort()
-        let address = "127.0.0.1:\(port)"
-        let serve = Process()
-        serve.executableURL = Cluster.enlargerBinary
-        serve.arguments = ["serve", "--runtime-dir", directory.appendingPathComponent("run").path, "--workers", "1",
-                           "--concurrency", "1", "--log-format", "json"]
-        serve.environment = Self.environment(["ENLARGER_METRICS": address])
-        let logs = Pipe()
-        serve.standardError = logs
-        serve.standardOutput = FileHandle.nullDevice
-        try serve.run()
-        var stopped = false
+        // The metrics ports are found free, then bound by serve: another process may take one
+        // in between, and serve then exits at once. It is started again on others, at most
+        // three times; its log says why.
+        var serve = Process(), logs = Pipe(), port = 0, attempts = 0
+        var stopped = true
         defer { if !stopped { serve.terminate(); serve.waitUntilExit() } }
-
-        let deadline = ContinuousClock.now + .seconds(20)
-        while try run(["health", "--http", address]).status != 0 {
-            guard ContinuousClock.now < deadline else { return XCTFail("serve never became ready") }
-            try await Task.sleep(for: .milliseconds(100))
+        while true {
+            attempts += 1
+            port = try unusedPort()
+            serve = Process()
+            serve.executableURL = Cluster.enlargerBinary
+            serve.arguments = ["serve", "--runtime-dir", directory.appendingPathComponent("run").path, "--workers", "1",
+                               "--concurrency", "1", "--log-format", "json"]
+            serve.environment = Self.environment(["ENLARGER_METRICS": "127.0.0.1:\(port)"])
+            logs = Pipe()
+            serve.standardError = logs
+            serve.standardOutput = FileHandle.nullDevice
+            try serve.run()
+            stopped = false
+            let deadline = ContinuousClock.now + .seconds(60)
+            while serve.isRunning, try run(["health", "--http", "127.0.0.1:\(port)"]).status != 0 {
+                guard ContinuousClock.now < deadline else { return XCTFail("serve never became ready") }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            if serve.isRunning { break }
+            serve.waitUntilExit()
+            stopped = true
+            let log = String(decoding: logs.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            guard attempts < 3 else { return XCTFail("serve exited before it was ready: \(log)") }
         }
+        let address = "127.0.0.1:\(port)"
+        let deadline = ContinuousClock.now + .seconds(60)
         let workerAddress = "127.0.0.1:\(port + 1)"
         while try run(["health", "--http", workerAddress]).status != 0 {
             guard ContinuousClock.now < deadline else { return XCTFail("the worker never became ready") }
