@@ -75,7 +75,7 @@ extension BrokerCore {
         } else if batches.count >= configuration.maxLiveBatches {
             return .failure(BatchRefusal(code: .overloaded,
                                          message: "the broker holds \(configuration.maxLiveBatches) live batches", place: place))
-        } else if batches.keys.lazy.filter({ $0.principal == principal }).count >= configuration.maxLiveBatchesPerPrincipal {
+        } else if liveBatchesBy[principal, default: 0] >= configuration.maxLiveBatchesPerPrincipal {
             return .failure(BatchRefusal(
                 code: .overloaded,
                 message: "this principal has \(configuration.maxLiveBatchesPerPrincipal) live batches (its limit)", place: place))
@@ -89,7 +89,7 @@ extension BrokerCore {
         deadline: MonotonicInstant
     ) {
         if batches[place.batch] == nil {
-            batches[place.batch] = Batch(size: size, client: peer)
+            startBatch(place.batch, size: size, client: peer)
             batchDeadlines.insert(place.batch, at: deadline)
         }
         batches[place.batch]!.client = peer
@@ -101,13 +101,18 @@ extension BrokerCore {
         }
     }
 
+    private mutating func startBatch(_ key: RequestKey, size: UInt32, client: PeerID) {
+        batches[key] = Batch(size: size, client: client)
+        liveBatchesBy[key.principal, default: 0] += 1
+    }
+
     /// A Submit naming a batch was refused: the batch fails (a first item refused leaves a
     /// batch that has ended before it began, so later items are refused too).
     mutating func batchItemRefused(
         _ place: BatchPlace, requestID: String, size: UInt32, from peer: PeerID, code: Enlarger_V1_ErrorCode,
         message: String
     ) {
-        if batches[place.batch] == nil { batches[place.batch] = Batch(size: size, client: peer) }
+        if batches[place.batch] == nil { startBatch(place.batch, size: size, client: peer) }
         batches[place.batch]!.client = peer
         decide(place.batch, .failed, index: place.index, requestID: requestID, code: code, message: message)
     }
@@ -173,6 +178,8 @@ extension BrokerCore {
             }
             send(.batchEnded(ending), to: batch.client, for: key.principal, &actions)
             batches[key] = nil
+            liveBatchesBy[key.principal]! -= 1
+            if liveBatchesBy[key.principal] == 0 { liveBatchesBy[key.principal] = nil }
             batchDeadlines.remove(key)
             endedBatches.remember(key, at: now)
             settled = true

@@ -178,6 +178,8 @@ public struct BrokerCore<Payload: FrameBytes> {
     var tallies: [String: Enlarger_V1_Totals] = [:]
     /// Live batches, by principal and batch id (see Batches).
     var batches: [RequestKey: Batch] = [:]
+    /// Live batches per principal (see `maxLiveBatchesPerPrincipal`), kept with `batches`.
+    var liveBatchesBy: [Principal: Int] = [:]
     /// Batches whose end was decided during the current event, to settle before it returns.
     var unsettledBatches: [RequestKey] = []
     var batchDeadlines = DeadlineHeap<RequestKey, MonotonicInstant>()

@@ -209,7 +209,7 @@ public final class Mirror {
     /// The failures that say a source has no thumbnail to give (gone, not an image any more,
     /// broken, beyond the limits), rather than that none could be made this time.
     public static let sourceFailureCodes: Set<String> = [
-        "NOT_FOUND", "UNKNOWN_FORMAT", "NOT_JPEG", "EMPTY", "TRUNCATED", "CORRUPT", "UNSUPPORTED", "TOO_LARGE",
+        "NOT_FOUND", "UNKNOWN_FORMAT", "EMPTY", "TRUNCATED", "CORRUPT", "UNSUPPORTED", "TOO_LARGE",
         "TOO_MANY_SCANS",
     ]
 
@@ -227,7 +227,7 @@ public final class Mirror {
         try makeDirectories(directory, for: output)
         var info = stat()
         let exists = lstat(target, &info) == 0
-        if exists && record.entries[source]?.output == output && !record.holdsAsWritten(source) {
+        if exists && record.entries[source]?.output == output && !record.holdsAsWritten(source, now: FileVersion(info)) {
             // Written over or replaced since sync made it: the user's now. It is let go, listed
             // as foreign from now on, and the source fails until it is moved (or --adopt).
             try record.remove(source)
@@ -264,6 +264,14 @@ public final class Mirror {
             }
             written += n
         }
+        // The file as written (a rename changes only its change time, which is not compared):
+        // taken from the descriptor, so nothing put at the name meanwhile is taken for it.
+        var made = stat()
+        guard fstat(fd, &made) == 0 else {
+            let code = errno
+            close(fd)
+            throw try giveUp(code)
+        }
         guard close(fd) == 0 else { throw try giveUp(errno) }
         try record.faults?.step("temporary written")
         if replace {
@@ -279,13 +287,12 @@ public final class Mirror {
             guard result == 0 else { throw try giveUp(-result) }
         }
         try record.faults?.step("renamed")
-        let file = MirrorRecord.file(at: target)
         if let old = record.entries[source]?.output, old != output, !record.othersNeed(old, besides: source),
            record.holdsAsWritten(source) {
             unlink(layout.out + "/" + old)
             try record.faults?.step("old thumbnail removed")
         }
-        try record.finish(source, output: output, version: version, file: file)
+        try record.finish(source, output: output, version: version, file: FileVersion(made))
         try record.faults?.step("finished")
     }
 

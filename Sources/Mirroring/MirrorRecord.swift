@@ -35,11 +35,7 @@ final class MirrorRecord {
         var file: FileVersion? = nil
     }
 
-    /// The file at `path` now, not following a link; nil when there is none.
-    static func file(at path: String) -> FileVersion? {
-        var info = stat()
-        return lstat(path, &info) == 0 ? FileVersion(info) : nil
-    }
+
 
     struct Pending: Equatable {
         var output: String
@@ -287,10 +283,13 @@ final class MirrorRecord {
 
     /// Whether the file at `source`'s thumbnail is still the one sync wrote there (or there
     /// is none, or the record predates keeping it): only then may sync replace or delete it.
-    func holdsAsWritten(_ source: String) -> Bool {
+    /// `now`: that file, when the caller has just looked (not following a link).
+    func holdsAsWritten(_ source: String, now: FileVersion? = nil) -> Bool {
         guard let entry = entries[source], let file = entry.file else { return true }
-        guard let now = Self.file(at: out + "/" + entry.output) else { return true }
-        return now.sameContent(as: file)
+        if let now { return now.sameContent(as: file) }
+        var info = stat()
+        guard lstat(out + "/" + entry.output, &info) == 0 else { return true }
+        return FileVersion(info).sameContent(as: file)
     }
 
     /// A write given up before its rename: the record is as before it began.

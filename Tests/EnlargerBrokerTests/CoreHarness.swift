@@ -171,6 +171,9 @@ struct CoreHarness {
     var inconsistencies: [String] {
         var problems: [String] = []
         problems += core.waiting.inconsistencies
+        var batchesBy: [Principal: Int] = [:]
+        for key in core.batches.keys { batchesBy[key.principal, default: 0] += 1 }
+        if batchesBy != core.liveBatchesBy { problems.append("live batches per principal are miscounted") }
         let queued = Set(core.waiting.allPlaces.keys)
         var running = RunningCounts()
         for (jobID, place) in core.waiting.allPlaces {
