@@ -274,6 +274,8 @@ public final class Mirror {
         }
         guard close(fd) == 0 else { throw try giveUp(errno) }
         try record.faults?.step("temporary written")
+        try record.written(source, file: FileVersion(made))
+        try record.faults?.step("written recorded")
         if replace {
             guard rename(temporaryPath, target) == 0 else { throw try giveUp(errno) }
         } else {
@@ -289,7 +291,8 @@ public final class Mirror {
         try record.faults?.step("renamed")
         if let old = record.entries[source]?.output, old != output, !record.othersNeed(old, besides: source),
            record.holdsAsWritten(source) {
-            unlink(layout.out + "/" + old)
+            let file = record.entries[source]?.file
+            OutFiles.remove(old, in: layout.out) { now in file.map(now.sameContent(as:)) ?? true }
             try record.faults?.step("old thumbnail removed")
         }
         try record.finish(source, output: output, version: version, file: FileVersion(made))
@@ -323,7 +326,9 @@ public final class Mirror {
         guard let output = record.entries[source]?.output else { return nil }
         let ours = record.holdsAsWritten(source)
         if ours && !record.othersNeed(output, besides: source) {
-            unlink(layout.out + "/" + output)
+            // Only the file sync wrote (any regular file in a record that predates keeping it).
+            let file = record.entries[source]?.file
+            OutFiles.remove(output, in: layout.out) { now in file.map(now.sameContent(as:)) ?? true }
             try record.faults?.step("thumbnail removed")
         }
         try record.remove(source)

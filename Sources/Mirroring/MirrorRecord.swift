@@ -6,13 +6,16 @@ import Foundation
 /// under way. It is one file, `OUT/.enlarger-sync.journal`, of JSON lines: a header, one
 /// line per source (a checkpoint), then one line per change appended as it happens.
 ///
-/// A thumbnail is written in four steps, each of which may be the last before a crash:
+/// A thumbnail is written in five steps, each of which may be the last before a crash:
 /// 1. a `pending` line names the source, its output and the temporary file about to be made;
 /// 2. the temporary file is created (never over an existing file) and written;
-/// 3. it is renamed to the output (never over a file the record does not give this source);
-/// 4. a `set` line records the output and the version it was made from.
-/// On open, every write still pending is undone: its temporary file and an output it may
-/// have produced are removed, and its source is made again by the next pass. A line cut off
+/// 3. a `written` line records that file (device, inode, size, modification time);
+/// 4. it is renamed to the output (never over a file the record does not give this source);
+/// 5. a `set` line records the output and the version it was made from.
+/// On open, every write still pending is undone: its temporary file is removed, and so is
+/// the output it produced, but only when the file at the output's name is the one step 3
+/// recorded (a file put there after the crash, or there because the rename never happened,
+/// is not sync's to delete); its source is made again by the next pass. A line cut off
 /// by a crash is the last one and is ignored. Appends are not synced to disk one by one
 /// (a crash of the process loses none; a power cut may lose the newest lines, and with them
 /// knowledge of the newest thumbnails, which are then left alone as foreign files); each
@@ -40,6 +43,8 @@ final class MirrorRecord {
     struct Pending: Equatable {
         var output: String
         var temporary: String
+        /// The temporary file once written (step 3), before it is renamed to `output`.
+        var file: FileVersion? = nil
     }
 
     /// The directory a record mirrors: its path when last synced, and its device and inode.
@@ -54,6 +59,7 @@ final class MirrorRecord {
         var source: Source?
         var set: String?
         var pending: String?
+        var written: String?
         var remove: String?
         var output: String?
         var temporary: String?
@@ -111,11 +117,17 @@ final class MirrorRecord {
             recordedSpec = try legacy(data)
         }
         for (source, write) in pending {
-            unlink(out + "/" + write.temporary)
-            if entries[source]?.output != write.output { unlink(out + "/" + write.output) }
+            // A name of sync's own (a random one with sync's prefix): whatever it holds is partial.
+            OutFiles.remove(write.temporary, in: out) { _ in true }
+            // Renamed to the output: the file there is the one written (and not changed since).
+            let renamed = write.file.flatMap { file in OutFiles.version(of: write.output, in: out)?.sameContent(as: file) } ?? false
+            if entries[source]?.output == write.output {
+                // A thumbnail replaced, or not yet: either file is sync's, anything else the user's.
+                if renamed { entries[source]?.file = write.file }
+            } else if renamed, let file = write.file {
+                OutFiles.remove(write.output, in: out) { $0.sameContent(as: file) }
+            }
             entries[source]?.version = nil
-            // The write may have replaced its file: which one is there now is not known.
-            entries[source]?.file = nil
         }
         pending.removeAll()
         if recordedSpec != spec {
@@ -157,6 +169,8 @@ final class MirrorRecord {
                 pending[source] = nil
             } else if let source = line.pending, let output = line.output, let temporary = line.temporary {
                 pending[source] = Pending(output: output, temporary: temporary)
+            } else if let source = line.written, let file = line.file {
+                pending[source]?.file = file
             } else if let source = line.remove {
                 entries[source] = nil
                 pending[source] = nil
@@ -202,6 +216,7 @@ final class MirrorRecord {
         for source in pending.keys.sorted() {
             let write = pending[source]!
             try add(Line(pending: source, output: write.output, temporary: write.temporary))
+            if let file = write.file { try add(Line(written: source, file: file)) }
         }
         // The thumbnails it names reach the disk before it does: after a power cut, a record
         // that says a thumbnail is done is never left naming an empty or partial file. One
@@ -272,7 +287,13 @@ final class MirrorRecord {
         try append(Line(pending: source, output: output, temporary: temporary))
     }
 
-    /// Step 4: `source`'s thumbnail is `output`, the file `file`, made from `version`.
+    /// Step 3: `source`'s temporary file is written, and is `file`; it is renamed next.
+    func written(_ source: String, file: FileVersion) throws {
+        pending[source]?.file = file
+        try append(Line(written: source, file: file))
+    }
+
+    /// Step 5: `source`'s thumbnail is `output`, the file `file`, made from `version`.
     func finish(_ source: String, output: String, version: FileVersion?, file: FileVersion?) throws {
         if let old = entries[source]?.output { owners[old]?.remove(source) }
         entries[source] = Entry(version: version, output: output, file: file)
@@ -287,9 +308,8 @@ final class MirrorRecord {
     func holdsAsWritten(_ source: String, now: FileVersion? = nil) -> Bool {
         guard let entry = entries[source], let file = entry.file else { return true }
         if let now { return now.sameContent(as: file) }
-        var info = stat()
-        guard lstat(out + "/" + entry.output, &info) == 0 else { return true }
-        return FileVersion(info).sameContent(as: file)
+        guard let there = OutFiles.version(of: entry.output, in: out) else { return true }
+        return there.sameContent(as: file)
     }
 
     /// A write given up before its rename: the record is as before it began.

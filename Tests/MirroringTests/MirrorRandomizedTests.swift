@@ -18,7 +18,7 @@ final class MirrorRandomizedTests: XCTestCase {
     ]
 
     struct Figures {
-        var seeds = 0, rounds = 0, operations = 0, passes = 0, crashes = 0, tornLines = 0
+        var seeds = 0, rounds = 0, operations = 0, passes = 0, crashes = 0, tornLines = 0, planted = 0
     }
 
     func testRandomTreesAndCrashesLeaveExactlyTheRightThumbnails() async throws {
@@ -31,8 +31,10 @@ final class MirrorRandomizedTests: XCTestCase {
             figures.seeds += 1
         }
         print("mirror randomised: \(figures.seeds) seeds, \(figures.rounds) rounds, \(figures.operations) tree "
-              + "operations, \(figures.passes) passes, \(figures.crashes) crashes injected, \(figures.tornLines) torn record lines")
+              + "operations, \(figures.passes) passes, \(figures.crashes) crashes injected, \(figures.tornLines) torn record lines, "
+              + "\(figures.planted) user files put where a killed write was going")
         XCTAssertGreaterThan(figures.crashes, figures.seeds, "crashes were injected")
+        XCTAssertGreaterThan(figures.planted, 0, "user files were put in the place of killed writes")
     }
 
     private func run(seed: UInt64, figures: inout Figures) async throws {
@@ -40,7 +42,7 @@ final class MirrorRandomizedTests: XCTestCase {
         let directories = try MirrorDirectories(self)
         let source = directories.source, out = directories.out
         // The user's own files in OUT, one at the name a source's thumbnail would have.
-        let foreign: [String: [UInt8]] = ["README.txt": Array("mine".utf8), "keep/IMG_0001.png.webp": [7, 7]]
+        var foreign: [String: [UInt8]] = ["README.txt": Array("mine".utf8), "keep/IMG_0001.png.webp": [7, 7]]
         for (name, bytes) in foreign { try directories.write(name, bytes, in: out) }
         var model: [String: [UInt8]] = [:]  // regular files in SRC
         var links = Set<String>()
@@ -142,6 +144,17 @@ final class MirrorRandomizedTests: XCTestCase {
                     try record?.close()
                     figures.tornLines += 1
                 }
+                if Bool.random(using: &random) {
+                    // The user puts a file where a killed write was going: it is theirs.
+                    for output in Self.pendingOutputs(out) {
+                        var info = stat()
+                        guard lstat(out + "/" + output, &info) != 0 else { continue }
+                        let bytes = Array("the user's \(output)".utf8)
+                        try directories.write(output, bytes, in: out)
+                        foreign[output] = bytes
+                        figures.planted += 1
+                    }
+                }
             }
             touched.removeAll()
             let settle = try Mirror(layout: layout, spec: "w=32", maxBytes: 1 << 20, inFlight: 3, adopt: false, faults: nil)
@@ -150,5 +163,17 @@ final class MirrorRandomizedTests: XCTestCase {
             XCTAssertEqual(summary.foreign, foreign.count, "\(describe()), round \(round): foreign files listed")
             try check("round \(round), settled")
         }
+    }
+
+    /// The outputs of the writes OUT's record has pending (begun, not finished).
+    private static func pendingOutputs(_ out: String) -> [String] {
+        guard let data = FileManager.default.contents(atPath: out + "/" + MirrorRecord.fileName) else { return [] }
+        var outputs: [String: String] = [:]
+        for line in data.split(separator: UInt8(ascii: "\n")) {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else { continue }
+            if let source = object["pending"] as? String { outputs[source] = object["output"] as? String }
+            if let source = (object["set"] ?? object["remove"]) as? String { outputs[source] = nil }
+        }
+        return outputs.values.sorted()
     }
 }

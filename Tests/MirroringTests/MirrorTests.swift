@@ -139,6 +139,60 @@ final class MirrorTests: XCTestCase {
         XCTAssertEqual(MirrorDirectories.files(directories.out)["a.jpg.png"], FakeService.thumbnail([6]))
     }
 
+    /// A pass killed at any step of a write, then OUT changed by the user before the next:
+    /// a file put where the thumbnail would go, or OUT's directory moved away and linked back.
+    /// What the crashed write produced is undone only when it is found, unchanged, at its own
+    /// place in OUT; the user's file is kept (the source fails OUTPUT_EXISTS) and nothing is
+    /// deleted through the link.
+    func testACrashedWriteUndoesOnlyWhatItMade() async throws {
+        var crashes: [String] = []
+        crashPoints: for crashAfter in 0..<40 {
+            for linkTheDirectory in [false, true] {
+                let directories = try MirrorDirectories(self)
+                try directories.write("d/a.jpg", [2])
+                let layout = try MirrorLayout.resolve(source: directories.source, out: directories.out)
+                let step: String
+                do {
+                    let mirror = try Mirror(layout: layout, spec: "w=32", maxBytes: 1 << 20, inFlight: 1, adopt: false,
+                                            faults: FaultSchedule(crashAfter: crashAfter))
+                    _ = try await mirror.fakeFullPass()
+                    break crashPoints  // past the last step
+                } catch let crash as MirrorCrash {
+                    step = crash.step
+                }
+                if !linkTheDirectory { crashes.append(step) }
+                let thumbnail = directories.out + "/d/a.jpg.png"
+                let made = FileManager.default.fileExists(atPath: thumbnail)
+                if linkTheDirectory {
+                    guard FileManager.default.fileExists(atPath: directories.out + "/d") else { continue }
+                    let moved = directories.root.appendingPathComponent("moved").path
+                    XCTAssertEqual(rename(directories.out + "/d", moved), 0)
+                    XCTAssertEqual(symlink(moved, directories.out + "/d"), 0)
+                    let before = MirrorDirectories.files(moved)
+                    let (summary, events) = try await Mirror.fake(directories).fakeFullPass()
+                    XCTAssertEqual(MirrorDirectories.files(moved), before, "after \(step): \(events)")
+                    // Made again (refused: OUT's directory is a link now), or done before the crash.
+                    XCTAssertEqual(summary.failures["WRITE_FAILED", default: 0] + summary.unchanged, 1,
+                                   "after \(step): \(events)")
+                } else if made {
+                    // The rename happened: a thumbnail of sync's, made again or kept.
+                    let (summary, events) = try await Mirror.fake(directories).fakeFullPass()
+                    XCTAssertEqual(summary.failures, [:], "after \(step): \(events)")
+                    XCTAssertEqual(MirrorDirectories.files(directories.out)["d/a.jpg.png"], FakeService.thumbnail([2]))
+                } else {
+                    try directories.write("d/a.jpg.png", Array("mine".utf8), in: directories.out)
+                    let (summary, events) = try await Mirror.fake(directories).fakeFullPass()
+                    XCTAssertEqual(summary.failures, ["OUTPUT_EXISTS": 1], "after \(step): \(events)")
+                    XCTAssertEqual(MirrorDirectories.files(directories.out)["d/a.jpg.png"], Array("mine".utf8),
+                                   "after \(step)")
+                }
+            }
+        }
+        for step in ["pending recorded", "temporary created", "temporary written", "written recorded", "renamed"] {
+            XCTAssertTrue(crashes.contains(step), "a crash after \(step): \(crashes)")
+        }
+    }
+
     /// OUT's record names the directory it mirrors: a sync of another directory into it (SRC
     /// mistyped, an empty mount point) is refused, rather than deleting every thumbnail as
     /// those of deleted files; `--adopt` makes it the other's mirror. A renamed SRC is the same.
