@@ -99,8 +99,9 @@ enum OutputFile {
 extension OutputFile {
     /// Writes every file or none: each to a temporary file beside its path first, then, once
     /// all are written and no path is taken (by a directory; by any file unless `replacing`),
-    /// renames them into place. A rename that still fails removes the files renamed before it
-    /// (with `replacing`, an older file one of them replaced is not brought back).
+    /// renames them into place. A file replaced is first linked to a name beside it, so that a
+    /// rename that still fails puts back every file as it was (the older ones restored, the new
+    /// ones removed); the links are removed once all are placed.
     static func writeAll(_ files: [(bytes: [UInt8], path: String)], replacing: Bool) throws(ImagingError) {
         var temporaries: [String] = []
         func removeTemporaries() { for temporary in temporaries { unlink(temporary) } }
@@ -120,14 +121,30 @@ extension OutputFile {
             }
             temporaries.append(temporary)
         }
+        // The file each path held before, kept under another name until all are placed.
+        var previous = [String?](repeating: nil, count: files.count)
+        func undo(placed: Int) {
+            for index in 0..<placed {
+                if let kept = previous[index] { rename(kept, files[index].path) } else { unlink(files[index].path) }
+            }
+            for index in placed..<files.count {
+                unlink(temporaries[index])
+                if let kept = previous[index] { unlink(kept) }
+            }
+        }
         for (index, file) in files.enumerated() {
-            let code = place(temporaries[index], at: file.path, replacing: replacing)
+            var code: Int32 = 0
+            if replacing {
+                let kept = file.path + ".previous-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+                if link(file.path, kept) == 0 { previous[index] = kept } else if errno != ENOENT { code = errno }
+            }
+            if code == 0 { code = place(temporaries[index], at: file.path, replacing: replacing) }
             guard code != 0 else { continue }
-            for placed in files[..<index] { unlink(placed.path) }
-            for temporary in temporaries[index...] { unlink(temporary) }
+            undo(placed: index)
             throw code == EEXIST ? taken(file.path)
                 : ImagingError(.writeFailed, "cannot write \(file.path): \(String(cString: strerror(code)))")
         }
+        for kept in previous { if let kept { unlink(kept) } }
     }
 }
 

@@ -92,17 +92,13 @@ struct ResizeCommand: ParsableCommand {
         let name = InputSource.outputName(input)
         let path = (out as NSString).appendingPathComponent("\(name).\(final.image.format.fileExtension)")
         var degradedPath: String?
+        var files = [(bytes: final.image.bytes, path: path)]
         if let preview {
             let p = (out as NSString).appendingPathComponent("\(name).degraded.\(preview.image.format.fileExtension)")
-            try write(preview.image.bytes, to: p, input: input)
+            files.insert((preview.image.bytes, p), at: 0)
             degradedPath = p
         }
-        do {
-            try write(final.image.bytes, to: path, input: input)
-        } catch {
-            if let degradedPath { unlink(degradedPath) }
-            throw error
-        }
+        try write(files, input: input)
         // What the input cost: each result's timings count only what it added (the decode
         // with the first result that needed it).
         var t = final.timings
@@ -159,41 +155,36 @@ struct ResizeCommand: ParsableCommand {
             }
         }
         let name = InputSource.outputName(input)
-        var written: [String] = []
+        var files: [(bytes: [UInt8], path: String)] = []
         var lines: [String] = []
         var objects: [JSONLine] = []
-        do {
-            for (variant, result) in zip(variants, results) {
-                guard let result else { throw ImagingError(.encodeFailed, "no result for variant \(variant.label)") }
-                let path = (out as NSString).appendingPathComponent(
-                    "\(name)-\(variant.label).\(result.image.format.fileExtension)")
-                try write(result.image.bytes, to: path, input: input)
-                written.append(path)
-                let t = result.timings
-                if json {
-                    var object = JSONLine()
-                    object.add("variant", variant.label)
-                    object.add("output", path)
-                    object.add("width", result.image.width)
-                    object.add("height", result.image.height)
-                    object.add("bytes", result.image.byteCount)
-                    object.add("content_type", result.image.format.contentType)
-                    if !result.notes.isEmpty { object.add("notes", result.notes.joined(separator: "; ")) }
-                    object.add("decode_ms", t.decodeMilliseconds)
-                    object.add("resize_ms", t.resizeMilliseconds)
-                    object.add("encode_ms", t.encodeMilliseconds)
-                    objects.append(object)
-                } else {
-                    let ms = { (v: Double) in String(format: "%.1f", v) }
-                    lines.append("  \(path) \(result.image.width)x\(result.image.height) \(result.image.byteCount) bytes "
-                                 + "(decode \(ms(t.decodeMilliseconds)) ms, resize \(ms(t.resizeMilliseconds)) ms, "
-                                 + "encode \(ms(t.encodeMilliseconds)) ms)" + result.notes.map { "\n    note: \($0)" }.joined())
-                }
+        for (variant, result) in zip(variants, results) {
+            guard let result else { throw ImagingError(.encodeFailed, "no result for variant \(variant.label)") }
+            let path = (out as NSString).appendingPathComponent(
+                "\(name)-\(variant.label).\(result.image.format.fileExtension)")
+            files.append((result.image.bytes, path))
+            let t = result.timings
+            if json {
+                var object = JSONLine()
+                object.add("variant", variant.label)
+                object.add("output", path)
+                object.add("width", result.image.width)
+                object.add("height", result.image.height)
+                object.add("bytes", result.image.byteCount)
+                object.add("content_type", result.image.format.contentType)
+                if !result.notes.isEmpty { object.add("notes", result.notes.joined(separator: "; ")) }
+                object.add("decode_ms", t.decodeMilliseconds)
+                object.add("resize_ms", t.resizeMilliseconds)
+                object.add("encode_ms", t.encodeMilliseconds)
+                objects.append(object)
+            } else {
+                let ms = { (v: Double) in String(format: "%.1f", v) }
+                lines.append("  \(path) \(result.image.width)x\(result.image.height) \(result.image.byteCount) bytes "
+                             + "(decode \(ms(t.decodeMilliseconds)) ms, resize \(ms(t.resizeMilliseconds)) ms, "
+                             + "encode \(ms(t.encodeMilliseconds)) ms)" + result.notes.map { "\n    note: \($0)" }.joined())
             }
-        } catch {
-            for path in written { unlink(path) }
-            throw error
         }
+        try write(files, input: input)
         if json {
             return objects.map { line in
                 var line = line
@@ -204,8 +195,9 @@ struct ResizeCommand: ParsableCommand {
         return "\(input) -> \(variants.count) outputs from one decode\n" + lines.joined(separator: "\n")
     }
 
-    private func write(_ bytes: [UInt8], to path: String, input: String) throws {
-        try OutputFile.refuseOverwriting(input: input, with: path)
-        try OutputFile.write(bytes, to: path, replacing: overwrite)
+    /// Every file or none (with --overwrite, a failure puts back the files that were there).
+    private func write(_ files: [(bytes: [UInt8], path: String)], input: String) throws {
+        for file in files { try OutputFile.refuseOverwriting(input: input, with: file.path) }
+        try OutputFile.writeAll(files, replacing: overwrite)
     }
 }

@@ -505,6 +505,40 @@ final class CLITests: XCTestCase {
         }
     }
 
+    /// `resize` writes an input's files all or none, with `--overwrite` too: when one of them
+    /// cannot be written (its name is a directory), the files already there are left as they
+    /// were, the degraded one included, and no temporary file is left behind.
+    func testResizeWithOverwriteReplacesAllOrNothing() throws {
+        let photo = Corpus.root.appendingPathComponent("good/sharp_flowers.jpeg").path
+        let out = try temporaryDirectory()
+        let degraded = out.appendingPathComponent("sharp_flowers.degraded.jpg")
+        let variant = out.appendingPathComponent("sharp_flowers-64x.jpg")
+        try Data("the user's degraded".utf8).write(to: degraded)
+        try Data("the user's variant".utf8).write(to: variant)
+        try FileManager.default.createDirectory(at: out.appendingPathComponent("sharp_flowers.jpg"),
+                                                withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(at: out.appendingPathComponent("sharp_flowers-32x.webp"),
+                                                withIntermediateDirectories: false)
+        for arguments in [["--width", "64", "--degraded"], ["--variant", "64x:jpeg,32x:webp"]] {
+            let result = try run(["resize", photo, "--out", out.path, "--overwrite"] + arguments)
+            XCTAssertNotEqual(result.status, 0, "\(arguments)")
+            XCTAssert(result.stderr.contains("a directory has that name"), "\(arguments): \(result.stderr)")
+            XCTAssertEqual(try Data(contentsOf: degraded), Data("the user's degraded".utf8), "\(arguments)")
+            XCTAssertEqual(try Data(contentsOf: variant), Data("the user's variant".utf8), "\(arguments)")
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: out.path).sorted(),
+                           ["sharp_flowers-32x.webp", "sharp_flowers-64x.jpg", "sharp_flowers.degraded.jpg",
+                            "sharp_flowers.jpg"], "\(arguments)")
+        }
+        // Once the names are free, both are replaced.
+        try FileManager.default.removeItem(at: out.appendingPathComponent("sharp_flowers.jpg"))
+        let replaced = try run(["resize", photo, "--out", out.path, "--overwrite", "--width", "64", "--degraded"])
+        XCTAssertEqual(replaced.status, 0, replaced.stderr)
+        XCTAssert(try Data(contentsOf: degraded).starts(with: [0xFF, 0xD8, 0xFF]))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: out.path).sorted(),
+                       ["sharp_flowers-32x.webp", "sharp_flowers-64x.jpg", "sharp_flowers.degraded.jpg",
+                        "sharp_flowers.jpg"])
+    }
+
     /// --variant: every output from one decode, named by its box, with the right sizes and
     /// formats; malformed and duplicate variants are refused before anything runs.
     func testResizeVariantsWritesEveryOutput() throws {
