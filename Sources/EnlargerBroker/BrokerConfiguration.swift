@@ -20,6 +20,11 @@ public struct BrokerConfiguration: Sendable {
     /// `Rejected{OVERLOADED}`: the queue's count limit alone would let a few clients park
     /// `queueLimit × maxInputBytes` (64 GiB) of images.
     public var maxLiveImageBytes: Int = 1 << 30
+    /// Of those, the bytes one principal's live requests may hold unless its tenant terms say
+    /// otherwise (`image-mib`); nil: a quarter of `maxLiveImageBytes`, and never less than
+    /// one image of `maxInputBytes`. Without it one principal could fill the broker's image
+    /// memory and have every other principal's Submit refused.
+    public var maxLiveImageBytesPerPrincipal: Int?
     /// Live requests one client connection may hold, so that one producer cannot take every
     /// queue slot from the others (`Rejected{OVERLOADED}` beyond it).
     public var maxLiveRequestsPerClient: Int = 512
@@ -73,6 +78,11 @@ public struct BrokerConfiguration: Sendable {
     public var maxLiveBatchesPerPrincipal: Int = 512
 
     public init() {}
+
+    /// The image bytes a principal may hold when its terms name no limit.
+    var defaultImageBytesPerPrincipal: Int {
+        maxLiveImageBytesPerPrincipal ?? max(maxLiveImageBytes / 4, min(maxInputBytes, maxLiveImageBytes))
+    }
 
     /// Silence after which a peer is considered gone.
     var peerTimeout: Duration { heartbeatInterval * heartbeatLiveness }

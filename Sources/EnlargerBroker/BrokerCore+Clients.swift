@@ -157,6 +157,7 @@ extension BrokerCore {
             return jobID
         } : nil
         let terms = tenants.terms(for: principal)
+        let imageByteLimit = terms.maxImageBytes ?? configuration.defaultImageBytesPerPrincipal
         // Held back (none of its clients reads) a job still waits: it counts as queued.
         let queuedByPrincipal = (waiting.queuedBy[principal] ?? 0) + (waiting.heldBackBy[principal] ?? 0)
         // A request that joins a job takes no queue slot and holds no image.
@@ -168,6 +169,9 @@ extension BrokerCore {
             } else if joining == nil && liveImageBytes + image.count > configuration.maxLiveImageBytes {
                 // Not how many it holds: with its own in mind, a principal would learn the others'.
                 "the broker holds all the image bytes it may (\(configuration.maxLiveImageBytes))"
+            } else if joining == nil, liveImageBytesBy[principal, default: 0] + image.count > imageByteLimit {
+                "this principal's live requests hold \(liveImageBytesBy[principal, default: 0]) bytes of images "
+                    + "(its limit is \(imageByteLimit))"
             } else if (clients[peer]?.requests.count ?? 0) >= configuration.maxLiveRequestsPerClient {
                 "this connection has \(configuration.maxLiveRequestsPerClient) live requests already"
             } else {
@@ -201,7 +205,7 @@ extension BrokerCore {
             nextJobID += 1
             jobs[jobID] = Job(
                 spec: submit.spec, delivery: submit.variants.isEmpty ? submit.delivery : .final, image: image,
-                source: submit.source, submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: lane)
+                source: submit.source, imageHolder: principal, submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: lane)
             jobs[jobID]!.placeholder = wantsPlaceholder
             jobs[jobID]!.variants = submit.variants.enumerated().map { index, spec in
                 .with { $0.index = UInt32(index); $0.spec = spec }
@@ -215,7 +219,7 @@ extension BrokerCore {
             for (index, variantKey) in variantKeys.enumerated() where !jobs[jobID]!.variantsSent.contains(UInt32(index)) {
                 sharing.claim(variantKey, by: jobID)
             }
-            liveImageBytes += image.count
+            holdImage(of: jobs[jobID]!)
             waiting.place(jobID, lane: lane, principal: principal)
         }
         requests[key] = Request(key: key, client: peer, jobID: jobID, acceptedAt: now, bytesIn: image.count,

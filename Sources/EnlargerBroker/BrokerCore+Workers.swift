@@ -428,7 +428,7 @@ extension BrokerCore {
             let newID = nextJobID
             nextJobID += 1
             var own = Job(spec: variant.spec, delivery: .final, image: job.image, source: job.source,
-                          submittedKey: shareKey, shareKey: shareKey, requests: sharers,
+                          imageHolder: owner.key.principal, submittedKey: shareKey, shareKey: shareKey, requests: sharers,
                           lane: sharers.map { requests[$0]!.lane }.min()!)
             // Its attempts go on from what its clients were told.
             own.attempt = sharers.map { requests[$0]!.startedAttempt }.max()!
@@ -436,7 +436,7 @@ extension BrokerCore {
             own.quarantined = job.quarantined
             own.quarantinedAt = job.quarantinedAt
             jobs[newID] = own
-            liveImageBytes += job.image.count
+            holdImage(of: own)
             sharing.release(shareKey, heldBy: jobID)
             sharing.claim(shareKey, by: newID)
             for key in sharers {

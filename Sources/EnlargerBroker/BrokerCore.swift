@@ -75,6 +75,9 @@ public struct BrokerCore<Payload: FrameBytes> {
         /// As the first Submit named it: the worker checks a digest, opens a file, downloads
         /// a URL.
         let source: Enlarger_V1_ImageSource
+        /// The principal whose Submit brought its image: it is counted against that principal's
+        /// share of the broker's image bytes until the job ends.
+        let imageHolder: Principal
         /// The key its first Submit gave it: a digest, or a file or URL's location (nil: it is
         /// neither shared nor cached).
         let submittedKey: ShareKey?
@@ -200,8 +203,10 @@ public struct BrokerCore<Payload: FrameBytes> {
     var endedRequests: EndedRequests
     var deadlines = DeadlineHeap<RequestKey, MonotonicInstant>()
     var nextJobID: UInt64 = 1
-    /// Bytes of source images held by live jobs (bounded by `maxLiveImageBytes`).
+    /// Bytes of source images held by live jobs (bounded by `maxLiveImageBytes`), and by
+    /// each principal's (`Job.imageHolder`; bounded by its share).
     var liveImageBytes = 0
+    var liveImageBytesBy: [Principal: Int] = [:]
     /// The fair-share cost of each live job that costs more than 1 (a set of variants, see
     /// `fairShareCost`): looked up at every dispatch, so kept apart from the jobs.
     var jobCosts: [UInt64: Int] = [:]
@@ -578,10 +583,24 @@ public struct BrokerCore<Payload: FrameBytes> {
         sharing.release(job.shareKey, heldBy: jobID)
         for key in job.variantKeys { sharing.release(key, heldBy: jobID) }
         if !job.variants.isEmpty { jobCosts[jobID] = nil }
-        liveImageBytes -= job.image.count
+        releaseImage(of: job)
         waiting.withdraw(jobID)
         if let key = job.runningAs { running.remove(key) }
         return job
+    }
+
+    /// Counts a new job's image as held, by the broker and by its principal.
+    mutating func holdImage(of job: Job) {
+        guard job.image.count > 0 else { return }  // a file or URL source: the worker reads it
+        liveImageBytes += job.image.count
+        liveImageBytesBy[job.imageHolder, default: 0] += job.image.count
+    }
+
+    mutating func releaseImage(of job: Job) {
+        guard job.image.count > 0 else { return }
+        liveImageBytes -= job.image.count
+        liveImageBytesBy[job.imageHolder]! -= job.image.count
+        if liveImageBytesBy[job.imageHolder] == 0 { liveImageBytesBy[job.imageHolder] = nil }
     }
 
     /// Ends every request on the job alike, each told by its own `message`.

@@ -12,17 +12,23 @@
 ///
 /// `weight` (1 to 1000, default 1): jobs dispatched per turn within a lane. `queued`:
 /// requests it may have waiting (beyond: Rejected{OVERLOADED}). `running`: its jobs on
-/// workers at once. A limit left out is no limit (the broker's own still apply).
+/// workers at once. `image-mib`: MiB of source images its live requests may hold at the
+/// broker (beyond: Rejected{OVERLOADED}); left out, the broker's per-principal share
+/// (`BrokerConfiguration.maxLiveImageBytesPerPrincipal`). Another limit left out is no
+/// limit (the broker's own still apply).
 public struct TenantPolicy: Sendable, Equatable {
     public struct Terms: Sendable, Equatable {
         public var weight = 1
         public var maxQueued: Int?
         public var maxRunning: Int?
+        /// Bytes of source images its live requests may hold (nil: the broker's per-principal share).
+        public var maxImageBytes: Int?
 
-        public init(weight: Int = 1, maxQueued: Int? = nil, maxRunning: Int? = nil) {
+        public init(weight: Int = 1, maxQueued: Int? = nil, maxRunning: Int? = nil, maxImageBytes: Int? = nil) {
             self.weight = weight
             self.maxQueued = maxQueued
             self.maxRunning = maxRunning
+            self.maxImageBytes = maxImageBytes
         }
     }
 
@@ -63,7 +69,7 @@ public struct TenantPolicy: Sendable, Equatable {
             for word in words.dropFirst() {
                 let parts = word.split(separator: "=", maxSplits: 1)
                 guard parts.count == 2, let value = Int(parts[1]) else {
-                    throw ParseError(line: number, reason: "\"\(word)\" is not NAME=NUMBER (weight, queued or running)")
+                    throw ParseError(line: number, reason: "\"\(word)\" is not NAME=NUMBER (weight, queued, running or image-mib)")
                 }
                 switch parts[0] {
                 case "weight":
@@ -75,8 +81,13 @@ public struct TenantPolicy: Sendable, Equatable {
                 case "running":
                     guard value >= 1 else { throw ParseError(line: number, reason: "running must be 1 or more") }
                     terms.maxRunning = value
+                case "image-mib":
+                    guard (1...(1 << 20)).contains(value) else {
+                        throw ParseError(line: number, reason: "image-mib must be 1 to 1048576")
+                    }
+                    terms.maxImageBytes = value << 20
                 default:
-                    throw ParseError(line: number, reason: "unknown term \"\(parts[0])\" (weight, queued or running)")
+                    throw ParseError(line: number, reason: "unknown term \"\(parts[0])\" (weight, queued, running or image-mib)")
                 }
             }
             if name == "*" { policy.defaults = terms } else { policy.principals[name] = terms }

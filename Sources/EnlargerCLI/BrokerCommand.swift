@@ -37,14 +37,14 @@ struct BrokerOptions: ParsableArguments {
     @Flag(help: "Share cached results and jobs between principals (off: each principal sees only its own).")
     var shareAcrossPrincipals = false
 
-    @Option(help: "MiB of source images the broker holds at once, over all live requests (each is kept until its request ends, for retries); a Submit beyond it is refused OVERLOADED. Size the broker's memory limit above it.")
+    @Option(help: "MiB of source images the broker holds at once, over all live requests (each is kept until its request ends, for retries); a Submit beyond it is refused OVERLOADED. One principal's requests may hold a quarter of it (at least one image of --max-bytes), or what its --tenants line gives (image-mib=N). Size the broker's memory limit above it.")
     var maxImageMib = BrokerConfiguration().maxLiveImageBytes >> 20
 
     @Option(help: "Percent of the workers' capacity kept for interactive requests (0-90): bulk requests (sync's default, --priority bulk) never hold more than the rest, so an interactive request waits at most for a kept slot to free up.")
     var interactiveReserve = Int(BrokerConfiguration().interactiveReserve * 100)
 
     @Option(help: ArgumentHelp(
-        "A file of per-principal weights and limits, re-read within a second of a change: one line per principal (as logs and status name it: local, anonymous, curve:KEY, or * for every other one), then its terms: weight=N (its jobs per turn in the fair share, default 1), queued=N (requests it may have waiting; beyond, OVERLOADED with a retry time), running=N (its jobs on workers at once). Example line: * weight=1 queued=256 running=16",
+        "A file of per-principal weights and limits, re-read within a second of a change: one line per principal (as logs and status name it: local, anonymous, curve:KEY, or * for every other one), then its terms: weight=N (its jobs per turn in the fair share, default 1), queued=N (requests it may have waiting; beyond, OVERLOADED with a retry time), running=N (its jobs on workers at once), image-mib=N (MiB of source images its live requests may hold; default a quarter of --max-image-mib). Example line: * weight=1 queued=256 running=16",
         valueName: "file"))
     var tenants: String?
 

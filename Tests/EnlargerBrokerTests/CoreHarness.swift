@@ -268,6 +268,9 @@ struct CoreHarness {
         }
         let imageBytes = core.jobs.values.reduce(0) { $0 + $1.image.count }
         if imageBytes != core.liveImageBytes { problems.append("live image bytes \(core.liveImageBytes), jobs hold \(imageBytes)") }
+        let imageBytesBy = core.jobs.values.reduce(into: [Principal: Int]()) { $0[$1.imageHolder, default: 0] += $1.image.count }
+            .filter { $0.value != 0 }
+        if imageBytesBy != core.liveImageBytesBy { problems.append("live image bytes per principal are miscounted") }
         if core.sharing.cacheBytes > core.sharing.cacheLimit { problems.append("cache over its limit") }
         for (index, worker) in core.workers.enumerated() {
             if core.workerIndex[worker.id] != index { problems.append("worker index mismatch") }

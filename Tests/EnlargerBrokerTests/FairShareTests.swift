@@ -173,12 +173,13 @@ final class FairShareTests: XCTestCase {
         let policy = try TenantPolicy(parsing: """
             # principal   terms
             *  weight=1 queued=256   # everyone else
-            curve:ab#cd=  weight=4 queued=2000 running=32
+            curve:ab#cd=  weight=4 queued=2000 running=32 image-mib=512
             local weight=2
 
             """)
         XCTAssertEqual(policy.defaults, .init(weight: 1, maxQueued: 256))
-        XCTAssertEqual(policy.terms(for: Principal("curve:ab#cd=")), .init(weight: 4, maxQueued: 2000, maxRunning: 32))
+        XCTAssertEqual(policy.terms(for: Principal("curve:ab#cd=")),
+                       .init(weight: 4, maxQueued: 2000, maxRunning: 32, maxImageBytes: 512 << 20))
         XCTAssertEqual(policy.terms(for: .local), .init(weight: 2))
         XCTAssertEqual(policy.terms(for: Principal("curve:zz")), policy.defaults)
     }
@@ -187,8 +188,9 @@ final class FairShareTests: XCTestCase {
         let cases: [(String, String)] = [
             ("local weight=2\nlocal weight=3", "line 2: local is named twice"),
             ("local weight=0", "line 1: weight must be 1 to 1000"),
-            ("local speed=3", "line 1: unknown term \"speed\" (weight, queued or running)"),
-            ("\n\nlocal weight", "line 3: \"weight\" is not NAME=NUMBER (weight, queued or running)"),
+            ("local speed=3", "line 1: unknown term \"speed\" (weight, queued, running or image-mib)"),
+            ("\n\nlocal weight", "line 3: \"weight\" is not NAME=NUMBER (weight, queued, running or image-mib)"),
+            ("local image-mib=0", "line 1: image-mib must be 1 to 1048576"),
             ("local running=0", "line 1: running must be 1 or more"),
         ]
         for (text, message) in cases {
@@ -314,6 +316,43 @@ final class FairShareTests: XCTestCase {
         broker.record(actions)
         for job in carols { broker.finish(w1, job) }
         XCTAssertTrue(broker.jobs(for: w1).map(\.requestID).contains("d1"))
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+    }
+
+    /// One principal cannot fill the broker's image memory: past its share (a quarter by
+    /// default, or its tenant terms' `image-mib`) its Submits are refused OVERLOADED, told
+    /// what it holds itself and nothing of the others, while another principal is still
+    /// accepted; bytes are given back as its requests end.
+    func testAPrincipalHoldsAtMostItsShareOfImageBytes() {
+        let image = CoreHarness.jpeg.count + 3  // each request its own bytes: the jpeg and its id
+        var broker = CoreHarness {
+            $0.maxLiveImageBytes = 16 * image
+            $0.maxInputBytes = 2 * image
+            $0.tenants = TenantPolicy(principals: [self.erin.name: .init(maxImageBytes: 6 * image)])
+        }
+        XCTAssertEqual(broker.core.configuration.defaultImageBytesPerPrincipal, 4 * image)
+        broker.ready(w1, capacity: 1)
+        for index in 10..<16 { submit(&broker, davesPeer, "d\(index)", as: dave) }
+        for index in 10..<17 { submit(&broker, erinsPeer, "e\(index)", as: erin) }
+        func refused(_ peer: PeerID) -> [Enlarger_V1_Rejected] {
+            broker.events(for: peer).compactMap { if case .rejected(let rejected) = $0 { rejected } else { nil } }
+        }
+        let davesRefused = refused(davesPeer)
+        XCTAssertEqual(davesRefused.map(\.requestID), ["d14", "d15"])
+        XCTAssertEqual(davesRefused.first?.code, .overloaded)
+        XCTAssert(davesRefused.first?.message.hasPrefix(
+            "this principal's live requests hold \(4 * image) bytes of images (its limit is \(4 * image))") == true,
+                  "\(davesRefused)")
+        XCTAssertEqual(refused(erinsPeer).map(\.requestID), ["e16"], "Erin's terms give her more")
+        XCTAssertEqual(broker.core.liveImageBytesBy, [dave: 4 * image, erin: 6 * image])
+        // Carol is still accepted, with the broker's memory far from full.
+        for index in 10..<12 { submit(&broker, carolsPeer, "c\(index)", as: carol) }
+        XCTAssertEqual(refused(carolsPeer), [])
+        // Dave's first request ends: his share has room for one more.
+        for job in broker.jobs(for: w1) { broker.finish(w1, job) }
+        submit(&broker, davesPeer, "d20", as: dave)
+        submit(&broker, davesPeer, "d21", as: dave)
+        XCTAssertEqual(refused(davesPeer).map(\.requestID), ["d21"])
         XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
     }
 

@@ -120,9 +120,11 @@
 // lanes. The operator sets, per principal, a weight and limits on requests waiting and jobs
 // running (the broker's --tenants file, re-read within a second of a change). A Submit over
 // the principal's waiting limit (its jobs held back for a client that does not read count as
-// waiting) is Rejected{OVERLOADED} with retry_after_ms; a principal at its running limit
-// waits while other principals are dispatched. Requests of other principals are not affected
-// by either limit.
+// waiting) is Rejected{OVERLOADED} with retry_after_ms, and so is one whose inline image would
+// take the principal's live requests over its share of the broker's image memory (a quarter
+// of it unless the tenants file says image-mib=N); a principal at its running limit waits
+// while other principals are dispatched. Requests of other principals are not affected by
+// any of these limits.
 //
 // SOURCES
 //
