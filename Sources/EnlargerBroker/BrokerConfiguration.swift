@@ -29,7 +29,8 @@ public struct BrokerConfiguration: Sendable {
     /// queue slot from the others (`Rejected{OVERLOADED}` beyond it).
     public var maxLiveRequestsPerClient: Int = 512
     /// Ended request ids remembered, so a late Cancel is answered `FINISHED` rather than
-    /// `UNKNOWN`: at most this many, for at most `endedRequestMemoryDuration`.
+    /// `UNKNOWN`: at most this many per principal (a principal's own churn never pushes out
+    /// another's), for at most `endedRequestMemoryDuration`. Ended batch ids alike.
     public var endedRequestMemoryLimit: Int = 4096
     public var endedRequestMemoryDuration: Duration = .seconds(60)
     /// How long a cancelled job may go unaccounted for: neither acknowledged (`JobCancelled`)

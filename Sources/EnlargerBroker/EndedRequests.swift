@@ -1,7 +1,43 @@
-/// A bounded, time-limited memory of request ids that ended, so that a Cancel arriving just
-/// after the end is answered `FINISHED` rather than `UNKNOWN`. Oldest entries go first,
-/// either when too many are held or when they are too old.
+/// A bounded, time-limited memory of request (or batch) ids that ended, so that a Cancel
+/// arriving just after the end is answered `FINISHED` rather than `UNKNOWN`, and a late item
+/// of an ended batch does not start it again. Each principal has its own memory, bounded on
+/// its own: one that ends requests by the thousand forgets only its own. In each, oldest
+/// entries go first, either when too many are held or when they are too old.
 struct EndedRequests {
+    private var logs: [Principal: EndedLog] = [:]
+    private let limit: Int
+    private let lifetime: Duration
+    private(set) var count = 0
+
+    /// `limit`: ids remembered per principal.
+    init(limit: Int, lifetime: Duration) {
+        self.limit = max(limit, 0)
+        self.lifetime = lifetime
+    }
+
+    mutating func remember(_ requestID: RequestKey, at now: MonotonicInstant) {
+        guard limit > 0 else { return }
+        let before = logs[requestID.principal]?.count ?? 0
+        logs[requestID.principal, default: EndedLog(limit: limit, lifetime: lifetime)].remember(requestID, at: now)
+        count += logs[requestID.principal]!.count - before
+    }
+
+    func contains(_ requestID: RequestKey, at now: MonotonicInstant) -> Bool {
+        logs[requestID.principal]?.contains(requestID, at: now) ?? false
+    }
+
+    mutating func expire(at now: MonotonicInstant) {
+        for principal in Array(logs.keys) {
+            let before = logs[principal]!.count
+            logs[principal]!.expire(at: now)
+            count += logs[principal]!.count - before
+            if logs[principal]!.count == 0 { logs[principal] = nil }
+        }
+    }
+}
+
+/// One principal's ended ids.
+private struct EndedLog {
     private struct Entry {
         let requestID: RequestKey
         let endedAt: MonotonicInstant

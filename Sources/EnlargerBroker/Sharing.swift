@@ -32,6 +32,7 @@ struct Sharing<Payload: FrameBytes> {
     var cachedCount: Int { cache.count }
     var cacheBytes: Int { cache.bytes }
     var cacheLimit: Int { cache.limit }
+    func cacheBytes(heldBy principal: Principal) -> Int { cache.bytes(heldBy: principal) }
 
     // MARK: The cache
 
@@ -49,7 +50,7 @@ struct Sharing<Payload: FrameBytes> {
         guard let key, key.namesVersion, verified else { return }
         var result = result
         result.requestID = ""
-        cache.store(result, payload: payload, for: key.cacheKey(for: principal))
+        cache.store(result, payload: payload, for: key.cacheKey(for: principal), holder: principal)
     }
 
     // MARK: Live jobs

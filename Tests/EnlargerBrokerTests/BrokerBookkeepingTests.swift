@@ -40,6 +40,25 @@ final class BrokerBookkeepingTests: XCTestCase {
         XCTAssertEqual(ended.count, 0)
     }
 
+    /// Each principal's memory is its own: one that ends requests by the thousand pushes out
+    /// only its own ids, and another's late Cancel is still answered FINISHED.
+    func testAPrincipalsChurnForgetsOnlyItsOwnEndedRequests() {
+        let start = MonotonicInstant(nanoseconds: 0)
+        let alice = Principal("curve:alice"), mallory = Principal("curve:mallory")
+        var ended = EndedRequests(limit: 3, lifetime: .seconds(10))
+        ended.remember(RequestKey(principal: alice, id: "a"), at: start)
+        for n in 0..<1000 { ended.remember(RequestKey(principal: mallory, id: "m\(n)"), at: start + .milliseconds(n)) }
+        XCTAssertTrue(ended.contains(RequestKey(principal: alice, id: "a"), at: start + .seconds(2)))
+        XCTAssertFalse(ended.contains(RequestKey(principal: mallory, id: "m996"), at: start + .seconds(2)))
+        XCTAssertTrue(ended.contains(RequestKey(principal: mallory, id: "m997"), at: start + .seconds(2)))
+        XCTAssertFalse(ended.contains(RequestKey(principal: mallory, id: "a"), at: start + .seconds(2)))
+        XCTAssertEqual(ended.count, 4)
+        ended.expire(at: start + .seconds(10.5))
+        XCTAssertEqual(ended.count, 3, "alice's went with its age")
+        ended.expire(at: start + .seconds(12))
+        XCTAssertEqual(ended.count, 0)
+    }
+
     /// The per-request text line is written straight from the fields (`appendFields`); it
     /// must say what the dictionary path (`logFields`) says, field for field.
     func testTheRequestLinesFieldsMatchItsLogFields() {

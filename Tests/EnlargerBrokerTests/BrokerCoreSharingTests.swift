@@ -342,6 +342,40 @@ final class BrokerCoreSharingTests: XCTestCase {
         XCTAssertNotEqual(key({ _ in }, .info), key({ $0.failOn = .warning }, .info))
     }
 
+    /// A principal that floods the cache with new results evicts only its own entries while
+    /// another keeps within an even share: the flood cannot flush the other's results, nor
+    /// learn from its own evictions how much the other asks for. Once the other holds more, its
+    /// oldest entries are the ones that go.
+    func testTheCacheMakesRoomFromTheLargestHolder() {
+        func shareKey(_ n: Int) -> ShareKey {
+            ShareKey(scope: nil, kind: .digest, source: Data(repeating: UInt8(n & 0xFF), count: 31) + [UInt8(n >> 8)],
+                     spec: [1], delivery: .final)
+        }
+        let alice = Principal("curve:alice"), mallory = Principal("curve:mallory")
+        let result = Enlarger_V1_Result.with { $0.stage = .final; $0.terminal = true }
+        let entryCost = 1000 + result.serializedSizeEstimate + shareKey(0).byteCount
+        var cache = ResultCache<Bytes>(limit: 20 * entryCost)
+        for n in 0..<8 { cache.store(result, payload: Bytes(repeating: 1, count: 1000), for: shareKey(n), holder: alice) }
+        for n in 100..<400 {
+            cache.store(result, payload: Bytes(repeating: 2, count: 1000), for: shareKey(n), holder: mallory)
+        }
+        for n in 0..<8 { XCTAssertNotNil(cache.lookup(shareKey(n)), "alice's entry \(n) was evicted by mallory's flood") }
+        XCTAssertEqual(cache.bytes(heldBy: alice), 8 * entryCost)
+        XCTAssertEqual(cache.bytes(heldBy: mallory), 12 * entryCost)
+        XCTAssertNotNil(cache.lookup(shareKey(399)), "mallory's newest are kept")
+        XCTAssertNil(cache.lookup(shareKey(387)), "mallory's oldest went")
+        XCTAssertEqual(cache.evictions, 288)
+        // Alice grows past mallory: then her least recently used entry (1; 0 was just read) goes.
+        XCTAssertNotNil(cache.lookup(shareKey(0)))
+        for n in 8..<10 { cache.store(result, payload: Bytes(repeating: 1, count: 1000), for: shareKey(n), holder: alice) }
+        XCTAssertEqual(cache.bytes(heldBy: alice), 10 * entryCost, "until a tie, each store evicted one of mallory's")
+        cache.store(result, payload: Bytes(repeating: 1, count: 1000), for: shareKey(10), holder: alice)
+        XCTAssertEqual(cache.bytes(heldBy: alice), 10 * entryCost)
+        XCTAssertNil(cache.lookup(shareKey(1)))
+        XCTAssertNotNil(cache.lookup(shareKey(0)))
+        XCTAssertLessThanOrEqual(cache.bytes, cache.limit)
+    }
+
     func testTheCacheDropsTheLeastRecentlyUsedAndSkipsOversizeResults() {
         func shareKey(_ n: UInt8) -> ShareKey {
             ShareKey(scope: nil, kind: .digest, source: Data(repeating: n, count: 32), spec: [1], delivery: .final)
@@ -351,13 +385,13 @@ final class BrokerCoreSharingTests: XCTestCase {
         var cache = ResultCache<Bytes>(limit: 3 * entryCost + 10)
         XCTAssertEqual(cache.limit / 8 < entryCost, true)
         var roomy = ResultCache<Bytes>(limit: 24 * entryCost)
-        for n: UInt8 in 0..<3 { roomy.store(result, payload: Bytes(repeating: n, count: 1000), for: shareKey(n)) }
+        for n: UInt8 in 0..<3 { roomy.store(result, payload: Bytes(repeating: n, count: 1000), for: shareKey(n), holder: .local) }
         XCTAssertEqual(roomy.count, 3)
         XCTAssertNotNil(roomy.lookup(shareKey(0)), "0 becomes the most recently used")
         // Shrink the room by filling it: 21 more entries fit, the 22nd evicts the least recent (1).
-        for n: UInt8 in 3..<24 { roomy.store(result, payload: Bytes(repeating: n, count: 1000), for: shareKey(n)) }
+        for n: UInt8 in 3..<24 { roomy.store(result, payload: Bytes(repeating: n, count: 1000), for: shareKey(n), holder: .local) }
         XCTAssertEqual(roomy.count, 24)
-        roomy.store(result, payload: Bytes(repeating: 99, count: 1000), for: shareKey(99))
+        roomy.store(result, payload: Bytes(repeating: 99, count: 1000), for: shareKey(99), holder: .local)
         XCTAssertEqual(roomy.count, 24)
         XCTAssertEqual(roomy.evictions, 1)
         XCTAssertNil(roomy.lookup(shareKey(1)), "the least recently used went first")
@@ -365,10 +399,10 @@ final class BrokerCoreSharingTests: XCTestCase {
         XCTAssertEqual(roomy.lookup(shareKey(99))?.payload.first, 99)
         XCTAssertLessThanOrEqual(roomy.bytes, roomy.limit)
 
-        cache.store(result, payload: Bytes(repeating: 1, count: 1000), for: shareKey(1))
+        cache.store(result, payload: Bytes(repeating: 1, count: 1000), for: shareKey(1), holder: .local)
         XCTAssertEqual(cache.count, 0, "an entry over an eighth of the limit is not kept")
         var off = ResultCache<Bytes>(limit: 0)
-        off.store(result, payload: [1], for: shareKey(1))
+        off.store(result, payload: [1], for: shareKey(1), holder: .local)
         XCTAssertEqual(off.count, 0)
     }
 }

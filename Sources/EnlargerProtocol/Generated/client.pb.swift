@@ -145,8 +145,8 @@
 // is their SHA-256 (ImageSource.inline.sha256), which the client computes; the version of a
 // file or URL is what the worker finds when it opens it (JobSourceOpened in worker.proto):
 // device, inode, size and times of the file; final URL and validator of the response.
-// - Cache: the broker keeps recent terminal results, bounded in bytes (least recently used
-//   first out). An inline Submit that matches one is answered Accepted, then at once by that
+// - Cache: the broker keeps recent terminal results, bounded in bytes (when full, the least
+//   recently used result of the principal that stored the most goes first). An inline Submit that matches one is answered Accepted, then at once by that
 //   Result with `cached` set: no Started, no degraded result, no worker. A file or URL
 //   request is answered the same way as soon as its worker has opened the source and named
 //   a version the cache holds (the worker stops reading): a changed file or a changed
