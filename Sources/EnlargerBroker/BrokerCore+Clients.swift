@@ -205,7 +205,7 @@ extension BrokerCore {
             nextJobID += 1
             jobs[jobID] = Job(
                 spec: submit.spec, delivery: submit.variants.isEmpty ? submit.delivery : .final, image: image,
-                source: submit.source, imageHolder: principal, submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: lane)
+                source: submit.source, submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: lane)
             jobs[jobID]!.placeholder = wantsPlaceholder
             jobs[jobID]!.variants = submit.variants.enumerated().map { index, spec in
                 .with { $0.index = UInt32(index); $0.spec = spec }
@@ -219,7 +219,7 @@ extension BrokerCore {
             for (index, variantKey) in variantKeys.enumerated() where !jobs[jobID]!.variantsSent.contains(UInt32(index)) {
                 sharing.claim(variantKey, by: jobID)
             }
-            holdImage(of: jobs[jobID]!)
+            holdImage(ofNew: jobID)
             waiting.place(jobID, lane: lane, principal: principal)
         }
         requests[key] = Request(key: key, client: peer, jobID: jobID, acceptedAt: now, bytesIn: image.count,

@@ -428,7 +428,7 @@ extension BrokerCore {
             let newID = nextJobID
             nextJobID += 1
             var own = Job(spec: variant.spec, delivery: .final, image: job.image, source: job.source,
-                          imageHolder: owner.key.principal, submittedKey: shareKey, shareKey: shareKey, requests: sharers,
+                          submittedKey: shareKey, shareKey: shareKey, requests: sharers,
                           lane: sharers.map { requests[$0]!.lane }.min()!)
             // Its attempts go on from what its clients were told.
             own.attempt = sharers.map { requests[$0]!.startedAttempt }.max()!
@@ -436,7 +436,7 @@ extension BrokerCore {
             own.quarantined = job.quarantined
             own.quarantinedAt = job.quarantinedAt
             jobs[newID] = own
-            holdImage(of: own)
+            shareImage(job.imageHold, with: newID)
             sharing.release(shareKey, heldBy: jobID)
             sharing.claim(shareKey, by: newID)
             for key in sharers {

@@ -75,9 +75,6 @@ public struct BrokerCore<Payload: FrameBytes> {
         /// As the first Submit named it: the worker checks a digest, opens a file, downloads
         /// a URL.
         let source: Enlarger_V1_ImageSource
-        /// The principal whose Submit brought its image: it is counted against that principal's
-        /// share of the broker's image bytes until the job ends.
-        let imageHolder: Principal
         /// The key its first Submit gave it: a digest, or a file or URL's location (nil: it is
         /// neither shared nor cached).
         let submittedKey: ShareKey?
@@ -120,6 +117,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         var variantsSent: Set<UInt32> = []
         /// The key each variant's final is cached under (a single-output request's), by index.
         var variantKeys: [ShareKey?] = []
+        /// Its inline image's entry in `imageHolds` (nil: no bytes held, a file or URL source).
+        var imageHold: UInt64?
 
         var owner: RequestKey { requests[0] }
     }
@@ -204,9 +203,10 @@ public struct BrokerCore<Payload: FrameBytes> {
     var deadlines = DeadlineHeap<RequestKey, MonotonicInstant>()
     var nextJobID: UInt64 = 1
     /// Bytes of source images held by live jobs (bounded by `maxLiveImageBytes`), and by
-    /// each principal's (`Job.imageHolder`; bounded by its share).
+    /// each principal (bounded by its share): each image counted once (see `ImageHold`).
     var liveImageBytes = 0
     var liveImageBytesBy: [Principal: Int] = [:]
+    var imageHolds: [UInt64: ImageHold] = [:]
     /// The fair-share cost of each live job that costs more than 1 (a set of variants, see
     /// `fairShareCost`): looked up at every dispatch, so kept apart from the jobs.
     var jobCosts: [UInt64: Int] = [:]
@@ -583,24 +583,64 @@ public struct BrokerCore<Payload: FrameBytes> {
         sharing.release(job.shareKey, heldBy: jobID)
         for key in job.variantKeys { sharing.release(key, heldBy: jobID) }
         if !job.variants.isEmpty { jobCosts[jobID] = nil }
-        releaseImage(of: job)
+        releaseImage(of: job, jobID)
         waiting.withdraw(jobID)
         if let key = job.runningAs { running.remove(key) }
         return job
     }
 
-    /// Counts a new job's image as held, by the broker and by its principal.
-    mutating func holdImage(of job: Job) {
-        guard job.image.count > 0 else { return }  // a file or URL source: the worker reads it
-        liveImageBytes += job.image.count
-        liveImageBytesBy[job.imageHolder, default: 0] += job.image.count
+    /// An inline image the broker holds (until the last job holding it ends), counted once
+    /// against the broker's image memory and once against one principal's share: that of the
+    /// owner of the first job holding it, which moves as owners leave. The jobs a set's
+    /// sharers are given (`giveVariantSharersJobsOfTheirOwn`) hold the set's image with it.
+    struct ImageHold {
+        var principal: Principal
+        let bytes: Int
+        var jobs: [UInt64]
     }
 
-    mutating func releaseImage(of job: Job) {
-        guard job.image.count > 0 else { return }
-        liveImageBytes -= job.image.count
-        liveImageBytesBy[job.imageHolder]! -= job.image.count
-        if liveImageBytesBy[job.imageHolder] == 0 { liveImageBytesBy[job.imageHolder] = nil }
+    /// Counts a new job's image as held, by the broker and by its owner's principal.
+    mutating func holdImage(ofNew jobID: UInt64) {
+        let job = jobs[jobID]!
+        guard job.image.count > 0 else { return }  // a file or URL source: the worker reads it
+        imageHolds[jobID] = ImageHold(principal: job.owner.principal, bytes: job.image.count, jobs: [jobID])
+        jobs[jobID]!.imageHold = jobID
+        liveImageBytes += job.image.count
+        liveImageBytesBy[job.owner.principal, default: 0] += job.image.count
+    }
+
+    /// `jobID` holds the image of `hold` too (the same bytes: not counted again).
+    mutating func shareImage(_ hold: UInt64?, with jobID: UInt64) {
+        guard let hold else { return }
+        imageHolds[hold]!.jobs.append(jobID)
+        jobs[jobID]!.imageHold = hold
+    }
+
+    /// `job` (`jobID`, taken out of the tables) holds its image no more.
+    mutating func releaseImage(of job: Job, _ jobID: UInt64) {
+        guard let hold = job.imageHold else { return }
+        imageHolds[hold]!.jobs.removeAll { $0 == jobID }
+        if imageHolds[hold]!.jobs.isEmpty {
+            let released = imageHolds.removeValue(forKey: hold)!
+            liveImageBytes -= released.bytes
+            charge(-released.bytes, to: released.principal)
+        } else {
+            chargeImage(hold)
+        }
+    }
+
+    /// Charges `hold` to the owner of its first job, when that changed.
+    mutating func chargeImage(_ hold: UInt64?) {
+        guard let hold, let held = imageHolds[hold], let principal = jobs[held.jobs[0]]?.owner.principal,
+              principal != held.principal else { return }
+        charge(-held.bytes, to: held.principal)
+        charge(held.bytes, to: principal)
+        imageHolds[hold]!.principal = principal
+    }
+
+    private mutating func charge(_ bytes: Int, to principal: Principal) {
+        liveImageBytesBy[principal, default: 0] += bytes
+        if liveImageBytesBy[principal] == 0 { liveImageBytesBy[principal] = nil }
     }
 
     /// Ends every request on the job alike, each told by its own `message`.
@@ -654,7 +694,10 @@ public struct BrokerCore<Payload: FrameBytes> {
             giveVariantSharersJobsOfTheirOwn(jobID)
             return endRequest(key, outcome, job: removeJob(jobID), now: now, &actions)
         }
-        if wasOwner { rehome(jobID) }
+        if wasOwner {
+            rehome(jobID)
+            chargeImage(jobs[jobID]!.imageHold)
+        }
         return endRequest(key, outcome, job: jobs[jobID]!, now: now, &actions)
     }
 

@@ -5,9 +5,9 @@ import EnlargerProtocol
 ///
 /// Each entry is charged to the principal whose job stored it (its holder). When the cache
 /// is full, room is made by dropping the least recently used entry of the holder that holds
-/// the most bytes (the storing principal's own on a tie): a principal that keeps within an
-/// even share of the cache never loses an entry to another's traffic, and one that floods it
-/// with new results evicts only its own. (What it can still learn from its own evictions is
+/// the most bytes (the storing principal's own on a tie): one that floods the cache with new
+/// results evicts only its own once it holds the most, and a principal holding less than
+/// another never loses an entry to that other's traffic. (What it can still learn from its own evictions is
 /// that some other principal holds more than it does, not what.)
 ///
 /// Each holder's entries are linked in use order through their keys (a doubly linked list

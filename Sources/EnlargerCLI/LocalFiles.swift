@@ -101,8 +101,14 @@ extension OutputFile {
     /// all are written and no path is taken (by a directory; by any file unless `replacing`),
     /// renames them into place. A file replaced is first linked to a name beside it, so that a
     /// rename that still fails puts back every file as it was (the older ones restored, the new
-    /// ones removed); the links are removed once all are placed.
+    /// ones removed, each only if the file at its path is still the one placed); the links are
+    /// removed once all are placed. (Where a file system refuses the link, that file is
+    /// replaced without one, and a later failure cannot bring it back.)
     static func writeAll(_ files: [(bytes: [UInt8], path: String)], replacing: Bool) throws(ImagingError) {
+        var seen = Set<String>()
+        for file in files where !seen.insert(file.path).inserted {
+            throw ImagingError(.invalidArgument, "two outputs would both be \(file.path)")
+        }
         var temporaries: [String] = []
         func removeTemporaries() { for temporary in temporaries { unlink(temporary) } }
         for file in files {
@@ -121,26 +127,36 @@ extension OutputFile {
             }
             temporaries.append(temporary)
         }
-        // The file each path held before, kept under another name until all are placed.
+        // The file each path held before, kept under another name until all are placed; and
+        // each new file's identity, so that only it is taken away again.
         var previous = [String?](repeating: nil, count: files.count)
-        func undo(placed: Int) {
-            for index in 0..<placed {
-                if let kept = previous[index] { rename(kept, files[index].path) } else { unlink(files[index].path) }
+        var placed: [(device: UInt64, inode: UInt64)] = []
+        func undo() {
+            for index in placed.indices.reversed() {
+                var info = stat()
+                let path = files[index].path
+                guard lstat(path, &info) == 0, UInt64(info.st_dev) == placed[index].device,
+                      UInt64(info.st_ino) == placed[index].inode else { continue }
+                if let kept = previous[index] { rename(kept, path) } else { unlink(path) }
             }
-            for index in placed..<files.count {
+            for index in placed.count..<files.count {
                 unlink(temporaries[index])
                 if let kept = previous[index] { unlink(kept) }
             }
         }
         for (index, file) in files.enumerated() {
-            var code: Int32 = 0
             if replacing {
                 let kept = file.path + ".previous-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-                if link(file.path, kept) == 0 { previous[index] = kept } else if errno != ENOENT { code = errno }
+                if link(file.path, kept) == 0 { previous[index] = kept }
             }
+            var info = stat()
+            var code: Int32 = lstat(temporaries[index], &info) == 0 ? 0 : errno
             if code == 0 { code = place(temporaries[index], at: file.path, replacing: replacing) }
-            guard code != 0 else { continue }
-            undo(placed: index)
+            guard code != 0 else {
+                placed.append((UInt64(info.st_dev), UInt64(info.st_ino)))
+                continue
+            }
+            undo()
             throw code == EEXIST ? taken(file.path)
                 : ImagingError(.writeFailed, "cannot write \(file.path): \(String(cString: strerror(code)))")
         }

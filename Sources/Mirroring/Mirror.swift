@@ -220,7 +220,7 @@ public final class Mirror {
         var message: String
     }
 
-    /// Writes `source`'s thumbnail to `output` (relative to OUT) in the record's four steps.
+    /// Writes `source`'s thumbnail to `output` (relative to OUT) in the record's five steps.
     private func write(_ bytes: [UInt8], output: String, for source: String, version: FileVersion) throws {
         let target = layout.out + "/" + output
         let directory = (output as NSString).deletingLastPathComponent
@@ -317,8 +317,6 @@ public final class Mirror {
         }
     }
 
-    /// Deletes `source`'s thumbnail (unless another source needs it) and forgets it; the
-    /// output it had, if any.
     /// Deletes `source`'s thumbnail (unless another source needs it) and its record; returns
     /// its name, or nil when there was none or the file there is not sync's any more (put in
     /// its place since: the user's, left alone and foreign from now on).

@@ -12,10 +12,11 @@ import Foundation
 /// 3. a `written` line records that file (device, inode, size, modification time);
 /// 4. it is renamed to the output (never over a file the record does not give this source);
 /// 5. a `set` line records the output and the version it was made from.
-/// On open, every write still pending is undone: its temporary file is removed, and so is
-/// the output it produced, but only when the file at the output's name is the one step 3
+/// On open, every write still pending is undone: its temporary file is removed, and a new
+/// output it produced too, but only when the file at the output's name is the one step 3
 /// recorded (a file put there after the crash, or there because the rename never happened,
-/// is not sync's to delete); its source is made again by the next pass. A line cut off
+/// is not sync's to delete); a thumbnail it replaced under the same name is kept, recorded
+/// as that file. Its source is made again by the next pass. A line cut off
 /// by a crash is the last one and is ignored. Appends are not synced to disk one by one
 /// (a crash of the process loses none; a power cut may lose the newest lines, and with them
 /// knowledge of the newest thumbnails, which are then left alone as foreign files); each

@@ -282,7 +282,9 @@ final class BrokerCoreVariantTests: XCTestCase {
         broker.cancel(alice, "set")
         XCTAssertEqual(broker.core.liveJobCount, 2, "one job for variant 2's three sharers, one for variant 0's")
         XCTAssertEqual(broker.core.waiting.queuedBy[.local], 2)
-        XCTAssertEqual(broker.core.liveImageBytes, 2 * CoreHarness.jpeg.count)
+        // One image (the set's bytes, shared by both jobs), now charged to the sharers' principal.
+        XCTAssertEqual(broker.core.liveImageBytes, CoreHarness.jpeg.count)
+        XCTAssertEqual(broker.core.liveImageBytesBy, [.local: CoreHarness.jpeg.count])
         XCTAssertEqual(broker.inconsistencies, [])
         let jobs = broker.ready(w1, capacity: 4)
         XCTAssertEqual(jobs.map(\.spec.width).sorted(), [160, 640])

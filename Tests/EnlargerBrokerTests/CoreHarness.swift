@@ -266,10 +266,26 @@ struct CoreHarness {
             }
             problems.append("shared job index names job \(jobID) for another key")
         }
-        let imageBytes = core.jobs.values.reduce(0) { $0 + $1.image.count }
+        // Each inline image once, charged to the owner of the first job holding it.
+        var imageBytes = 0
+        var imageBytesBy: [Principal: Int] = [:]
+        var holders: [UInt64: [UInt64]] = [:]
+        for (jobID, job) in core.jobs.sorted(by: { $0.key < $1.key }) {
+            if job.image.count == 0 { if job.imageHold != nil { problems.append("job \(jobID) holds no bytes") } }
+            else if let hold = job.imageHold { holders[hold, default: []].append(jobID) }
+            else { problems.append("job \(jobID)'s image is not held") }
+        }
+        if Set(holders.keys) != Set(core.imageHolds.keys) { problems.append("image holds and jobs disagree") }
+        for (id, hold) in core.imageHolds {
+            if Set(hold.jobs) != Set(holders[id] ?? []) { problems.append("image hold \(id) names other jobs") }
+            if let first = hold.jobs.first, let job = core.jobs[first] {
+                if job.owner.principal != hold.principal { problems.append("image hold \(id) charged to a non-owner") }
+                if job.image.count != hold.bytes { problems.append("image hold \(id) has the wrong size") }
+            }
+            imageBytes += hold.bytes
+            imageBytesBy[hold.principal, default: 0] += hold.bytes
+        }
         if imageBytes != core.liveImageBytes { problems.append("live image bytes \(core.liveImageBytes), jobs hold \(imageBytes)") }
-        let imageBytesBy = core.jobs.values.reduce(into: [Principal: Int]()) { $0[$1.imageHolder, default: 0] += $1.image.count }
-            .filter { $0.value != 0 }
         if imageBytesBy != core.liveImageBytesBy { problems.append("live image bytes per principal are miscounted") }
         if core.sharing.cacheBytes > core.sharing.cacheLimit { problems.append("cache over its limit") }
         for (index, worker) in core.workers.enumerated() {

@@ -356,6 +356,28 @@ final class FairShareTests: XCTestCase {
         XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
     }
 
+    /// An image is charged to the owner of the job holding it, and moves with the job: when
+    /// Vera's request leaves a job Hal's identical request joined (results shared between
+    /// principals), the image is Hal's to pay for, not Vera's.
+    func testAnImageIsChargedToTheOwnerOfItsJob() {
+        let vera = carol, hal = dave
+        var broker = CoreHarness { $0.shareAcrossPrincipals = true }
+        var submit = CoreHarness.submitMessage("v", delivery: .final)
+        submit.source.inline.sha256 = Data(repeating: 9, count: 32)
+        broker.client(carolsPeer, as: vera, .submit(submit, image: CoreHarness.jpeg))
+        submit.requestID = "h"
+        broker.client(davesPeer, as: hal, .submit(submit, image: CoreHarness.jpeg))
+        XCTAssertEqual(broker.core.liveJobCount, 1, "they share a job")
+        XCTAssertEqual(broker.core.liveImageBytesBy, [vera: CoreHarness.jpeg.count])
+        broker.client(carolsPeer, as: vera, .cancel(.with { $0.requestID = "v" }))
+        XCTAssertEqual(broker.core.liveImageBytesBy, [hal: CoreHarness.jpeg.count])
+        XCTAssertEqual(broker.core.liveImageBytes, CoreHarness.jpeg.count)
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+        broker.client(davesPeer, as: hal, .cancel(.with { $0.requestID = "h" }))
+        XCTAssertEqual(broker.core.liveImageBytesBy, [:])
+        XCTAssertEqual(broker.core.liveImageBytes, 0)
+    }
+
     /// A principal whose client does not read has its jobs held back rather than dispatched:
     /// they still wait, and count against its limit on waiting requests (they would let it
     /// fill the broker's queue and image bytes otherwise).
