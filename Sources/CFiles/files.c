@@ -55,17 +55,21 @@ int enlarger_open_beneath(int dirfd, const char *path) {
 }
 
 int enlarger_rename_noreplace(const char *from, const char *to) {
+    return enlarger_renameat_noreplace(AT_FDCWD, from, to);
+}
+
+int enlarger_renameat_noreplace(int dirfd, const char *from, const char *to) {
 #if defined(__linux__) && defined(SYS_renameat2)
     long result;
     do {
-        result = syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
+        result = syscall(SYS_renameat2, dirfd, from, dirfd, to, RENAME_NOREPLACE);
     } while (result < 0 && errno == EINTR);
     if (result == 0) return 0;
     if (errno != EINVAL && errno != ENOSYS) return -errno;
 #endif
     // No RENAME_NOREPLACE here: a hard link fails with EEXIST just the same.
-    if (link(from, to) != 0) return -errno;
-    unlink(from);
+    if (linkat(dirfd, from, dirfd, to, 0) != 0) return -errno;
+    unlinkat(dirfd, from, 0);
     return 0;
 }
 

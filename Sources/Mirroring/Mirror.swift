@@ -220,13 +220,21 @@ public final class Mirror {
         var message: String
     }
 
-    /// Writes `source`'s thumbnail to `output` (relative to OUT) in the record's five steps.
+    /// Writes `source`'s thumbnail to `output` (relative to OUT) in the record's five steps,
+    /// every step in its directory as opened without following a link (a directory of OUT
+    /// swapped for one meanwhile is never written through).
     private func write(_ bytes: [UInt8], output: String, for source: String, version: FileVersion) throws {
         let target = layout.out + "/" + output
         let directory = (output as NSString).deletingLastPathComponent
+        let name = (output as NSString).lastPathComponent
         try makeDirectories(directory, for: output)
+        guard let parent = OutFiles.openDirectory(directory, in: layout.out) else {
+            throw WriteFailure(code: "WRITE_FAILED", message: "cannot write \(target): \(String(cString: strerror(errno))) "
+                               + "(symbolic links in OUT are not followed)")
+        }
+        defer { close(parent) }
         var info = stat()
-        let exists = lstat(target, &info) == 0
+        let exists = fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0
         if exists && record.entries[source]?.output == output && !record.holdsAsWritten(source, now: FileVersion(info)) {
             // Written over or replaced since sync made it: the user's now. It is let go, listed
             // as foreign from now on, and the source fails until it is moved (or --adopt).
@@ -240,17 +248,16 @@ public final class Mirror {
             }
             replace = true
         }
-        let hex = String(UInt64.random(in: 0...UInt64.max), radix: 16)
-        let temporary = (directory.isEmpty ? "" : directory + "/") + MirrorRecord.temporaryPrefix + hex
-        let temporaryPath = layout.out + "/" + temporary
+        let temporaryName = MirrorRecord.temporaryPrefix + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        let temporary = (directory.isEmpty ? "" : directory + "/") + temporaryName
         try record.begin(source, output: output, temporary: temporary)
         try record.faults?.step("pending recorded")
         func giveUp(_ code: Int32) throws -> WriteFailure {
-            unlink(temporaryPath)
+            unlinkat(parent, temporaryName, 0)
             try record.abandon(source)
             return WriteFailure(code: "WRITE_FAILED", message: "cannot write \(target): \(String(cString: strerror(code)))")
         }
-        let fd = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        let fd = openat(parent, temporaryName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw try giveUp(errno) }
         try record.faults?.step("temporary created")
         var written = 0
@@ -277,11 +284,11 @@ public final class Mirror {
         try record.written(source, file: FileVersion(made))
         try record.faults?.step("written recorded")
         if replace {
-            guard rename(temporaryPath, target) == 0 else { throw try giveUp(errno) }
+            guard renameat(parent, temporaryName, parent, name) == 0 else { throw try giveUp(errno) }
         } else {
-            let result = enlarger_rename_noreplace(temporaryPath, target)
+            let result = enlarger_renameat_noreplace(parent, temporaryName, name)
             if result == -EEXIST {
-                unlink(temporaryPath)
+                unlinkat(parent, temporaryName, 0)
                 try record.abandon(source)
                 throw WriteFailure(code: "OUTPUT_EXISTS", message: "\(target) appeared while its thumbnail was written: "
                                    + "it is left alone")

@@ -8,18 +8,37 @@ enum OutFiles {
     /// its last name; nil when a component is a link, missing, not a directory, or a dot name.
     private static func withParent<T>(of relative: String, in out: String, _ body: (Int32, String) -> T) -> T? {
         var names = relative.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        guard let last = names.popLast(), !names.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }),
-              !last.isEmpty, last != ".", last != ".." else { return nil }
+        guard let last = names.popLast(), !last.isEmpty, last != ".", last != "..",
+              let directory = openDirectory(names, in: out) else { return nil }
+        defer { close(directory) }
+        return body(directory, last)
+    }
+
+    /// The directory `relative` (empty: OUT itself) opened without following a link on the
+    /// way; the caller closes it. Nil, with errno set, when it cannot be reached that way.
+    static func openDirectory(_ relative: String, in out: String) -> Int32? {
+        openDirectory(relative.isEmpty ? [] : relative.split(separator: "/", omittingEmptySubsequences: false).map(String.init),
+                      in: out)
+    }
+
+    private static func openDirectory(_ names: [String], in out: String) -> Int32? {
+        guard !names.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
+            errno = EINVAL
+            return nil
+        }
         var directory = open(out, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directory >= 0 else { return nil }
         for name in names {
             let next = openat(directory, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            let code = errno
             close(directory)
-            guard next >= 0 else { return nil }
+            guard next >= 0 else {
+                errno = code
+                return nil
+            }
             directory = next
         }
-        defer { close(directory) }
-        return body(directory, last)
+        return directory
     }
 
     /// The file at `relative` (itself not followed if a link); nil when there is none to be

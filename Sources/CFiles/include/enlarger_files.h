@@ -23,6 +23,9 @@ int enlarger_open_beneath(int dirfd, const char *path);
 /// Returns 0, or -errno (-EEXIST when `to` exists).
 int enlarger_rename_noreplace(const char *from, const char *to);
 
+/// `enlarger_rename_noreplace` within the directory `dirfd` (both names relative to it).
+int enlarger_renameat_noreplace(int dirfd, const char *from, const char *to);
+
 /// Writes everything cached for the file system that holds `fd` to its disk: syncfs(2).
 ///
 /// Returns 0, or -errno.
