@@ -54,6 +54,24 @@ int enlarger_open_beneath(int dirfd, const char *path) {
 #endif
 }
 
+int enlarger_open_directory_beneath(int dirfd, const char *path) {
+#if defined(__linux__) && defined(SYS_openat2)
+    struct open_how how;
+    memset(&how, 0, sizeof how);
+    how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    long fd;
+    do {
+        fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    } while (fd < 0 && errno == EINTR);
+    return fd < 0 ? -errno : (int)fd;
+#else
+    (void)dirfd;
+    (void)path;
+    return -ENOSYS;
+#endif
+}
+
 int enlarger_rename_noreplace(const char *from, const char *to) {
     return enlarger_renameat_noreplace(AT_FDCWD, from, to);
 }

@@ -88,7 +88,7 @@ public struct RequestEvents: AsyncSequence, Sendable {
             let step = await withTaskCancellationHandler {
                 await channel.next()
             } onCancel: { [channel, registry] in
-                registry.cancel(channel.id, waiter: nil)
+                registry.cancel(channel)
             }
             switch step {
             case .event(let event): return event

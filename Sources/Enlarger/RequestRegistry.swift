@@ -99,6 +99,21 @@ final class RequestRegistry: Sendable {
         if !posted { waiter?.resume(returning: .failure(.closed)) }
     }
 
+    /// The consumer of `channel` stopped (its task was cancelled): that request alone is
+    /// marked cancelled, and the Cancel goes to the broker only while it is the live request
+    /// with its id (not one refused as a duplicate, nor one already ended whose id a later
+    /// request has taken).
+    func cancel(_ channel: RequestChannel) {
+        state.withLock { state in
+            let live = state.live(channel.id)
+            let onTheWire = !channel.isCancelled && !channel.hasEnded && live.contains { $0 === channel }
+            channel.cancel()
+            guard onTheWire else { return }
+            state.channels[channel.id] = live.filter { $0 !== channel }.map(WeakChannel.init)
+            if state.lifecycle == .open { mailbox.post(.cancel(channel.id, nil)) }
+        }
+    }
+
     func status(_ waiter: StatusWaiter) {
         let posted = state.withLock { state in
             guard state.lifecycle == .open else { return false }
@@ -120,11 +135,12 @@ final class RequestRegistry: Sendable {
 
     // MARK: I/O thread
 
-    /// Refuses every later command, then returns the mail posted before that moment.
+    /// Refuses every later command, then returns the mail posted before that moment. The
+    /// requests stay known: a cancel after the close still marks them (nothing queued for
+    /// them is delivered after it, nor the close's failure).
     func markClosed() -> [ClientMail] {
         state.withLock { state in
             state.lifecycle = .closed
-            state.channels.removeAll()
         }
         return mailbox.takeAll()
     }

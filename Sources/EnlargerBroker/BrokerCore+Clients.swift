@@ -63,8 +63,8 @@ extension BrokerCore {
 
     // MARK: Submit
     //
-    // A Submit is checked in this order: shutdown, spec and source, size, duplicate id
-    // (within the principal). A request that names its image's digest may then be answered
+    // A Submit is checked in this order: shutdown, its batch place, duplicate id (within the
+    // principal), spec and source, size. A request that names its image's digest may then be answered
     // from the result cache at once, or join a live job for the same work (see Sharing).
     // Otherwise it needs room (queue, image bytes, the connection's share) for a job of its
     // own: it gets a job id, joins the back of the queue, and dispatch follows at once if a
@@ -95,11 +95,7 @@ extension BrokerCore {
             guard let place else { return }
             batchItemRefused(place, requestID: requestID, size: submit.batch.size, from: peer, code: code, message: message)
         }
-        if let (code, message) = refusal(of: submit, image: image) {
-            reject(requestID, code, message, to: peer, principal: principal, &actions)
-            refuseItem(code, message)
-            return
-        }
+        // Before the Submit's own faults: a Rejected would name the live request's id.
         guard requests[key] == nil else {
             tally(principal, .duplicateIds)
             var failed = Enlarger_V1_Failed()
@@ -113,9 +109,27 @@ extension BrokerCore {
             refuseItem(.duplicateID, failed.message)
             return
         }
+        if let (code, message) = refusal(of: submit, image: image) {
+            reject(requestID, code, message, to: peer, principal: principal, &actions)
+            refuseItem(code, message)
+            return
+        }
+        let terms = tenants.terms(for: principal)
+        // A file is read beneath the principal's own directory of the files root.
+        var filesScope = ""
+        if case .file? = submit.source.kind {
+            guard let scope = terms.files ?? (isAdmin(principal) ? "" : nil) else {
+                let message = "file sources are not enabled for this principal (the operator gives it a directory "
+                    + "of the files root with files=DIR in the broker's tenants file)"
+                reject(requestID, .sourceRefused, message, to: peer, principal: principal, &actions)
+                refuseItem(.sourceRefused, message)
+                return
+            }
+            filesScope = scope
+        }
         let lifetime = submit.deadlineMs == 0
             ? configuration.defaultDeadline : min(.milliseconds(submit.deadlineMs), configuration.maxDeadline)
-        let shareKey = shareKey(of: submit, principal: principal)
+        let shareKey = shareKey(of: submit, principal: principal, filesScope: filesScope)
         let variantKeys = submit.variants.map { variantKey(of: submit, spec: $0, principal: principal) }
         // Each variant is looked up under its own key: a set found whole is answered at once;
         // one found in part gets those at once and a job for the rest.
@@ -156,7 +170,6 @@ extension BrokerCore {
             onlyVariant = UInt32(index)
             return jobID
         } : nil
-        let terms = tenants.terms(for: principal)
         let imageByteLimit = terms.maxImageBytes ?? configuration.defaultImageBytesPerPrincipal
         // Held back (none of its clients reads) a job still waits: it counts as queued.
         let queuedByPrincipal = (waiting.queuedBy[principal] ?? 0) + (waiting.heldBackBy[principal] ?? 0)
@@ -207,6 +220,7 @@ extension BrokerCore {
                 spec: submit.spec, delivery: submit.variants.isEmpty ? submit.delivery : .final, image: image,
                 source: submit.source, submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: lane)
             jobs[jobID]!.placeholder = wantsPlaceholder
+            jobs[jobID]!.filesScope = filesScope
             jobs[jobID]!.variants = submit.variants.enumerated().map { index, spec in
                 .with { $0.index = UInt32(index); $0.spec = spec }
             }
@@ -270,7 +284,7 @@ extension BrokerCore {
     // digest can only ever hurt the request that sent it. File and URL requests share by
     // location until their worker names the version it opened (see File and URL sources).
 
-    private func shareKey(of submit: Enlarger_V1_Submit, principal: Principal) -> ShareKey? {
+    private func shareKey(of submit: Enlarger_V1_Submit, principal: Principal, filesScope: String) -> ShareKey? {
         guard configuration.shareJobs || configuration.resultCacheBytes > 0 else { return nil }
         let kind: ShareKey.Kind
         let source: Data
@@ -280,7 +294,8 @@ extension BrokerCore {
             (kind, source) = (.digest, inline.sha256)
         case .file(let file)?:
             guard !submit.source.noShare else { return nil }
-            (kind, source) = (.location, Data("file\u{0}\(file.path)".utf8))
+            // The same path in two principals' directories is two files.
+            (kind, source) = (.location, Data("file\u{0}\(filesScope)\u{0}\(file.path)".utf8))
         case .url(let url)?:
             guard !submit.source.noShare else { return nil }
             (kind, source) = (.location, Data("url\u{0}\(url.url)".utf8))

@@ -433,6 +433,7 @@ extension BrokerCore {
             // Its attempts go on from what its clients were told.
             own.attempt = sharers.map { requests[$0]!.startedAttempt }.max()!
             own.losses = job.losses
+            own.filesScope = job.filesScope
             own.quarantined = job.quarantined
             own.quarantinedAt = job.quarantinedAt
             jobs[newID] = own
@@ -742,6 +743,7 @@ extension BrokerCore {
         message.variants = job.variants.filter { !job.variantsSent.contains($0.index) }
         // An inline image without a digest needs no source at all.
         if job.source.namesPlace || !job.source.inline.sha256.isEmpty { message.source = job.source }
+        message.filesScope = job.filesScope
         actions.append(.sendToWorker(workers[index].id, BrokerToWorkerMessage.job(message, image: job.image).encoded()))
     }
 

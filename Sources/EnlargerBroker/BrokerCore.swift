@@ -119,6 +119,8 @@ public struct BrokerCore<Payload: FrameBytes> {
         var variantKeys: [ShareKey?] = []
         /// Its inline image's entry in `imageHolds` (nil: no bytes held, a file or URL source).
         var imageHold: UInt64?
+        /// A file source's directory under the files root (its first Submit's principal's).
+        var filesScope = ""
 
         var owner: RequestKey { requests[0] }
     }

@@ -14,8 +14,11 @@
 /// requests it may have waiting (beyond: Rejected{OVERLOADED}). `running`: its jobs on
 /// workers at once. `image-mib`: MiB of source images its live requests may hold at the
 /// broker (beyond: Rejected{OVERLOADED}); left out, the broker's per-principal share
-/// (`BrokerConfiguration.maxLiveImageBytesPerPrincipal`). Another limit left out is no
-/// limit (the broker's own still apply).
+/// (`BrokerConfiguration.maxLiveImageBytesPerPrincipal`). `files=DIR`: the directory under
+/// the workers' files root that its file sources are read beneath (`files=.` the whole
+/// root); left out, an admin (`local` included) reads the whole root and any other
+/// principal no file at all: tenants sharing a files root never read each other's files.
+/// Another limit left out is no limit (the broker's own still apply).
 public struct TenantPolicy: Sendable, Equatable {
     public struct Terms: Sendable, Equatable {
         public var weight = 1
@@ -23,12 +26,17 @@ public struct TenantPolicy: Sendable, Equatable {
         public var maxRunning: Int?
         /// Bytes of source images its live requests may hold (nil: the broker's per-principal share).
         public var maxImageBytes: Int?
+        /// The directory under the files root its file sources are read beneath ("" the whole
+        /// root; nil: the whole root for an admin, no file sources for anyone else).
+        public var files: String?
 
-        public init(weight: Int = 1, maxQueued: Int? = nil, maxRunning: Int? = nil, maxImageBytes: Int? = nil) {
+        public init(weight: Int = 1, maxQueued: Int? = nil, maxRunning: Int? = nil, maxImageBytes: Int? = nil,
+                    files: String? = nil) {
             self.weight = weight
             self.maxQueued = maxQueued
             self.maxRunning = maxRunning
             self.maxImageBytes = maxImageBytes
+            self.files = files
         }
     }
 
@@ -68,8 +76,19 @@ public struct TenantPolicy: Sendable, Equatable {
             var terms = Terms()
             for word in words.dropFirst() {
                 let parts = word.split(separator: "=", maxSplits: 1)
+                if parts.count == 2, parts[0] == "files" {
+                    let directory = String(parts[1])
+                    let names = directory.split(separator: "/", omittingEmptySubsequences: false)
+                    guard directory == "." || (!directory.hasPrefix("/")
+                                               && !names.contains { $0.isEmpty || $0 == "." || $0 == ".." }) else {
+                        throw ParseError(line: number, reason: "files must be a directory under the files root "
+                                         + "(like tenants/alice, without . or .. parts), or . for all of it")
+                    }
+                    terms.files = directory == "." ? "" : directory
+                    continue
+                }
                 guard parts.count == 2, let value = Int(parts[1]) else {
-                    throw ParseError(line: number, reason: "\"\(word)\" is not NAME=NUMBER (weight, queued, running or image-mib)")
+                    throw ParseError(line: number, reason: "\"\(word)\" is not NAME=NUMBER (weight, queued, running, image-mib or files)")
                 }
                 switch parts[0] {
                 case "weight":
@@ -87,7 +106,7 @@ public struct TenantPolicy: Sendable, Equatable {
                     }
                     terms.maxImageBytes = value << 20
                 default:
-                    throw ParseError(line: number, reason: "unknown term \"\(parts[0])\" (weight, queued, running or image-mib)")
+                    throw ParseError(line: number, reason: "unknown term \"\(parts[0])\" (weight, queued, running, image-mib or files)")
                 }
             }
             if name == "*" { policy.defaults = terms } else { policy.principals[name] = terms }

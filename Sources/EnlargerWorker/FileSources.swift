@@ -10,8 +10,9 @@ import Glibc
 enum JobSource: Sendable, Equatable {
     /// In the Job's payload frame; the SHA-256 it must have, if its Submit named one.
     case inline(digest: Data?)
-    /// A path under the worker's files root.
-    case file(path: String)
+    /// A path under the worker's files root, resolved beneath its `scope` directory there
+    /// (the submitting principal's; empty: the whole root).
+    case file(path: String, scope: String = "")
     /// An http(s) URL to download.
     case url(String)
 }
@@ -61,18 +62,31 @@ final class FilesRoot: Sendable {
 
     deinit { close(descriptor) }
 
-    /// Opens `relativePath` beneath the root, or says why not.
-    func open(_ relativePath: String) throws(SourceFailure) -> OpenedFile {
+    /// Opens `relativePath` beneath the root's directory `scope` (empty: the root itself), or
+    /// says why not. Nothing above `scope` is reached, however the path or a link in it leads.
+    func open(_ relativePath: String, scope: String = "") throws(SourceFailure) -> OpenedFile {
         guard !relativePath.isEmpty else { throw .refused("the file path is empty") }
-        guard !relativePath.utf8.contains(0) else { throw .refused("the file path contains a NUL byte") }
-        let fd = enlarger_open_beneath(descriptor, relativePath)
+        guard !relativePath.utf8.contains(0), !scope.utf8.contains(0) else {
+            throw .refused("the file path contains a NUL byte")
+        }
+        var beneath = descriptor
+        if !scope.isEmpty {
+            beneath = enlarger_open_directory_beneath(descriptor, scope)
+            guard beneath >= 0 else {
+                throw .refused("this principal's directory under the files root (\(scope)) cannot be opened: "
+                               + String(cString: strerror(-beneath)))
+            }
+        }
+        defer { if beneath != descriptor { close(beneath) } }
+        let fd = enlarger_open_beneath(beneath, relativePath)
         if fd == ENLARGER_NOT_REGULAR { throw .refused("\(relativePath) is not a regular file") }
         guard fd >= 0 else {
             let error = -fd
             let reason = String(cString: strerror(error))
             switch error {
             case EXDEV:
-                throw .refused("\(relativePath) leads outside the files root")
+                throw .refused(scope.isEmpty ? "\(relativePath) leads outside the files root"
+                                             : "\(relativePath) leads outside this principal's directory")
             case ELOOP:
                 throw .refused("\(relativePath) goes through a symbolic link loop or a /proc magic link")
             case ENOSYS:

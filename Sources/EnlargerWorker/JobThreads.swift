@@ -128,8 +128,8 @@ final class JobThreads: Sendable {
                 return run(job, input: input, pipeline: pipeline, mailbox: mailbox, figures: &figures)
                     ?? .failed(ImagingError(.invalidArgument, "an inline job was told to yield source bytes it does not hold"))
             }
-        case .file(let path):
-            outcome = readFile(path, job, pipeline: pipeline, sources: sources, mailbox: mailbox, figures: &figures)
+        case .file(let path, let scope):
+            outcome = readFile(path, scope: scope, job, pipeline: pipeline, sources: sources, mailbox: mailbox, figures: &figures)
         case .url(let url):
             outcome = download(url, job, pipeline: pipeline, sources: sources, mailbox: mailbox, figures: &figures)
         }
@@ -214,14 +214,14 @@ final class JobThreads: Sendable {
     /// against the memory budget, then read whole (or, for info, only as much of its
     /// beginning as the header needs).
     private static func readFile(
-        _ path: String, _ job: JobStart<Message>, pipeline: ImagePipeline, sources: SourceAccess,
+        _ path: String, scope: String, _ job: JobStart<Message>, pipeline: ImagePipeline, sources: SourceAccess,
         mailbox: Mailbox<WorkerMail>, figures: inout JobFigures
     ) -> JobOutcome {
         guard let root = sources.files else {
             return .sourceFailed(.refused("file sources are not enabled on this worker (it has no files root)"))
         }
         do throws(SourceFailure) {
-            let file = try root.open(path)
+            let file = try root.open(path, scope: scope)
             mailbox.post(.sourceOpened(job.token, identity: file.identity))
             if job.infoOnly {
                 guard admitSource(min(file.size, sources.maxInputBytes), job, mailbox: mailbox) else {

@@ -224,7 +224,7 @@ extension WorkerCore {
             return .inline(digest: digest.isEmpty ? nil : digest)
         case .file(let file)?:
             guard image.count == 0 else { throw ImagingError(.invalidArgument, "a file source's Job carries an image") }
-            return .file(path: file.path)
+            return .file(path: file.path, scope: job.filesScope)
         case .url(let url)?:
             guard image.count == 0 else { throw ImagingError(.invalidArgument, "a URL source's Job carries an image") }
             return .url(url.url)

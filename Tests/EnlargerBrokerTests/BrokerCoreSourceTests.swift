@@ -72,6 +72,40 @@ final class BrokerCoreSourceTests: XCTestCase {
         XCTAssertEqual(broker.inconsistencies, [], file: file, line: line)
     }
 
+    /// Principals sharing a files root read only their own directory of it: the tenants file
+    /// names it (`files=DIR`), and the Job carries it for the worker to resolve the path
+    /// beneath; a principal given none is refused a file source, an admin reads the whole
+    /// root. The same path in two directories is two files: never one shared job.
+    func testEachPrincipalReadsFilesOnlyBeneathItsOwnDirectory() {
+        let vera = Principal("curve:vera"), hal = Principal("curve:hal"), mallory = Principal("curve:mallory")
+        var broker = CoreHarness {
+            $0.shareAcrossPrincipals = true
+            $0.tenants = TenantPolicy(principals: [vera.name: .init(files: "tenants/vera"),
+                                                   hal.name: .init(files: "tenants/hal")])
+        }
+        func submitFile(_ peer: PeerID, _ principal: Principal, _ id: String) {
+            broker.client(peer, as: principal, .submit(.with {
+                $0.requestID = id
+                $0.spec.width = 64
+                $0.delivery = .final
+                $0.source.file.path = "a.jpg"
+            }, image: []))
+        }
+        submitFile(alice, vera, "v")
+        submitFile(bob, hal, "h")
+        submitFile(carol, mallory, "m")
+        submitFile(carol, .local, "l")
+        let refused = broker.events(for: carol).compactMap { event -> Enlarger_V1_Rejected? in
+            if case .rejected(let rejected) = event { rejected } else { nil }
+        }
+        XCTAssertEqual(refused.map(\.requestID), ["m"])
+        XCTAssertEqual(refused.first?.code, .sourceRefused)
+        let jobs = broker.ready(w1, capacity: 4)
+        XCTAssertEqual(jobs.map(\.requestID), ["v", "h", "l"], "one job each: the same path names three files")
+        XCTAssertEqual(jobs.map(\.filesScope), ["tenants/vera", "tenants/hal", ""])
+        assertConsistent(broker)
+    }
+
     func testFileRequestsJoinByLocationUntilDispatchedThenMergeByVersion() {
         var broker = CoreHarness()
         submit(&broker, alice, "a")

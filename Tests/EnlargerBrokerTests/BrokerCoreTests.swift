@@ -93,6 +93,15 @@ final class BrokerCoreTests: XCTestCase {
         // Once ended, the id can be used again.
         broker.submit(bob, "same")
         XCTAssertEqual(broker.events(for: bob).map(\.summary), ["accepted same"])
+        // A duplicate that is faulty too is told it is a duplicate, not Rejected: a Rejected
+        // would name the live request's id as if it had ended.
+        var faulty = CoreHarness.submitMessage("same", delivery: .final)
+        faulty.spec.width = 0
+        faulty.spec.height = 0
+        broker.client(alice, .submit(faulty, image: CoreHarness.jpeg))
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["failed same duplicateID"])
+        broker.client(alice, .submit(faulty, image: []))
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["failed same duplicateID"])
     }
 
     func testOverloadIsRejectedAtOnceAndRoomReturns() {

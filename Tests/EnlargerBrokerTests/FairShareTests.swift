@@ -173,14 +173,14 @@ final class FairShareTests: XCTestCase {
         let policy = try TenantPolicy(parsing: """
             # principal   terms
             *  weight=1 queued=256   # everyone else
-            curve:ab#cd=  weight=4 queued=2000 running=32 image-mib=512
-            local weight=2
+            curve:ab#cd=  weight=4 queued=2000 running=32 image-mib=512 files=tenants/ab
+            local weight=2 files=.
 
             """)
         XCTAssertEqual(policy.defaults, .init(weight: 1, maxQueued: 256))
         XCTAssertEqual(policy.terms(for: Principal("curve:ab#cd=")),
-                       .init(weight: 4, maxQueued: 2000, maxRunning: 32, maxImageBytes: 512 << 20))
-        XCTAssertEqual(policy.terms(for: .local), .init(weight: 2))
+                       .init(weight: 4, maxQueued: 2000, maxRunning: 32, maxImageBytes: 512 << 20, files: "tenants/ab"))
+        XCTAssertEqual(policy.terms(for: .local), .init(weight: 2, files: ""))
         XCTAssertEqual(policy.terms(for: Principal("curve:zz")), policy.defaults)
     }
 
@@ -188,9 +188,12 @@ final class FairShareTests: XCTestCase {
         let cases: [(String, String)] = [
             ("local weight=2\nlocal weight=3", "line 2: local is named twice"),
             ("local weight=0", "line 1: weight must be 1 to 1000"),
-            ("local speed=3", "line 1: unknown term \"speed\" (weight, queued, running or image-mib)"),
-            ("\n\nlocal weight", "line 3: \"weight\" is not NAME=NUMBER (weight, queued, running or image-mib)"),
+            ("local speed=3", "line 1: unknown term \"speed\" (weight, queued, running, image-mib or files)"),
+            ("\n\nlocal weight", "line 3: \"weight\" is not NAME=NUMBER (weight, queued, running, image-mib or files)"),
             ("local image-mib=0", "line 1: image-mib must be 1 to 1048576"),
+            ("local files=../x", "line 1: files must be a directory under the files root (like tenants/alice, without . or .. parts), or . for all of it"),
+            ("local files=/srv", "line 1: files must be a directory under the files root (like tenants/alice, without . or .. parts), or . for all of it"),
+            ("local files=a//b", "line 1: files must be a directory under the files root (like tenants/alice, without . or .. parts), or . for all of it"),
             ("local running=0", "line 1: running must be 1 or more"),
         ]
         for (text, message) in cases {

@@ -268,6 +268,52 @@ final class EnlargerClientTests: XCTestCase {
         try await waitUntil("a Cancel frame") { broker.requests.contains { $0.isCancel && $0.requestID == "task" } }
     }
 
+    /// A cancel after the client closed still marks the request: what was queued for it is
+    /// not delivered, nor the close's failure.
+    func testACancelAfterCloseStillDropsWhatWasQueued() async throws {
+        let (broker, client) = try brokerAndClient { message in
+            guard case .submit(let submit, _) = message else { return [] }
+            return [.accepted(submit.requestID)]
+        }
+        let events = client.submit(ResizeRequest(id: "late", image: jpeg, options: box))
+        var iterator = events.makeAsyncIterator()
+        let accepted = try await iterator.next()
+        XCTAssertEqual(accepted, .accepted)
+        broker.send([.started("late"), .result("late", .degraded, terminal: false)])
+        try await waitUntil("two events queued") { events.channel.bufferedCount == 2 }
+        await client.close()
+        try client.cancelNow("late")
+        let afterCancel = try await iterator.next()
+        XCTAssertNil(afterCancel, "nothing is delivered after cancel, even once the client has closed")
+    }
+
+    /// The task consuming a request refused as a duplicate is cancelled: the live request
+    /// with that id is not this consumer's, and goes on (no Cancel reaches the broker).
+    func testCancellingTheConsumerOfADuplicateLeavesTheLiveRequestAlone() async throws {
+        let (broker, client) = try brokerAndClient { message in
+            guard case .submit(let submit, _) = message else { return [] }
+            return [.accepted(submit.requestID)]
+        }
+        var live = client.submit(ResizeRequest(id: "x", image: jpeg, options: box)).makeAsyncIterator()
+        let accepted = try await live.next()
+        XCTAssertEqual(accepted, .accepted)
+        let duplicate = client.submit(ResizeRequest(id: "x", image: jpeg, options: box))
+        let consumer = Task {
+            while !Task.isCancelled { await Task.yield() }
+            var seen: [RequestEvent] = []
+            do { for try await event in duplicate { seen.append(event) } } catch {}
+            return seen
+        }
+        consumer.cancel()
+        _ = await consumer.value
+        broker.send([.result("x", .final, terminal: true)])
+        let final = try await live.next()
+        guard case .final? = final else {
+            return XCTFail("the live request was cancelled by another's consumer: \(String(describing: final))")
+        }
+        XCTAssertFalse(broker.requests.contains { $0.isCancel }, "a Cancel went to the broker")
+    }
+
     // MARK: Keys
 
     /// Fail closed: a tcp endpoint without CURVE keys is refused at once, with what to do,

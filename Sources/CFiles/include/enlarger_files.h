@@ -17,6 +17,11 @@
 /// Linux 5.6).
 int enlarger_open_beneath(int dirfd, const char *path);
 
+/// Opens the directory `path` beneath `dirfd` as `enlarger_open_beneath` resolves a file
+/// (O_PATH: good as the `dirfd` of a later `enlarger_open_beneath`). Returns the descriptor
+/// or -errno.
+int enlarger_open_directory_beneath(int dirfd, const char *path);
+
 /// Renames `from` to `to` only if `to` does not exist: renameat2(2) with RENAME_NOREPLACE,
 /// or link(2) then unlink(2) on file systems without it. Never replaces a file.
 ///

@@ -135,7 +135,10 @@
 // header is in, without FINISHED); Cancel during the download stops it. A
 // request for DELIVERY_INFO reads no more of a file or a download than the image's header
 // needs. Sources the worker may not read end the request with Failed{SOURCE_REFUSED}, and
-// sources that cannot be read with Failed{SOURCE_UNAVAILABLE}.
+// sources that cannot be read with Failed{SOURCE_UNAVAILABLE}. Each principal's file paths
+// are read beneath its own directory of the files root, which the operator names in the
+// broker's tenants file (files=DIR); a principal given none is Rejected{SOURCE_REFUSED} for
+// any file source, except an admin (local peers included), which reads the whole root.
 //
 // CACHE AND SHARED JOBS
 //
@@ -366,8 +369,8 @@ public nonisolated struct Enlarger_V1_ClientToBroker: Sendable {
 
 /// Asks for one resize. Carries one payload frame: the source image (up to the broker's input
 /// limit, 64 MiB by default; larger inputs are Rejected{TOO_LARGE}). Answered by Accepted,
-/// Rejected{OVERLOADED | INVALID_ARGUMENT | TOO_LARGE | MALFORMED | BROKER_SHUTDOWN} or
-/// Failed{DUPLICATE_ID}. A Submit whose request id is empty, longer than 64 bytes or not
+/// Rejected{OVERLOADED | INVALID_ARGUMENT | TOO_LARGE | MALFORMED | BROKER_SHUTDOWN |
+/// SOURCE_REFUSED} or Failed{DUPLICATE_ID}. A Submit whose request id is empty, longer than 64 bytes or not
 /// UTF-8 is answered with Error{MALFORMED}.
 public nonisolated struct Enlarger_V1_Submit: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the

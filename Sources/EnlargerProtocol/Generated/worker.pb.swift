@@ -621,6 +621,14 @@ public nonisolated struct Enlarger_V1_Job: @unchecked Sendable {
     set {_uniqueStorage()._variants = newValue}
   }
 
+  /// For a file source: the directory under the files root that its path is resolved beneath
+  /// (the submitting principal's, from the broker's tenants file: `files=DIR`); empty, the
+  /// whole root. Nothing above it is reached, `..` and symbolic links included.
+  public var filesScope: String {
+    get {_storage._filesScope}
+    set {_uniqueStorage()._filesScope = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1506,7 +1514,7 @@ nonisolated extension Enlarger_V1_BrokerToWorker: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Job"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{1}source\0\u{1}placeholder\0\u{1}variants\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{1}source\0\u{1}placeholder\0\u{1}variants\0\u{3}files_scope\0")
 
   fileprivate class _StorageClass {
     var _jobID: UInt64 = 0
@@ -1517,6 +1525,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
     var _source: Enlarger_V1_ImageSource? = nil
     var _placeholder: Bool = false
     var _variants: [Enlarger_V1_JobVariant] = []
+    var _filesScope: String = String()
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1535,6 +1544,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
       _source = source._source
       _placeholder = source._placeholder
       _variants = source._variants
+      _filesScope = source._filesScope
     }
   }
 
@@ -1561,6 +1571,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
         case 6: try { try decoder.decodeSingularMessageField(value: &_storage._source) }()
         case 7: try { try decoder.decodeSingularBoolField(value: &_storage._placeholder) }()
         case 8: try { try decoder.decodeRepeatedMessageField(value: &_storage._variants) }()
+        case 9: try { try decoder.decodeSingularStringField(value: &_storage._filesScope) }()
         default: break
         }
       }
@@ -1597,6 +1608,9 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
       if !_storage._variants.isEmpty {
         try visitor.visitRepeatedMessageField(value: _storage._variants, fieldNumber: 8)
       }
+      if !_storage._filesScope.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._filesScope, fieldNumber: 9)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1614,6 +1628,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
         if _storage._source != rhs_storage._source {return false}
         if _storage._placeholder != rhs_storage._placeholder {return false}
         if _storage._variants != rhs_storage._variants {return false}
+        if _storage._filesScope != rhs_storage._filesScope {return false}
         return true
       }
       if !storagesAreEqual {return false}
