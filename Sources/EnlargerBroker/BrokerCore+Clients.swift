@@ -177,7 +177,8 @@ extension BrokerCore {
         let overload: String? =
             if joining == nil && waiting.count >= configuration.queueLimit {
                 "the queue is full (\(configuration.queueLimit) waiting)"
-            } else if joining == nil, let limit = terms.maxQueued, queuedByPrincipal >= limit {
+            } else if joining == nil, let limit = terms.maxQueued ?? defaultQueuedLimit(for: principal),
+                      queuedByPrincipal >= limit {
                 "this principal has \(queuedByPrincipal) requests waiting (its limit is \(limit))"
             } else if joining == nil && liveImageBytes + image.count > configuration.maxLiveImageBytes {
                 // Not how many it holds: with its own in mind, a principal would learn the others'.
@@ -283,6 +284,13 @@ extension BrokerCore {
     // only when its bytes equal the job's (a comparison, cheap beside a hash), so a wrong
     // digest can only ever hurt the request that sent it. File and URL requests share by
     // location until their worker names the version it opened (see File and URL sources).
+
+    /// The requests a principal whose terms name no `queued=` may have waiting: a quarter of
+    /// the queue, so that one tenant cannot fill it and have every other's Submit refused; an
+    /// admin (the operator's own, ipc peers included) has no limit but the queue's.
+    func defaultQueuedLimit(for principal: Principal) -> Int? {
+        isAdmin(principal) ? nil : max(1, configuration.queueLimit / 4)
+    }
 
     private func shareKey(of submit: Enlarger_V1_Submit, principal: Principal, filesScope: String) -> ShareKey? {
         guard configuration.shareJobs || configuration.resultCacheBytes > 0 else { return nil }

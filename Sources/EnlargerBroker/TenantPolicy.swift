@@ -11,7 +11,8 @@
 ///     local                                                weight=2
 ///
 /// `weight` (1 to 1000, default 1): jobs dispatched per turn within a lane. `queued`:
-/// requests it may have waiting (beyond: Rejected{OVERLOADED}). `running`: its jobs on
+/// requests it may have waiting (beyond: Rejected{OVERLOADED}; left out, a quarter of the
+/// broker's queue, or no limit but the queue's for an admin). `running`: its jobs on
 /// workers at once. `image-mib`: MiB of source images its live requests may hold at the
 /// broker (beyond: Rejected{OVERLOADED}); left out, the broker's per-principal share
 /// (`BrokerConfiguration.maxLiveImageBytesPerPrincipal`). `files=DIR`: the directory under

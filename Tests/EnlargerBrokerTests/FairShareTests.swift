@@ -359,6 +359,26 @@ final class FairShareTests: XCTestCase {
         XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
     }
 
+    /// Without a `queued=` term a tenant may have a quarter of the queue waiting: one that
+    /// floods it (with file sources, say, which hold no image bytes) cannot have every other
+    /// principal refused. An admin's own requests are bounded by the queue alone.
+    func testATenantWithoutTermsHoldsAQuarterOfTheQueue() {
+        var broker = CoreHarness { $0.queueLimit = 16 }
+        for index in 10..<16 { submit(&broker, davesPeer, "d\(index)", as: dave) }
+        let refused = broker.events(for: davesPeer).compactMap { event -> Enlarger_V1_Rejected? in
+            if case .rejected(let rejected) = event { rejected } else { nil }
+        }
+        XCTAssertEqual(refused.map(\.requestID), ["d14", "d15"])
+        XCTAssert(refused.first?.message.hasPrefix("this principal has 4 requests waiting (its limit is 4)") == true,
+                  "\(refused)")
+        for index in 10..<14 { submit(&broker, carolsPeer, "c\(index)", as: carol) }
+        for index in 10..<18 { submit(&broker, erinsPeer, "l\(index)", as: .local) }
+        XCTAssertFalse(broker.events(for: carolsPeer).contains { if case .rejected = $0 { true } else { false } })
+        XCTAssertFalse(broker.events(for: erinsPeer).contains { if case .rejected = $0 { true } else { false } },
+                       "an admin is bounded by the queue alone")
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+    }
+
     /// An image is charged to the owner of the job holding it, and moves with the job: when
     /// Vera's request leaves a job Hal's identical request joined (results shared between
     /// principals), the image is Hal's to pay for, not Vera's.
