@@ -10,8 +10,10 @@ import EnlargerProtocol
 ///
 /// What may be dropped instead of queued: heartbeats (the next one will do) and, beyond
 /// `optionalLimit` of them, the frames the protocol makes optional (`JobStarted`, degraded
-/// results). So the queue is bounded by the jobs in flight: at most one terminal frame per
-/// job, `optionalLimit` optional frames, `Ready` and `Disconnect`. It belongs to one
+/// results and placeholders). A final result is never optional, terminal or not: each of a
+/// set's variants but the last is a non-terminal final, and a client must get every one. So
+/// the queue is bounded by the jobs in flight: at most one final per variant (8) per job,
+/// `optionalLimit` optional frames, `Ready` and `Disconnect`. It belongs to one
 /// connection and is cleared when the connection is replaced.
 struct Outbox<Message> {
     enum Importance: Equatable {
@@ -84,7 +86,8 @@ extension Outbox.Importance {
         // At most one per attempt, and what lets the broker tell versions apart: never dropped.
         case .jobSourceOpened: self = .required
         case .jobDownload(let download): self = download.phase == .progress ? .droppable : .optional
-        case .jobResult(let result, _): self = result.terminal ? .required : .optional
+        // A variant's final is not terminal (the set's last one is) and must arrive all the same.
+        case .jobResult(let result, _): self = result.terminal || result.stage == .final ? .required : .optional
         // Small, and what gives a busy thread's credit back: never dropped.
         case .jobFailed, .jobCancelled, .ready, .disconnect, .occupancy: self = .required
         }

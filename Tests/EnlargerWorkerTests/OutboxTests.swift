@@ -89,6 +89,10 @@ final class OutboxTests: XCTestCase {
     func testImportanceOfEachWorkerMessage() {
         var result = Enlarger_V1_JobResult()
         XCTAssertEqual(Outbox<Int>.Importance(of: WorkerToBrokerMessage<[UInt8]>.jobResult(result, image: [])), .optional)
+        result.stage = .degraded
+        XCTAssertEqual(Outbox<Int>.Importance(of: WorkerToBrokerMessage<[UInt8]>.jobResult(result, image: [])), .optional)
+        result.stage = .final  // a variant's final, not the last: required all the same
+        XCTAssertEqual(Outbox<Int>.Importance(of: WorkerToBrokerMessage<[UInt8]>.jobResult(result, image: [])), .required)
         result.terminal = true
         XCTAssertEqual(Outbox<Int>.Importance(of: WorkerToBrokerMessage<[UInt8]>.jobResult(result, image: [])), .required)
         let cases: [(WorkerToBrokerMessage<[UInt8]>, Outbox<Int>.Importance)] = [
