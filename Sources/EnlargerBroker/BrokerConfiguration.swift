@@ -21,7 +21,7 @@ public struct BrokerConfiguration: Sendable {
     /// `queueLimit × maxInputBytes` (64 GiB) of images.
     public var maxLiveImageBytes: Int = 1 << 30
     /// Of those, the bytes one principal's live requests may hold unless its tenant terms say
-    /// otherwise (`image-mib`); nil: a quarter of `maxLiveImageBytes`, and never less than
+    /// otherwise (`image-mib`), an admin's aside (the total alone bounds those); nil: a quarter of `maxLiveImageBytes`, and never less than
     /// one image of `maxInputBytes`. Without it one principal could fill the broker's image
     /// memory and have every other principal's Submit refused.
     public var maxLiveImageBytesPerPrincipal: Int?

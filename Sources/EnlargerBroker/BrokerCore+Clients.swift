@@ -170,7 +170,9 @@ extension BrokerCore {
             onlyVariant = UInt32(index)
             return jobID
         } : nil
-        let imageByteLimit = terms.maxImageBytes ?? configuration.defaultImageBytesPerPrincipal
+        // An admin (the operator's own, ipc peers included) is bounded by the broker's total alone.
+        let imageByteLimit = terms.maxImageBytes
+            ?? (isAdmin(principal) ? configuration.maxLiveImageBytes : configuration.defaultImageBytesPerPrincipal)
         // Held back (none of its clients reads) a job still waits: it counts as queued.
         let queuedByPrincipal = (waiting.queuedBy[principal] ?? 0) + (waiting.heldBackBy[principal] ?? 0)
         // A request that joins a job takes no queue slot and holds no image.

@@ -37,7 +37,7 @@ struct BrokerOptions: ParsableArguments {
     @Flag(help: "Share cached results and jobs between principals (off: each principal sees only its own).")
     var shareAcrossPrincipals = false
 
-    @Option(help: "MiB of source images the broker holds at once, over all live requests (each is kept until its request ends, for retries); a Submit beyond it is refused OVERLOADED. One principal's requests may hold a quarter of it (at least one image of --max-bytes), or what its --tenants line gives (image-mib=N). Size the broker's memory limit above it.")
+    @Option(help: "MiB of source images the broker holds at once, over all live requests (each is kept until its request ends, for retries); a Submit beyond it is refused OVERLOADED. One principal's requests may hold a quarter of it (at least one image of --max-bytes), or what its --tenants line gives (image-mib=N); an admin (ipc peers included) may hold all of it. Size the broker's memory limit above it.")
     var maxImageMib = BrokerConfiguration().maxLiveImageBytes >> 20
 
     @Option(help: "Percent of the workers' capacity kept for interactive requests (0-90): bulk requests (sync's default, --priority bulk) never hold more than the rest, so an interactive request waits at most for a kept slot to free up.")

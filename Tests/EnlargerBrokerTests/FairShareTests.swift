@@ -348,9 +348,12 @@ final class FairShareTests: XCTestCase {
                   "\(davesRefused)")
         XCTAssertEqual(refused(erinsPeer).map(\.requestID), ["e16"], "Erin's terms give her more")
         XCTAssertEqual(broker.core.liveImageBytesBy, [dave: 4 * image, erin: 6 * image])
-        // Carol is still accepted, with the broker's memory far from full.
+        // Carol is still accepted, with the broker's memory far from full; an admin's requests
+        // are bounded by the broker's total alone.
         for index in 10..<12 { submit(&broker, carolsPeer, "c\(index)", as: carol) }
         XCTAssertEqual(refused(carolsPeer), [])
+        for index in 10..<14 { submit(&broker, w2, "l\(index)", as: .local) }
+        XCTAssertEqual(refused(w2), [], "an admin is not held to a tenant's share")
         // Dave's first request ends: his share has room for one more.
         for job in broker.jobs(for: w1) { broker.finish(w1, job) }
         submit(&broker, davesPeer, "d20", as: dave)

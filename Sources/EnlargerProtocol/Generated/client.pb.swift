@@ -122,7 +122,7 @@
 // the principal's waiting limit (its jobs held back for a client that does not read count as
 // waiting) is Rejected{OVERLOADED} with retry_after_ms, and so is one whose inline image would
 // take the principal's live requests over its share of the broker's image memory (a quarter
-// of it unless the tenants file says image-mib=N); a principal at its running limit waits
+// of it unless the tenants file says image-mib=N; an admin may hold all of it); a principal at its running limit waits
 // while other principals are dispatched. Requests of other principals are not affected by
 // any of these limits.
 //
