@@ -118,8 +118,17 @@ struct ej_decoder {
     int keep_cmyk;      // instead, CMYK rows are delivered as they are (ink values, not inverted)
     int cmyk_inverted;  // Adobe CMYK stores 255 - ink
     uint8_t *scratch;   // one CMYK row
-    uint8_t *icc;       // the embedded ICC profile (jpeg_read_icc_profile's malloc), or NULL
+    uint8_t *icc;       // the embedded ICC profile (its chunks reassembled), or NULL
     int out_channels;
+    int skip_metadata;  // read no EXIF and no ICC profile (a gain map's own)
+    // What the APP1/APP2 markers hold, seen in place in the input (which outlives the
+    // decoder): nothing of theirs is copied but the reassembled profile. libjpeg's own
+    // saving would copy every APP1/APP2 marker, up to the whole input, before any limit.
+    const uint8_t *exif;
+    size_t exif_length;
+    const uint8_t *icc_chunk[256];  // by sequence number 1...255
+    size_t icc_chunk_length[256];
+    int icc_chunk_count;            // the count the first chunk gave; -1 once the set is damaged
 };
 
 static void ej_check_limits(ej_decoder *dec) {
@@ -208,11 +217,80 @@ static int ej_color_of(J_COLOR_SPACE space) {
     }
 }
 
+// Called by libjpeg for every APP1 and APP2 marker: notes the first EXIF payload and the ICC
+// profile's chunks where they lie in the input, then skips the marker. A length word below 2
+// is taken as an empty marker, as libjpeg's own reader does.
+static boolean ej_read_app_marker(j_decompress_ptr cinfo) {
+    ej_decoder *dec = (ej_decoder *)cinfo->client_data;
+    struct jpeg_source_mgr *src = cinfo->src;
+    unsigned int word = 0;
+    for (int i = 0; i < 2; i++) {
+        if (src->bytes_in_buffer == 0 && !(*src->fill_input_buffer)(cinfo)) return FALSE;
+        word = (word << 8) | *src->next_input_byte++;
+        src->bytes_in_buffer--;
+    }
+    size_t length = word >= 2 ? word - 2 : 0;
+    if (length > src->bytes_in_buffer) {
+        // Cut short by the end of the input: nothing of it is kept, and skipping it reaches
+        // the end (libjpeg's truncation warning).
+        (*src->skip_input_data)(cinfo, (long)length);
+        return TRUE;
+    }
+    const uint8_t *payload = src->next_input_byte;
+    src->next_input_byte += length;
+    src->bytes_in_buffer -= length;
+    if (dec->skip_metadata) return TRUE;
+    if (cinfo->unread_marker == JPEG_APP0 + 1) {
+        if (dec->exif == NULL && length >= 6 && memcmp(payload, "Exif\0\0", 6) == 0) {
+            dec->exif = payload + 6;
+            dec->exif_length = length - 6;
+        }
+    } else if (length >= 14 && memcmp(payload, "ICC_PROFILE\0", 12) == 0 && dec->icc_chunk_count >= 0) {
+        int sequence = payload[12], count = payload[13];
+        if (dec->icc_chunk_count == 0) dec->icc_chunk_count = count;
+        if (sequence == 0 || count == 0 || sequence > count || count != dec->icc_chunk_count
+            || dec->icc_chunk[sequence] != NULL) {
+            dec->icc_chunk_count = -1;  // damaged: no profile (a warning, once the header is read)
+        } else {
+            dec->icc_chunk[sequence] = payload + 14;
+            dec->icc_chunk_length[sequence] = length - 14;
+        }
+    }
+    return TRUE;
+}
+
+// The profile's chunks in sequence order, in one buffer: NULL (with JWRN_BOGUS_ICC, subject
+// to fail_on) when a chunk is missing, repeated or out of range, or the profile is empty.
+static void ej_assemble_icc(ej_decoder *dec) {
+    if (dec->icc_chunk_count == 0) return;
+    size_t total = 0;
+    int whole = dec->icc_chunk_count > 0;
+    for (int i = 1; whole && i <= dec->icc_chunk_count; i++) {
+        if (dec->icc_chunk[i] == NULL) whole = 0;
+        else total += dec->icc_chunk_length[i];
+    }
+    if (!whole || total == 0) {
+        WARNMS(&dec->cinfo, JWRN_BOGUS_ICC);
+        return;
+    }
+    uint8_t *icc = malloc(total);
+    if (icc == NULL) ej_fail_with((j_common_ptr)&dec->cinfo, EJ_ERR_NO_MEMORY, "out of memory for the ICC profile");
+    size_t at = 0;
+    for (int i = 1; i <= dec->icc_chunk_count; i++) {
+        memcpy(icc + at, dec->icc_chunk[i], dec->icc_chunk_length[i]);
+        at += dec->icc_chunk_length[i];
+    }
+    free(dec->icc);
+    dec->icc = icc;
+}
+
+void ej_decoder_skip_metadata(ej_decoder *dec) { dec->skip_metadata = 1; }
+
 ej_status ej_read_header(ej_decoder *dec, const uint8_t *data, size_t length, ej_info *info) {
     if (setjmp(dec->guard.jump)) return dec->guard.failure;
     jpeg_mem_src(&dec->cinfo, data, (unsigned long)length);
-    jpeg_save_markers(&dec->cinfo, JPEG_APP0 + 1, 0xFFFF);
-    jpeg_save_markers(&dec->cinfo, JPEG_APP0 + 2, 0xFFFF);  // ICC profile chunks
+    jpeg_set_marker_processor(&dec->cinfo, JPEG_APP0 + 1, ej_read_app_marker);
+    jpeg_set_marker_processor(&dec->cinfo, JPEG_APP0 + 2, ej_read_app_marker);
     jpeg_read_header(&dec->cinfo, TRUE);
 
     memset(info, 0, sizeof *info);
@@ -240,21 +318,13 @@ ej_status ej_read_header(ej_decoder *dec, const uint8_t *data, size_t length, ej
     info->precision = dec->cinfo.data_precision;
     // The profile's chunks reassembled; a damaged set is a warning (JWRN_BOGUS_ICC, subject
     // to fail_on) and leaves no profile.
-    JOCTET *icc = NULL;
-    unsigned int icc_length = 0;
-    if (jpeg_read_icc_profile(&dec->cinfo, &icc, &icc_length) && icc != NULL) {
-        free(dec->icc);
-        dec->icc = icc;
-        info->icc = icc;
-        info->icc_length = icc_length;
+    ej_assemble_icc(dec);
+    if (dec->icc != NULL) {
+        info->icc = dec->icc;
+        for (int i = 1; i <= dec->icc_chunk_count; i++) info->icc_length += dec->icc_chunk_length[i];
     }
-    for (jpeg_saved_marker_ptr m = dec->cinfo.marker_list; m != NULL; m = m->next) {
-        if (m->marker == JPEG_APP0 + 1 && m->data_length >= 6 && memcmp(m->data, "Exif\0\0", 6) == 0) {
-            info->exif = m->data + 6;
-            info->exif_length = m->data_length - 6;
-            break;
-        }
-    }
+    info->exif = dec->exif;
+    info->exif_length = dec->exif_length;
     if (info->color == EJ_COLOR_UNKNOWN) {
         snprintf(dec->guard.message, sizeof dec->guard.message, "unsupported colour space with %d components",
                  info->components);

@@ -53,7 +53,7 @@ extension ImagePipeline {
         let decoder: JPEGDecoder
         do throws(ImagingError) {
             decoder = try JPEGDecoder(data: UnsafeRawBufferPointer(rebasing: input[source.range]), limits: limits,
-                                      cancel: cancel, failOn: options.failOn)
+                                      cancel: cancel, failOn: options.failOn, metadata: false)
         } catch {
             notes.append("the HDR gain map is left out: it cannot be read (\(error.message))")
             return nil

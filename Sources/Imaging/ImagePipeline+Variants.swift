@@ -102,7 +102,7 @@ extension ImagePipeline {
             atScale.scaleNumerator = scale
             estimates.append(MemoryEstimate(header: header, thumbnail: nil, plan: atScale, options: options, delivery: .final,
                                             inputBytes: input.count))
-            kept += Self.keptBytes(plan, channels: header.decodedChannels, options: options)
+            kept += Self.keptBytes(plan, channels: header.decodedChannels, profile: header.iccProfile, options: options)
         }
         var estimate = estimates.max { $0.bytes < $1.bytes }!
         estimate.bytes += kept
@@ -138,9 +138,9 @@ extension ImagePipeline {
     /// What a variant leaves alive until the run ends: its resampled buffer (a source for the
     /// smaller ones), its oriented and converted copy (for others of its size) and its encoded
     /// output, at most as large as its pixels plus headers.
-    static func keptBytes(_ plan: ResizePlan, channels: Int, options: ResizeOptions) -> Int {
+    static func keptBytes(_ plan: ResizePlan, channels: Int, profile: [UInt8]?, options: ResizeOptions) -> Int {
         let pixels = plan.storedOutputWidth * plan.storedOutputHeight * channels
-        return 3 * pixels + (64 << 10)
+        return 3 * pixels + (64 << 10) + (options.keepProfile ? profile?.count ?? 0 : 0)
     }
 
     func prepareRasterVariants(_ format: InputFormat, _ input: UnsafeRawBufferPointer, variants: [ResizeOptions],
@@ -168,7 +168,7 @@ extension ImagePipeline {
             MemoryEstimate(raster: header, plan: plan, shrink: shrink, options: options, delivery: .final,
                            inputBytes: input.count + header.inputCopyBytes, placeholder: false)
         }.max { $0.bytes < $1.bytes }!
-        estimate.bytes += zip(plans, variants).reduce(0) { $0 + Self.keptBytes($1.0, channels: 4, options: $1.1) }
+        estimate.bytes += zip(plans, variants).reduce(0) { $0 + Self.keptBytes($1.0, channels: 4, profile: header.iccProfile, options: $1.1) }
         let prepared = PreparedVariants(pipeline: self, source: .raster(decoder), plans: plans, variants: variants,
                                         cancel: cancel, estimate: estimate)
         prepared.shrink = shrink

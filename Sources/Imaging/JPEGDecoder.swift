@@ -55,8 +55,11 @@ final class JPEGDecoder {
 
     /// Checks the cheap limits, then parses the header and checks the pixel limit, all
     /// before libjpeg allocates anything proportional to the image.
+    ///
+    /// `metadata` false reads neither EXIF nor an ICC profile: for an embedded image whose own
+    /// are not used (a gain map), so that its decoder holds nothing of them.
     init(data: UnsafeRawBufferPointer, limits: DecodeLimits, cancel: CancellationFlag?,
-         failOn: FailOn = .warning) throws(ImagingError) {
+         failOn: FailOn = .warning, metadata: Bool = true) throws(ImagingError) {
         try JPEGDecoder.sniff(data, limits: limits)
         // libjpeg's whole-image buffers are one more large buffer: the per-buffer cap bounds them too.
         let memoryLimit = min(limits.maxDecoderMemory, limits.maxBufferBytes)
@@ -75,6 +78,7 @@ final class JPEGDecoder {
         allocator = BufferAllocator(maxBytes: limits.maxBufferBytes)
         self.data = data
         self.cancel = cancel
+        if !metadata { ej_decoder_skip_metadata(handle) }
         var info = ej_info()
         let status = ej_read_header(handle, data.baseAddress!.assumingMemoryBound(to: UInt8.self), data.count, &info)
         header = JPEGHeader(width: 0, height: 0, components: 0, colorSpace: .gray, progressive: false,

@@ -84,7 +84,7 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
                 phases.append(decoder + decoded + thumb.lingering + final.peak)
             }
         }
-        let peak = inputBytes + phases.max()!
+        let peak = inputBytes + Self.profileBytes(header.iccProfile, options: options) + phases.max()!
         bytes = peak + peak / 16 + Self.slack
         coefficientBytes = coefficients
         decodedBytes = decoded
@@ -264,10 +264,18 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
             phases.append((8 << 20) + tw * th * (2 * channels + 9) + thumb.peak)
             phases.append(thumb.lingering + decoder + decoded + opaqueCopy)
         }
-        let peak = inputBytes + phases.max()!
+        let peak = inputBytes + Self.profileBytes(header.iccProfile, options: options) + phases.max()!
         bytes = peak + peak / 16 + Self.slack
         coefficientBytes = 0
         decodedBytes = decoded
+    }
+
+    /// An embedded ICC profile (up to 16 MiB in a JPEG) through a run: the decoder's copy and
+    /// the header's, the colour engine's parsed tables (a LUT profile's samples widened, up to
+    /// four times the file), and when the output keeps it, the encoder's copy and the output's.
+    static func profileBytes(_ profile: [UInt8]?, options: ResizeOptions) -> Int {
+        let bytes = profile?.count ?? 0
+        return bytes * (options.keepProfile ? 8 : 6)
     }
 
     /// The most bytes libjpeg-turbo's compressor can produce for an image (its `tjBufSize`):

@@ -36,6 +36,66 @@ final class DecoderTests: XCTestCase {
             .resize(progressive, options: .init(width: 100)))
     }
 
+    /// The APP1 and APP2 markers are read where they lie: 32 MiB of them (XMP-like padding in
+    /// front of the EXIF and the profile) cost the decoder no copy, yet the first EXIF and the
+    /// whole profile are still found. libjpeg's own saving copied every one of them.
+    func testMarkersAreReadInPlaceNotCopied() throws {
+        let photo = try Corpus.good("bimg_test_exif_full.jpg")
+        let plain = try photo.withUnsafeBytes { try JPEGDecoder(data: $0, limits: DecodeLimits(), cancel: nil).header }
+        XCTAssertNotNil(plain.iccProfile)
+        XCTAssertNotEqual(plain.orientation, .up)
+        var padded: [UInt8] = [0xFF, 0xD8]
+        let padding = Self.segment(0xE1, Array("http://ns.adobe.com/xmp/extension/\0".utf8)
+                                   + [UInt8](repeating: 0x20, count: 65_000))
+        for _ in 0..<512 { padded += padding }
+        padded += photo.dropFirst(2)
+        XCTAssertGreaterThan(padded.count, 32 << 20)
+        var header: JPEGHeader?
+        let grew = try Peak.measure {
+            header = try padded.withUnsafeBytes { try JPEGDecoder(data: $0, limits: DecodeLimits(), cancel: nil).header }
+        }
+        XCTAssertLessThan(grew, 8 << 20, "the decoder copied the markers")
+        XCTAssertTrue(header?.iccProfile == plain.iccProfile, "the profile is found")
+        XCTAssertEqual(header?.orientation, plain.orientation)
+    }
+
+    /// An ICC profile's chunks are joined in their sequence order, wherever they stand; a set
+    /// with a chunk missing or repeated gives no profile (the pixels are taken as sRGB) and
+    /// fails nothing.
+    func testProfileChunksAreJoinedInSequenceOrder() throws {
+        let photo = try Encoder.encode(PixelBuffer(width: 16, height: 16, channels: 3,
+                                                   pixels: [UInt8](repeating: 90, count: 16 * 16 * 3)),
+                                       format: .jpeg).bytes
+        let profile = (0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
+        let chunks = stride(from: 0, to: profile.count, by: 65_519).map { Array(profile[$0..<min($0 + 65_519, profile.count)]) }
+        func file(_ order: [Int], count: Int = 3) -> [UInt8] {
+            var bytes: [UInt8] = [0xFF, 0xD8]
+            for index in order {
+                bytes += Self.segment(0xE2, Array("ICC_PROFILE\0".utf8) + [UInt8(index + 1), UInt8(count)] + chunks[index])
+            }
+            return bytes + photo.dropFirst(2)
+        }
+        func header(_ bytes: [UInt8]) throws -> JPEGHeader {
+            try bytes.withUnsafeBytes { try JPEGDecoder(data: $0, limits: DecodeLimits(), cancel: nil, failOn: .warning).header }
+        }
+        XCTAssertEqual(chunks.count, 3)
+        XCTAssertTrue(try header(file([0, 1, 2])).iccProfile == profile, "in order")
+        XCTAssertTrue(try header(file([2, 0, 1])).iccProfile == profile, "out of order")
+        XCTAssertNil(try header(file([0, 2])).iccProfile, "a chunk missing")
+        XCTAssertNil(try header(file([0, 1, 1, 2])).iccProfile, "a chunk twice")
+        XCTAssertNil(try header(file([0, 1, 2], count: 2)).iccProfile, "a chunk past the count")
+        // A gain map's decoder reads no metadata at all.
+        let bare = try file([0, 1, 2]).withUnsafeBytes {
+            try JPEGDecoder(data: $0, limits: DecodeLimits(), cancel: nil, metadata: false).header
+        }
+        XCTAssertNil(bare.iccProfile)
+    }
+
+    private static func segment(_ marker: UInt8, _ payload: [UInt8]) -> [UInt8] {
+        let length = payload.count + 2
+        return [0xFF, marker, UInt8(length >> 8), UInt8(length & 0xFF)] + payload
+    }
+
     func testScanLimit() throws {
         let progressive = try Corpus.bytes("good", "imagers_progressive_3.jpg")  // 11 scans, no EXIF thumbnail
         // A degraded-only request reads just the first scans, so only a lower limit bites.

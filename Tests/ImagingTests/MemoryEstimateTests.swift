@@ -162,6 +162,23 @@ final class MemoryEstimateTests: XCTestCase {
         print("9643×10328 to 9643 px wide: \(full); to 320 px: \(small)")
     }
 
+    /// An embedded profile counts: its copies, the colour engine's tables, and the output's
+    /// copy when it is kept, whatever the image's size.
+    func testTheEstimateCountsTheProfile() throws {
+        var header = try header("ljtseed_1x1_420.jpg")
+        let plan = try ResizePlan.make(sourceWidth: header.width, sourceHeight: header.height,
+                                       orientation: header.orientation, options: ResizeOptions(width: 1))
+        func estimate(_ options: ResizeOptions) -> Int {
+            MemoryEstimate(header: header, thumbnail: nil, plan: plan, options: options, delivery: .final, inputBytes: 0).bytes
+        }
+        let bare = estimate(ResizeOptions(width: 1))
+        header.iccProfile = [UInt8](repeating: 1, count: 10 << 20)
+        XCTAssertGreaterThanOrEqual(estimate(ResizeOptions(width: 1)) - bare, 60 << 20)
+        var keeping = ResizeOptions(width: 1)
+        keeping.keepProfile = true
+        XCTAssertGreaterThanOrEqual(estimate(keeping) - bare, 80 << 20)
+    }
+
     private func header(_ file: String) throws -> JPEGHeader {
         try ImagePipeline().header(of: try Corpus.good(file))
     }

@@ -55,7 +55,7 @@ typedef struct {
     int max_v_samp;
     size_t coefficient_bytes; // size of libjpeg's whole-image coefficient buffer, when it needs one
     const uint8_t *exif;     // the first APP1 "Exif\0\0" payload after its 6-byte header, or NULL
-    size_t exif_length;      // valid while the decoder lives
+    size_t exif_length;      // points into the input
     const uint8_t *icc;      // the embedded ICC profile (APP2 chunks reassembled), or NULL
     size_t icc_length;       // valid while the decoder lives
     int precision;           // bits per sample (8; 12-bit files fail as unsupported before this)
@@ -93,7 +93,13 @@ ej_decoder *ej_decoder_create(const int32_t *cancel_flag, int max_scans, long ma
 int ej_decoder_warnings(const ej_decoder *dec, const char **first);
 void ej_decoder_destroy(ej_decoder *dec);
 
-/// Parses the markers up to the first scan. `data` must outlive the decoder.
+/// Before ej_read_header: read neither EXIF nor an ICC profile (for an embedded image, such as
+/// a gain map, whose own metadata is not used).
+void ej_decoder_skip_metadata(ej_decoder *dec);
+
+/// Parses the markers up to the first scan. `data` must outlive the decoder. Of the APP1 and
+/// APP2 markers only the EXIF payload and the ICC profile are used, read in place: the
+/// profile's reassembly (at most EJ_MAX_ICC_BYTES) is the only copy made of them.
 ej_status ej_read_header(ej_decoder *dec, const uint8_t *data, size_t length, ej_info *info);
 
 /// For a CMYK or YCCK file: deliver 4-channel CMYK rows (ink amounts, 0 = none, Adobe's
