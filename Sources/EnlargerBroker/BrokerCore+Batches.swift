@@ -23,8 +23,11 @@ struct BatchPlace {
 
 struct Batch {
     let size: UInt32
-    /// Where BatchEnded goes: the connection of the latest item.
+    /// Where BatchEnded goes: the connection of the latest item, or, once that one is gone
+    /// for good, of the latest item from a connection still there.
     var client: PeerID
+    /// The connections its items came from, the latest last.
+    var peers: [PeerID] = []
     /// Items not ended yet, by index.
     var live: [UInt32: RequestKey] = [:]
     /// Indices whose items ended with their terminal result.
@@ -66,7 +69,9 @@ extension BrokerCore {
                                              message: "batch \(item.batchID) has \(batch.size) items, this Submit says \(item.size)",
                                              place: place))
             }
-            guard batch.live[item.index] == nil, !batch.finished.contains(item.index) else {
+            // The id already at this place is a duplicate, refused without failing the batch.
+            guard batch.live[item.index] == nil || batch.live[item.index] == RequestKey(principal: principal, id: submit.requestID),
+                  !batch.finished.contains(item.index) else {
                 return .failure(BatchRefusal(code: .invalidArgument,
                                              message: "place \(item.index) of batch \(item.batchID) is taken", place: place))
             }
@@ -92,12 +97,33 @@ extension BrokerCore {
             startBatch(place.batch, size: size, client: peer)
             batchDeadlines.insert(place.batch, at: deadline)
         }
-        batches[place.batch]!.client = peer
+        batchHeard(place.batch, from: peer)
         if finished {
             batchItemEnded(place, request: key, .finished)
         } else {
             batches[place.batch]!.live[place.index] = key
             requests[key]?.batch = place
+        }
+    }
+
+    /// An item of the batch came from (or moved to) `peer`: its BatchEnded goes there.
+    mutating func batchHeard(_ key: RequestKey, from peer: PeerID) {
+        guard var batch = batches[key] else { return }
+        batch.client = peer
+        if batch.peers.last != peer {
+            batch.peers.removeAll { $0 == peer }
+            batch.peers.append(peer)
+        }
+        batches[key] = batch
+    }
+
+    /// A connection that cannot come back ended: a batch that would have told it how it ends
+    /// tells the latest other connection its items came from instead (one whose items all
+    /// ended may still be waiting for the BatchEnded).
+    mutating func batchConnectionGone(_ peer: PeerID) {
+        for key in batches.keys where batches[key]!.peers.contains(peer) {
+            batches[key]!.peers.removeAll { $0 == peer }
+            if batches[key]!.client == peer, let other = batches[key]!.peers.last { batches[key]!.client = other }
         }
     }
 
@@ -113,7 +139,7 @@ extension BrokerCore {
         message: String
     ) {
         if batches[place.batch] == nil { startBatch(place.batch, size: size, client: peer) }
-        batches[place.batch]!.client = peer
+        batchHeard(place.batch, from: peer)
         decide(place.batch, .failed, index: place.index, requestID: requestID, code: code, message: message)
     }
 

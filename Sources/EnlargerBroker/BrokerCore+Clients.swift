@@ -532,7 +532,7 @@ extension BrokerCore {
         clients[peer, default: Client(principal: principal, lastSeen: now)].requests.insert(key)
         clients[peer]!.waitingBytes = clientBytesWaiting[peer] ?? 0
         requests[key]?.client = peer
-        if let place = request.batch { batches[place.batch]?.client = peer }
+        if let place = request.batch { batchHeard(place.batch, from: peer) }
     }
 
     // MARK: Vanished clients

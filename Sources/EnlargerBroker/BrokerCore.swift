@@ -319,6 +319,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         counters.unroutable += 1
         clientBytesWaiting[peer] = nil
         clientVanished(peer, reason: "the broker could not reach the client", now: now, &actions)
+        batchConnectionGone(peer)
         settleBatches(now: now, &actions)
         return actions
     }
@@ -330,6 +331,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         var actions: [Action] = []
         clientBytesWaiting[peer] = nil
         clientVanished(peer, reason: "the client's connection ended", notify: false, now: now, &actions)
+        batchConnectionGone(peer)
         settleBatches(now: now, &actions)
         return actions
     }

@@ -111,6 +111,46 @@ final class BrokerCoreBatchTests: XCTestCase {
         XCTAssertEqual(broker.core.liveRequestCount, 1, "the request outside the batch goes on")
     }
 
+    /// A Submit sent again for its own place (a retry) is a duplicate: refused, and the batch
+    /// goes on.
+    func testAnItemSentAgainForItsOwnPlaceLeavesTheBatchAlone() {
+        var broker = CoreHarness()
+        broker.ready(w1, capacity: 3)
+        item(&broker, "a", index: 0, size: 2)
+        item(&broker, "a", index: 0, size: 2)
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "failed a duplicateID"])
+        item(&broker, "b", index: 1, size: 2)
+        for job in broker.jobs(for: w1) { broker.finish(w1, job) }
+        XCTAssertEqual(broker.events(for: alice).map(\.summary).last, "batchEnded B completed")
+        XCTAssertEqual(broker.core.totals.batchesCompleted, 1)
+        XCTAssertTrue(broker.core.isIdle)
+    }
+
+    /// The connection of the latest item leaves for good: the BatchEnded goes to the latest
+    /// connection still there, whether the departure ends the batch or the batch ends later.
+    func testABatchEndedGoesToAConnectionStillThere() {
+        var broker = CoreHarness()
+        broker.ready(w1, capacity: 3)
+        item(&broker, "a", index: 0)
+        item(&broker, "b", from: bob, index: 1)
+        item(&broker, "c", from: bob, index: 2)
+        var jobs = broker.jobs(for: w1)
+        broker.finish(w1, jobs[1])
+        broker.finish(w1, jobs[2])
+        broker.record(broker.core.clientDeparted(bob, now: broker.now))
+        broker.finish(w1, jobs[0])
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "result a final terminal", "batchEnded B completed"])
+
+        // Leaving with an item live fails the batch; the other connection hears of it.
+        item(&broker, "d", batch: "C", index: 0, size: 2)
+        item(&broker, "e", from: bob, batch: "C", index: 1, size: 2)
+        jobs = broker.jobs(for: w1)
+        _ = broker.events(for: alice)
+        broker.record(broker.core.clientDeparted(bob, now: broker.now))
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["cancelled d", "batchEnded C failed 1 clientSilent"])
+        XCTAssertEqual(broker.inconsistencies, [])
+    }
+
     func testAnItemThatDoesNotFitFailsTheBatch() {
         for (index, size, reason) in [(UInt32(1), UInt32(4), "size differs"), (0, 3, "place taken"), (3, 3, "index out of range")] {
             var broker = CoreHarness()

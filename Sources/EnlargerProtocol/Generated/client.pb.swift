@@ -187,11 +187,11 @@
 // - CANCELLED when one of its items is cancelled (by a Cancel with that item's id, from any
 //   connection that may cancel it): the others are cancelled with it. So cancelling any item
 //   cancels the whole batch.
-// An item whose index is taken or out of range, or whose size differs from the batch's, is
-// Rejected{INVALID_ARGUMENT} and fails the batch. An item answered Failed{DUPLICATE_ID}
-// fails its batch too, except when the live request holding the id is an item of that same
-// batch: DUPLICATE_ID never ends the holder, so the batch goes on and its place waits to be
-// filled (or for the deadline). A batch not complete by the deadline of its
+// An item whose index is taken by another item or out of range, or whose size differs from
+// the batch's, is Rejected{INVALID_ARGUMENT} and fails the batch. An item answered
+// Failed{DUPLICATE_ID} fails its batch too, except when the live request holding the id is an
+// item of that same batch (an item sent again for its own place, for one): DUPLICATE_ID never
+// ends the holder, so the batch goes on and its place waits to be filled (or for the deadline). A batch not complete by the deadline of its
 // first item fails with DEADLINE_EXCEEDED, naming the first place without a result (a place
 // whose item never arrived first). Results are delivered as they come; a client library puts
 // them in input order. A broker holds a bounded number of live batches (4096 by default) and
@@ -1230,7 +1230,8 @@ public nonisolated struct Enlarger_V1_Pong: Sendable {
 }
 
 /// The one terminal event of a batch (see BATCHES), sent to the connection that submitted
-/// its latest item, after the terminal events of every item that ended with it.
+/// its latest item, after the terminal events of every item that ended with it. When that
+/// connection has ended for good, it goes to the latest of its items' connections still open.
 public nonisolated struct Enlarger_V1_BatchEnded: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
