@@ -28,6 +28,9 @@ public struct BrokerConfiguration: Sendable {
     /// Live requests one client connection may hold, so that one producer cannot take every
     /// queue slot from the others (`Rejected{OVERLOADED}` beyond it).
     public var maxLiveRequestsPerClient: Int = 512
+    /// Live requests one principal may hold over all its connections, requests sharing a job
+    /// included, unless its tenant terms say otherwise (`live=`); an admin has no such bound.
+    public var maxLiveRequestsPerPrincipal: Int = 4096
     /// Ended request ids remembered, so a late Cancel is answered `FINISHED` rather than
     /// `UNKNOWN`: at most this many per principal (a principal's own churn never pushes out
     /// another's), for at most `endedRequestMemoryDuration`. Ended batch ids alike.

@@ -33,7 +33,7 @@ extension BrokerCore {
         case .cancel(let cancel):
             self.cancel(cancel.requestID, from: peer, principal: principal, now: now, &actions)
         case .statusRequest:
-            send(.statusReply(status(now: now, for: principal)), to: peer, &actions)
+            send(.statusReply(statusReply(for: principal, now: now)), to: peer, &actions)
         case .ping:
             var pong = Enlarger_V1_Pong()
             pong.heartbeatIntervalMs = UInt32(clamping: configuration.heartbeatInterval.milliseconds)
@@ -190,6 +190,10 @@ extension BrokerCore {
                     + "(its limit is \(imageByteLimit))"
             } else if (clients[peer]?.requests.count ?? 0) >= configuration.maxLiveRequestsPerClient {
                 "this connection has \(configuration.maxLiveRequestsPerClient) live requests already"
+            } else if let limit = terms.maxLive ?? (isAdmin(principal) ? nil : configuration.maxLiveRequestsPerPrincipal),
+                      liveRequestsBy[principal, default: 0] >= limit {
+                // Over all its connections, joiners too: they hold no queue slot, but each is state here.
+                "this principal has \(limit) live requests (its limit)"
             } else {
                 nil
             }
@@ -239,6 +243,7 @@ extension BrokerCore {
             holdImage(ofNew: jobID)
             waiting.place(jobID, lane: lane, principal: principal)
         }
+        liveRequestsBy[principal, default: 0] += 1
         requests[key] = Request(key: key, client: peer, jobID: jobID, acceptedAt: now, bytesIn: image.count,
                                 sharedWork: joining != nil, lane: lane, wantsPlaceholder: wantsPlaceholder,
                                 onlyVariant: onlyVariant)

@@ -13,6 +13,7 @@ import EnlargerProtocol
 extension BrokerCore {
     mutating func housekeeping(now: MonotonicInstant, _ actions: inout [Action]) {
         let timeout = configuration.peerTimeout
+        recentStatus = recentStatus.filter { now.duration(since: $0.value.at) < Self.statusInterval }
 
         let silentWorkers = workers.filter { now.duration(since: $0.lastSeen) > timeout }.map(\.id)
         for peer in silentWorkers {

@@ -208,6 +208,10 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// each principal (bounded by its share): each image counted once (see `ImageHold`).
     var liveImageBytes = 0
     var liveImageBytesBy: [Principal: Int] = [:]
+    /// Live requests by principal, over all its connections (bounded by its terms' `live=`).
+    var liveRequestsBy: [Principal: Int] = [:]
+    /// A non-admin's last status reply and when it was made (see `statusReply`).
+    var recentStatus: [Principal: (at: MonotonicInstant, reply: Enlarger_V1_StatusReply)] = [:]
     var imageHolds: [UInt64: ImageHold] = [:]
     /// The fair-share cost of each live job that costs more than 1 (a set of variants, see
     /// `fairShareCost`): looked up at every dispatch, so kept apart from the jobs.
@@ -416,7 +420,7 @@ public struct BrokerCore<Payload: FrameBytes> {
     public var isIdle: Bool {
         requests.isEmpty && jobs.isEmpty && sharing.isIdle && batches.isEmpty && unsettledBatches.isEmpty
             && batchDeadlines.isEmpty && waiting.isEmpty && running.isEmpty && clients.isEmpty
-            && deadlines.isEmpty && workers.allSatisfy { $0.inFlight == 0 && !$0.reserved }
+            && deadlines.isEmpty && liveRequestsBy.isEmpty && workers.allSatisfy { $0.inFlight == 0 && !$0.reserved }
     }
 
     /// Whether `principal` may cancel any request and see worker details.
@@ -460,6 +464,24 @@ public struct BrokerCore<Payload: FrameBytes> {
     public func clientPrincipal(_ peer: PeerID) -> Principal? { clients[peer]?.principal }
 
     /// The snapshot sent in reply to StatusRequest. Worker names and pids are for admins.
+    /// How often a non-admin principal's status is made afresh: its reply scans every live
+    /// request, so one made less than this ago is given again (its uptime brought up to date),
+    /// and a principal asking in a loop costs the broker at most ten scans a second.
+    static var statusInterval: Duration { .milliseconds(100) }
+
+    /// The reply to a StatusRequest (see `statusInterval`).
+    mutating func statusReply(for principal: Principal, now: MonotonicInstant) -> Enlarger_V1_StatusReply {
+        guard !isAdmin(principal) else { return status(now: now, for: principal) }
+        if let recent = recentStatus[principal], now.duration(since: recent.at) < Self.statusInterval {
+            var reply = recent.reply
+            reply.uptimeMs = now.duration(since: startedAt).milliseconds
+            return reply
+        }
+        let reply = status(now: now, for: principal)
+        recentStatus[principal] = (now, reply)
+        return reply
+    }
+
     public func status(now: MonotonicInstant, for principal: Principal = .local) -> Enlarger_V1_StatusReply {
         var reply = Enlarger_V1_StatusReply()
         let details = isAdmin(principal)
@@ -521,6 +543,8 @@ public struct BrokerCore<Payload: FrameBytes> {
             preconditionFailure("ending request \(key.id), which is not live")
         }
         count(outcome, for: key.principal)
+        liveRequestsBy[key.principal]! -= 1
+        if liveRequestsBy[key.principal] == 0 { liveRequestsBy[key.principal] = nil }
         let queueWait = job.firstDispatchedAt.map {
             $0 > request.acceptedAt ? $0.duration(since: request.acceptedAt) : .zero
         }

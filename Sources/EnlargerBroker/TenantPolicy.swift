@@ -19,6 +19,9 @@
 /// the workers' files root that its file sources are read beneath (`files=.` the whole
 /// root); left out, an admin (`local` included) reads the whole root and any other
 /// principal no file at all: tenants sharing a files root never read each other's files.
+/// `live`: requests it may have live over all its connections, waiting, running or sharing
+/// another's job (beyond: Rejected{OVERLOADED}); left out,
+/// `BrokerConfiguration.maxLiveRequestsPerPrincipal`, or no limit for an admin.
 /// Another limit left out is no limit (the broker's own still apply).
 public struct TenantPolicy: Sendable, Equatable {
     public struct Terms: Sendable, Equatable {
@@ -30,9 +33,12 @@ public struct TenantPolicy: Sendable, Equatable {
         /// The directory under the files root its file sources are read beneath ("" the whole
         /// root; nil: the whole root for an admin, no file sources for anyone else).
         public var files: String?
+        /// Live requests over all its connections (nil: the broker's default; none for an admin).
+        public var maxLive: Int?
 
         public init(weight: Int = 1, maxQueued: Int? = nil, maxRunning: Int? = nil, maxImageBytes: Int? = nil,
-                    files: String? = nil) {
+                    files: String? = nil, maxLive: Int? = nil) {
+            self.maxLive = maxLive
             self.weight = weight
             self.maxQueued = maxQueued
             self.maxRunning = maxRunning
@@ -89,7 +95,7 @@ public struct TenantPolicy: Sendable, Equatable {
                     continue
                 }
                 guard parts.count == 2, let value = Int(parts[1]) else {
-                    throw ParseError(line: number, reason: "\"\(word)\" is not NAME=NUMBER (weight, queued, running, image-mib or files)")
+                    throw ParseError(line: number, reason: "\"\(word)\" is not NAME=NUMBER (weight, queued, running, live, image-mib or files)")
                 }
                 switch parts[0] {
                 case "weight":
@@ -101,13 +107,16 @@ public struct TenantPolicy: Sendable, Equatable {
                 case "running":
                     guard value >= 1 else { throw ParseError(line: number, reason: "running must be 1 or more") }
                     terms.maxRunning = value
+                case "live":
+                    guard value >= 1 else { throw ParseError(line: number, reason: "live must be 1 or more") }
+                    terms.maxLive = value
                 case "image-mib":
                     guard (1...(1 << 20)).contains(value) else {
                         throw ParseError(line: number, reason: "image-mib must be 1 to 1048576")
                     }
                     terms.maxImageBytes = value << 20
                 default:
-                    throw ParseError(line: number, reason: "unknown term \"\(parts[0])\" (weight, queued, running, image-mib or files)")
+                    throw ParseError(line: number, reason: "unknown term \"\(parts[0])\" (weight, queued, running, live, image-mib or files)")
                 }
             }
             if name == "*" { policy.defaults = terms } else { policy.principals[name] = terms }

@@ -44,7 +44,7 @@ struct BrokerOptions: ParsableArguments {
     var interactiveReserve = Int(BrokerConfiguration().interactiveReserve * 100)
 
     @Option(help: ArgumentHelp(
-        "A file of per-principal weights and limits, re-read within a second of a change: one line per principal (as logs and status name it: local, anonymous, curve:KEY, or * for every other one), then its terms: weight=N (its jobs per turn in the fair share, default 1), queued=N (requests it may have waiting; beyond, OVERLOADED with a retry time), running=N (its jobs on workers at once), image-mib=N (MiB of source images its live requests may hold; default a quarter of --max-image-mib), files=DIR (the directory of the workers' files root its file sources are read beneath, . for all of it; without it only admins, ipc peers included, may name files). Example line: * weight=1 queued=256 running=16",
+        "A file of per-principal weights and limits, re-read within a second of a change: one line per principal (as logs and status name it: local, anonymous, curve:KEY, or * for every other one), then its terms: weight=N (its jobs per turn in the fair share, default 1), queued=N (requests it may have waiting; beyond, OVERLOADED with a retry time), running=N (its jobs on workers at once), image-mib=N (MiB of source images its live requests may hold; default a quarter of --max-image-mib), live=N (its live requests over all its connections, default 4096; admins have no such bound), files=DIR (the directory of the workers' files root its file sources are read beneath, . for all of it; without it only admins, ipc peers included, may name files). Example line: * weight=1 queued=256 running=16",
         valueName: "file"))
     var tenants: String?
 

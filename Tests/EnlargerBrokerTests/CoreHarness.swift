@@ -287,6 +287,8 @@ struct CoreHarness {
         }
         if imageBytes != core.liveImageBytes { problems.append("live image bytes \(core.liveImageBytes), jobs hold \(imageBytes)") }
         if imageBytesBy != core.liveImageBytesBy { problems.append("live image bytes per principal are miscounted") }
+        let liveBy = Dictionary(grouping: core.requests.keys, by: \.principal).mapValues(\.count)
+        if liveBy != core.liveRequestsBy { problems.append("live requests per principal are miscounted") }
         if core.sharing.cacheBytes > core.sharing.cacheLimit { problems.append("cache over its limit") }
         for (index, worker) in core.workers.enumerated() {
             if core.workerIndex[worker.id] != index { problems.append("worker index mismatch") }

@@ -188,13 +188,14 @@ final class FairShareTests: XCTestCase {
         let cases: [(String, String)] = [
             ("local weight=2\nlocal weight=3", "line 2: local is named twice"),
             ("local weight=0", "line 1: weight must be 1 to 1000"),
-            ("local speed=3", "line 1: unknown term \"speed\" (weight, queued, running, image-mib or files)"),
-            ("\n\nlocal weight", "line 3: \"weight\" is not NAME=NUMBER (weight, queued, running, image-mib or files)"),
+            ("local speed=3", "line 1: unknown term \"speed\" (weight, queued, running, live, image-mib or files)"),
+            ("\n\nlocal weight", "line 3: \"weight\" is not NAME=NUMBER (weight, queued, running, live, image-mib or files)"),
             ("local image-mib=0", "line 1: image-mib must be 1 to 1048576"),
             ("local files=../x", "line 1: files must be a directory under the files root (like tenants/alice, without . or .. parts), or . for all of it"),
             ("local files=/srv", "line 1: files must be a directory under the files root (like tenants/alice, without . or .. parts), or . for all of it"),
             ("local files=a//b", "line 1: files must be a directory under the files root (like tenants/alice, without . or .. parts), or . for all of it"),
             ("local running=0", "line 1: running must be 1 or more"),
+            ("local live=0", "line 1: live must be 1 or more"),
         ]
         for (text, message) in cases {
             XCTAssertThrowsError(try TenantPolicy(parsing: text), text) { error in
@@ -380,6 +381,65 @@ final class FairShareTests: XCTestCase {
         XCTAssertFalse(broker.events(for: erinsPeer).contains { if case .rejected = $0 { true } else { false } },
                        "an admin is bounded by the queue alone")
         XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+    }
+
+    /// Live requests are bounded per principal over all its connections, requests that join
+    /// another's job included (they take no queue slot): beyond, Rejected{OVERLOADED}, and
+    /// the other principals are not affected. A `live=` term sets the bound; an admin has none.
+    func testAPrincipalsLiveRequestsAreBoundedOverAllItsConnections() throws {
+        var broker = CoreHarness {
+            $0.maxLiveRequestsPerPrincipal = 4
+            $0.maxLiveRequestsPerClient = 3
+        }
+        var shared = CoreHarness.submitMessage("x", delivery: .final)
+        shared.source.inline.sha256 = Data(repeating: 5, count: 32)
+        // One job, shared by every request after the first: only the first holds a queue slot.
+        for (index, peer) in [davesPeer, davesPeer, "client-dave-2", "client-dave-2", "client-dave-3"].enumerated() {
+            shared.requestID = "d\(index)"
+            broker.client(peer, as: dave, .submit(shared, image: CoreHarness.jpeg))
+        }
+        XCTAssertEqual(broker.core.liveJobCount, 1)
+        XCTAssertEqual(broker.core.liveRequestsBy, [dave: 4])
+        let refused = broker.events(for: "client-dave-3").compactMap { event -> Enlarger_V1_Rejected? in
+            if case .rejected(let rejected) = event { rejected } else { nil }
+        }
+        XCTAssertEqual(refused.map(\.code), [.overloaded])
+        XCTAssert(refused.first?.message.hasPrefix("this principal has 4 live requests (its limit)") == true, "\(refused)")
+        XCTAssertGreaterThan(refused.first?.retryAfterMs ?? 0, 0, "told when to retry")
+        for index in 0..<3 { submit(&broker, carolsPeer, "c\(index)", as: carol) }
+        for index in 0..<6 { submit(&broker, erinsPeer, "l\(index)", as: .local) }
+        XCTAssertFalse(broker.events(for: carolsPeer).contains { if case .rejected = $0 { true } else { false } })
+        let adminRefusals = broker.events(for: erinsPeer).compactMap { event -> String? in
+            if case .rejected(let rejected) = event { rejected.message } else { nil }
+        }
+        XCTAssertEqual(adminRefusals.count, 3)
+        XCTAssert(adminRefusals.allSatisfy { $0.hasPrefix("this connection has 3 live requests already") },
+                  "an admin meets the connection's bound, not the principal's: \(adminRefusals)")
+        broker.client(davesPeer, as: dave, .cancel(.with { $0.requestID = "d0" }))
+        shared.requestID = "d9"
+        broker.client("client-dave-3", as: dave, .submit(shared, image: CoreHarness.jpeg))
+        XCTAssertEqual(broker.core.liveRequestsBy[dave], 4, "room again once one ended")
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+
+        let policy = try TenantPolicy(parsing: "\(dave.name) live=5")
+        XCTAssertEqual(policy.terms(for: dave).maxLive, 5)
+    }
+
+    /// A non-admin's status scans every live request: asked in a loop, it is made afresh at
+    /// most every 100 ms, the last one given again in between.
+    func testAPrincipalsStatusIsMadeAfreshAtMostTenTimesASecond() {
+        var broker = CoreHarness()
+        submit(&broker, davesPeer, "d1", as: dave)
+        broker.client(davesPeer, as: dave, .statusRequest)
+        submit(&broker, davesPeer, "d2", as: dave)
+        broker.client(davesPeer, as: dave, .statusRequest)
+        broker.advance(by: .milliseconds(100))
+        broker.client(davesPeer, as: dave, .statusRequest)
+        let depths = broker.events(for: davesPeer).compactMap { event -> UInt32? in
+            if case .statusReply(let reply) = event { reply.queueDepth } else { nil }
+        }
+        XCTAssertEqual(depths, [1, 1, 2])
+        XCTAssertEqual(broker.core.status(now: broker.now, for: .local).queueDepth, 2, "an admin's is always fresh")
     }
 
     /// An image is charged to the owner of the job holding it, and moves with the job: when

@@ -122,8 +122,12 @@
 // the principal's waiting limit (its jobs held back for a client that does not read count as
 // waiting) is Rejected{OVERLOADED} with retry_after_ms, and so is one whose inline image would
 // take the principal's live requests over its share of the broker's image memory (a quarter
-// of it unless the tenants file says image-mib=N; an admin may hold all of it); a principal at its running limit waits
-// while other principals are dispatched. Requests of other principals are not affected by
+// of it unless the tenants file says image-mib=N; an admin may hold all of it), or that
+// would take the principal over its live requests over all its connections, requests sharing
+// a job included (4096 unless the tenants file says live=N; an admin has no such bound); a
+// principal at its running limit waits while other principals are dispatched. StatusRequest
+// of a principal that is not an admin is answered from a snapshot made at most 100 ms before
+// (its uptime current). Requests of other principals are not affected by
 // any of these limits.
 //
 // SOURCES
