@@ -18,6 +18,9 @@ struct MemoryAdmission {
     let budget: Int
     /// The reservations of admitted jobs that have not ended.
     private(set) var inUse = 0
+    /// Bytes held outside any job's reservation: results of ended jobs still waiting to be
+    /// sent. Nothing is admitted into them; they come back as the broker reads.
+    var outside = 0
     /// Requests waiting, in the order their jobs arrived at the worker (tokens grow).
     private var waiting: [(token: JobToken, bytes: Int, source: Bool)] = []
     /// Jobs admitted for their source bytes whose estimate has not been admitted: their
@@ -117,7 +120,7 @@ struct MemoryAdmission {
         var result = Admissions()
         while let first = growths.first {
             let held = holders[first.token]!
-            if inUse - held + first.total <= budget {
+            if inUse + outside - held + first.total <= budget {
                 inUse += first.total - held
                 holders[first.token] = nil
                 growths.removeFirst()
@@ -135,7 +138,7 @@ struct MemoryAdmission {
             result.yielding.append(youngest.token)
             return result
         }
-        while let head = waiting.first, inUse + head.bytes <= budget {
+        while let head = waiting.first, inUse + outside + head.bytes <= budget {
             waiting.removeFirst()
             inUse += head.bytes
             if head.source { holders[head.token] = head.bytes }

@@ -14,7 +14,8 @@ import EnlargerProtocol
 /// set's variants but the last is a non-terminal final, and a client must get every one. So
 /// the queue is bounded by the jobs in flight: at most one final per variant (8) per job,
 /// `optionalLimit` optional frames, `Ready` and `Disconnect`. It belongs to one
-/// connection and is cleared when the connection is replaced.
+/// connection and is cleared when the connection is replaced. Its `bytes` count against the
+/// worker's memory budget: a job's results still waiting here are no longer in its estimate.
 struct Outbox<Message> {
     enum Importance: Equatable {
         /// Pointless once late: dropped rather than queued.
@@ -26,9 +27,11 @@ struct Outbox<Message> {
     }
 
     let optionalLimit: Int
-    private var queue: [(message: Message, importance: Importance)] = []
+    private var queue: [(message: Message, importance: Importance, bytes: Int)] = []
     private var head = 0
     private var optionalQueued = 0
+    /// Bytes of the messages queued.
+    private(set) var bytes = 0
     /// Messages dropped because the connection could not take them (for the log).
     private(set) var dropped = 0
 
@@ -41,7 +44,7 @@ struct Outbox<Message> {
 
     /// Sends `message` now if nothing waits and `trySend` takes it (returns `true`); else
     /// queues or drops it according to `importance`.
-    mutating func send<E: Error>(_ message: Message, _ importance: Importance,
+    mutating func send<E: Error>(_ message: Message, _ importance: Importance, bytes size: Int = 0,
                                  trySend: (Message) throws(E) -> Bool) throws(E) {
         if isEmpty, try trySend(message) { return }
         switch importance {
@@ -51,9 +54,11 @@ struct Outbox<Message> {
             dropped += 1
         case .optional:
             optionalQueued += 1
-            queue.append((message, importance))
+            queue.append((message, importance, size))
+            bytes += size
         case .required:
-            queue.append((message, importance))
+            queue.append((message, importance, size))
+            bytes += size
         }
     }
 
@@ -61,6 +66,7 @@ struct Outbox<Message> {
     mutating func flush<E: Error>(trySend: (Message) throws(E) -> Bool) throws(E) {
         while head < queue.count, try trySend(queue[head].message) {
             if queue[head].importance == .optional { optionalQueued -= 1 }
+            bytes -= queue[head].bytes
             head += 1
         }
         if head == queue.count {
@@ -74,6 +80,7 @@ struct Outbox<Message> {
         queue.removeAll()
         head = 0
         optionalQueued = 0
+        bytes = 0
     }
 }
 

@@ -163,6 +163,16 @@ extension WorkerCore {
         return actions
     }
 
+    /// What waits in the outbox toward the broker (results of jobs whose reservations are
+    /// released) counts against the budget until it is sent.
+    mutating func outboxHolds(_ bytes: Int) -> [Action] {
+        let freed = bytes < admission.outside
+        admission.outside = bytes
+        var actions: [Action] = []
+        if freed, !isStopped { admitWaitingJobs(&actions) }
+        return actions
+    }
+
     /// Everything the job's run released has been freed: its share of the budget is free.
     mutating func jobMemoryFreed(_ token: JobToken) -> [Action] {
         guard let bytes = freeing.removeValue(forKey: token) else { return [] }

@@ -29,6 +29,8 @@ final class WorkerLoop {
     private var core: WorkerCore<Message>
     private var socket: Socket?
     private var outbox: Outbox<OutgoingMessage<Message>>
+    /// The outbox's bytes as the core last heard them.
+    private var reportedOutboxBytes = 0
     private var stopping = false
 
     /// Polls the mailbox (index 0) and the current socket (index 1), if any.
@@ -95,7 +97,9 @@ final class WorkerLoop {
         if let current = socket, poller.events(at: 1).contains(.readable) {
             try receive(from: current)
         }
+        try reportOutbox()
         try perform(core.tick(now: clock.now))
+        try reportOutbox()
         gauges.update(core)
         telemetry?.probe.answer { publish() }
     }
@@ -150,7 +154,8 @@ final class WorkerLoop {
                 closeSocket()
             case .send(let message):
                 guard let current = socket else { continue }
-                try outbox.send(message.encoded(), Outbox.Importance(of: message)) { (outgoing) throws(ZMQError) in
+                let encoded = message.encoded()
+                try outbox.send(encoded, Outbox.Importance(of: message), bytes: encoded.byteCount) { (outgoing) throws(ZMQError) in
                     try current.send(outgoing)
                 }
             case .startJob(let start):
@@ -165,6 +170,15 @@ final class WorkerLoop {
                 metrics?.record(report)
                 log(report)
             }
+        }
+    }
+
+    /// Tells the core what waits in the outbox (it counts against the memory budget), once
+    /// that changed: what it admits then may send more.
+    private func reportOutbox() throws(ZMQError) {
+        while outbox.bytes != reportedOutboxBytes {
+            reportedOutboxBytes = outbox.bytes
+            try perform(core.outboxHolds(reportedOutboxBytes))
         }
     }
 

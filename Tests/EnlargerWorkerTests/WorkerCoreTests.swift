@@ -276,6 +276,43 @@ final class WorkerCoreTests: XCTestCase {
         XCTAssertEqual(harness.core.memoryInUse, 80, "a second notice changes nothing")
     }
 
+    /// A finished job's results still waiting in the outbox for a slow broker are no longer
+    /// in its reservation: they count against the budget until they are sent.
+    func testResultsWaitingToBeSentCountAgainstTheBudget() {
+        var harness = WorkerCoreHarness(memoryBudget: 100)
+        harness.job(1)
+        harness.job(2)
+        let (first, second) = (harness.token(1), harness.token(2))
+        harness.estimated(first, bytes: 80)
+        harness.result(first, .final, terminal: true)
+        harness.ended(first)
+        harness.record(harness.core.outboxHolds(50))
+        harness.clear()
+        harness.estimated(second, bytes: 60)
+        XCTAssertEqual(harness.admitted, [], "60 more does not fit beside the 50 waiting to be sent")
+        harness.record(harness.core.outboxHolds(40))
+        XCTAssertEqual(harness.admitted, [second])
+        XCTAssertEqual(harness.core.memoryInUse, 60)
+    }
+
+    /// The outbox keeps count of the bytes it holds, and forgets them with its messages.
+    func testTheOutboxCountsItsBytes() {
+        var outbox = Outbox<String>(optionalLimit: 4)
+        var open = false
+        outbox.send("a", .required, bytes: 10) { _ in open }
+        outbox.send("b", .optional, bytes: 5) { _ in open }
+        outbox.send("c", .droppable, bytes: 7) { _ in open }
+        XCTAssertEqual(outbox.bytes, 15)
+        var sent = 0
+        outbox.flush { _ in sent += 1; return sent <= 1 }
+        XCTAssertEqual(outbox.bytes, 5)
+        outbox.clear()
+        XCTAssertEqual(outbox.bytes, 0)
+        open = true
+        outbox.send("d", .required, bytes: 9) { _ in open }
+        XCTAssertEqual(outbox.bytes, 0, "sent at once")
+    }
+
     func testAbandonedJobsKeepTheirMemoryUntilTheirThreadsReturn() {
         var harness = WorkerCoreHarness(heartbeat: .milliseconds(100), memoryBudget: 100)
         harness.job(1)
