@@ -138,10 +138,22 @@ enum RasterDecoders {
     /// claim (at most the input limit), which libheif and libavif then read as whole; what
     /// the codec makes of the zeros is kept. Nil when the file is not cut or the level is
     /// stricter. The copy counts against the buffer limit.
+    ///
+    /// The copy is made while the header is read, before the worker admits the job's memory,
+    /// so it is bounded by what is there: a file with less than a fifth of what its boxes
+    /// claim (and claiming over 1 MiB) is refused as cut rather than grown to 64 MiB from a
+    /// few bytes.
+    static let maxPaddingFactor = 4
+
     static func padded(_ data: UnsafeRawBufferPointer, limits: DecodeLimits,
                        failOn: FailOn) throws(ImagingError) -> (bytes: Allocation, note: String)? {
         guard failOn == .none, let claimed = HEIFStructure.claimedLength(data), claimed > data.count,
               claimed <= limits.maxInputBytes else { return nil }
+        guard claimed - data.count <= max(maxPaddingFactor * data.count, 1 << 20) else {
+            throw ImagingError(.truncated, "the file is cut: \(data.count) of the \(claimed) bytes its boxes claim, "
+                               + "too little to fill in with zeros (fail_on none fills in at most \(maxPaddingFactor) "
+                               + "times what is there, or 1 MiB)")
+        }
         let copy = try BufferAllocator(maxBytes: limits.maxBufferBytes).allocate(claimed, for: "the cut file, padded")
         let target = copy.mutableBytes
         target.copyMemory(from: data)

@@ -326,6 +326,11 @@ final class ErrorCodeTests: XCTestCase {
 /// file is read as if zeros followed and the rows coded before the cut come out as the
 /// whole file's do.
 final class CutHEIFTests: XCTestCase {
+    private static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
+        guard haystack.count >= needle.count else { return nil }
+        return (0...(haystack.count - needle.count)).first { haystack[$0..<$0 + needle.count].elementsEqual(needle) }
+    }
+
     private func decode(_ bytes: [UInt8], failOn: FailOn) throws -> (PixelBuffer, [String]) {
         try withBytes(bytes) { raw throws(ImagingError) in
             let format = try InputFormat.detect(raw, limits: DecodeLimits())
@@ -364,6 +369,18 @@ final class CutHEIFTests: XCTestCase {
         // The cut file holds its own bytes and a whole file's worth of padded copy: more than
         // the whole file by at least the cut part.
         XCTAssertGreaterThanOrEqual(try estimate(cut) - estimate(whole), cut.count)
+        // A few bytes claiming a large file are not grown to it before any admission: the
+        // padding is at most four times what is there (or 1 MiB).
+        var claimsMuch = Array(whole.prefix(whole.count / 4))
+        let mdat = try XCTUnwrap(Self.find(Array("mdat".utf8), in: claimsMuch))
+        let big = UInt32(8 << 20)
+        for (offset, byte) in [UInt8(big >> 24), UInt8(big >> 16 & 0xFF), UInt8(big >> 8 & 0xFF), UInt8(big & 0xFF)].enumerated() {
+            claimsMuch[mdat - 4 + offset] = byte
+        }
+        XCTAssertThrowsError(try decode(claimsMuch, failOn: .none)) { error in
+            XCTAssertEqual((error as? ImagingError)?.code, .truncated)
+            XCTAssert("\(error)".contains("too little to fill in"), "\(error)")
+        }
         // The small files cut in their only row of coding blocks still come out, noted.
         for file in ["heic-bad-truncated.heic", "avif-bad-truncated.avif"] {
             let (image, notes) = try decode(try TestImages.bytes(file), failOn: .none)
