@@ -110,6 +110,9 @@ ex_status ex_read_header(const uint8_t *data, size_t length, ex_info *info, char
             info->bits_per_sample = (int)basic.bits_per_sample;
             info->animated = basic.have_animation ? 1 : 0;
             info->lossless = basic.uses_original_profile ? 1 : 0;
+            uint32_t extra = basic.num_extra_channels;
+            if (basic.alpha_bits > 0 && extra > 0) extra -= 1;
+            info->extra_channels = extra > 0x7FFFFFFF ? 0x7FFFFFFF : (int)extra;
         } else if (status == JXL_DEC_COLOR_ENCODING) {
             // An XYB (lossy) image is decoded to sRGB (see ex_decode): no profile to apply.
             if (!info->lossless) {

@@ -33,6 +33,7 @@ final class JXLDecoder: RasterDecoder {
             colorSpace: info.lossless == 0 ? "xyb" : info.colour_channels == 1 ? "gray" : "rgb")
         header.orientation = Orientation(rawValue: Int(info.orientation)) ?? .up
         header.animated = info.animated != 0
+        header.extraPlanes = Int(info.extra_channels)
         if header.animated { header.notes.append("an animated JPEG XL: its first frame is used") }
         if let icc = info.icc, info.icc_length > 0 {
             if info.colour_channels == 1 && alpha {

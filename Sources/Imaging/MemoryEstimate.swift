@@ -235,8 +235,9 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
             decoder = Self.decoderOverhead + header.width
         case .jxl:
             // libjxl's planes in 32-bit floats (colour, alpha), its group caches and the
-            // conversion to 8 bits: about 20 bytes a pixel, measured at under that.
-            decoder = (16 << 20) + pixels * 24
+            // conversion to 8 bits: about 20 bytes a pixel, measured at under that. Each
+            // further extra channel is decoded too, as a plane of its own and its copy.
+            decoder = (16 << 20) + pixels * (24 + 8 * header.extraPlanes)
         case .heic, .avif, .jpeg:
             // libheif's decoded planes (up to 16 bits), its RGB conversion and the codec's frames.
             decoder = (8 << 20) + pixels * (channels + 9)

@@ -36,6 +36,8 @@ public struct RasterHeader: Sendable, Equatable {
     /// in the memory estimate): a cut HEIF or AVIF padded at `fail_on none`, an AVIF rewritten
     /// for libavif (its grid's tiles in order, its alpha tiles as a grid).
     public var inputCopyBytes = 0
+    /// JPEG XL: extra channels besides alpha (depth, spot colours): decoded whole though not shown.
+    public var extraPlanes = 0
 
     public var orientedSize: (width: Int, height: Int) { orientation.orientedSize(width: width, height: height) }
     var hasThumbnail: Bool { thumbnailWidth > 0 && thumbnailHeight > 0 }

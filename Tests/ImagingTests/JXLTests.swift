@@ -49,6 +49,12 @@ final class JXLTests: XCTestCase {
         let first = try TestImages.decode(try TestImages.bytes("jxl-animated.jxl"))
         XCTAssertEqual(first.channels, 4)
         XCTAssert(stride(from: 3, to: first.pixels.count, by: 4).allSatisfy { first.pixels[$0] == 255 })
+        // Its alpha is no extra plane of the estimate's.
+        let header = try TestImages.bytes("jxl-animated.jxl").withUnsafeBytes { raw throws(ImagingError) in
+            try RasterDecoders.make(.jxl, data: raw, limits: DecodeLimits(), cancel: nil, failOn: .error).header
+        }
+        XCTAssertTrue(header.hasAlpha)
+        XCTAssertEqual(header.extraPlanes, 0)
         let rgb = PixelBuffer(width: first.width, height: first.height, channels: 3,
                               pixels: stride(from: 0, to: first.pixels.count, by: 4).flatMap { first.pixels[$0..<$0 + 3] })
         XCTAssertEqual(rgb, try TestImages.decode(try TestImages.bytes("gif-rgb.gif")))

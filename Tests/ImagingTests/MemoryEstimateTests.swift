@@ -179,6 +179,21 @@ final class MemoryEstimateTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(estimate(keeping) - bare, 80 << 20)
     }
 
+    /// A JPEG XL's extra channels (besides alpha) are decoded whole: each counts.
+    func testJPEGXLExtraChannelsCount() throws {
+        var header = RasterHeader(format: .jxl, width: 2000, height: 1000, channels: 3, hasAlpha: false, bitDepth: 8,
+                                  colorSpace: "rgb")
+        let plan = try ResizePlan.make(sourceWidth: 2000, sourceHeight: 1000, orientation: .up,
+                                       options: ResizeOptions(width: 100))
+        func estimate() -> Int {
+            MemoryEstimate(raster: header, plan: plan, shrink: 1, options: ResizeOptions(width: 100), delivery: .final,
+                           inputBytes: 0).bytes
+        }
+        let plain = estimate()
+        header.extraPlanes = 10
+        XCTAssertGreaterThanOrEqual(estimate() - plain, 10 * 2000 * 1000 * 8)
+    }
+
     private func header(_ file: String) throws -> JPEGHeader {
         try ImagePipeline().header(of: try Corpus.good(file))
     }

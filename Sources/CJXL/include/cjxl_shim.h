@@ -35,6 +35,8 @@ typedef struct {
     uint8_t *icc;           // otherwise the decoded pixels' ICC profile (at most 4 MiB, else none is
                             // kept), malloc'd: free with ex_free
     size_t icc_length;
+    int extra_channels;     // extra channels besides alpha (depth, spot colours, ...): libjxl decodes
+                            // each as a plane of its own, which the pixels asked for do not show
 } ex_info;
 
 /// Reads the header up to the colour encoding without decoding pixels; `info->icc` is set
