@@ -231,9 +231,11 @@ static boolean ej_read_app_marker(j_decompress_ptr cinfo) {
     }
     size_t length = word >= 2 ? word - 2 : 0;
     if (length > src->bytes_in_buffer) {
-        // Cut short by the end of the input: nothing of it is kept, and skipping it reaches
-        // the end (libjpeg's truncation warning).
-        (*src->skip_input_data)(cinfo, (long)length);
+        // Cut short by the end of the input: nothing of it is kept. What there is is skipped,
+        // and the next read meets the end once (libjpeg's truncation warning), rather than
+        // refilling the fake end of file for every two bytes of the length.
+        src->next_input_byte += src->bytes_in_buffer;
+        src->bytes_in_buffer = 0;
         return TRUE;
     }
     const uint8_t *payload = src->next_input_byte;

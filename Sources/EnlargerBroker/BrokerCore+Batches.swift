@@ -21,6 +21,13 @@ struct BatchPlace {
     let index: UInt32
 }
 
+/// A connection live batches name, and whose: a routing id is one principal's at a time
+/// (taken over, the old principal's batches let go of it first).
+struct BatchPeer {
+    let principal: Principal
+    var batches = 0
+}
+
 struct Batch {
     let size: UInt32
     /// Where BatchEnded goes: the connection of the latest item, or, once that one is gone
@@ -111,20 +118,32 @@ extension BrokerCore {
         guard var batch = batches[key] else { return }
         batch.client = peer
         if batch.peers.last != peer {
-            batch.peers.removeAll { $0 == peer }
+            if let index = batch.peers.firstIndex(of: peer) {
+                batch.peers.remove(at: index)
+            } else {
+                batchPeers[peer, default: BatchPeer(principal: key.principal)].batches += 1
+            }
             batch.peers.append(peer)
         }
         batches[key] = batch
     }
 
-    /// A connection that cannot come back ended: a batch that would have told it how it ends
-    /// tells the latest other connection its items came from instead (one whose items all
-    /// ended may still be waiting for the BatchEnded).
-    mutating func batchConnectionGone(_ peer: PeerID) {
-        for key in batches.keys where batches[key]!.peers.contains(peer) {
+    /// A connection that cannot come back ended (or its routing id now belongs to another
+    /// principal, `keeping` it): a batch that would have told it how it ends tells the latest
+    /// other connection its items came from instead (one whose items all ended may still be
+    /// waiting for the BatchEnded).
+    mutating func batchConnectionGone(_ peer: PeerID, keeping principal: Principal? = nil) {
+        guard let named = batchPeers[peer], named.principal != principal else { return }
+        for key in batches.keys where key.principal != principal && batches[key]!.peers.contains(peer) {
             batches[key]!.peers.removeAll { $0 == peer }
+            forgetBatchPeer(peer)
             if batches[key]!.client == peer, let other = batches[key]!.peers.last { batches[key]!.client = other }
         }
+    }
+
+    private mutating func forgetBatchPeer(_ peer: PeerID) {
+        batchPeers[peer]!.batches -= 1
+        if batchPeers[peer]!.batches == 0 { batchPeers[peer] = nil }
     }
 
     private mutating func startBatch(_ key: RequestKey, size: UInt32, client: PeerID) {
@@ -203,6 +222,7 @@ extension BrokerCore {
             default: counters.batchesFailed += 1
             }
             send(.batchEnded(ending), to: batch.client, for: key.principal, &actions)
+            for peer in batch.peers { forgetBatchPeer(peer) }
             batches[key] = nil
             liveBatchesBy[key.principal]! -= 1
             if liveBatchesBy[key.principal] == 0 { liveBatchesBy[key.principal] = nil }

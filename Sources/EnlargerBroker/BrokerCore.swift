@@ -210,6 +210,9 @@ public struct BrokerCore<Payload: FrameBytes> {
     var liveImageBytesBy: [Principal: Int] = [:]
     /// Live requests by principal, over all its connections (bounded by its terms' `live=`).
     var liveRequestsBy: [Principal: Int] = [:]
+    /// Connections named by live batches (by how many): their end still matters (see
+    /// `batchConnectionGone`) once they hold no request.
+    var batchPeers: [PeerID: BatchPeer] = [:]
     /// A non-admin's last status reply and when it was made (see `statusReply`).
     var recentStatus: [Principal: (at: MonotonicInstant, reply: Enlarger_V1_StatusReply)] = [:]
     var imageHolds: [UInt64: ImageHold] = [:]
@@ -420,7 +423,7 @@ public struct BrokerCore<Payload: FrameBytes> {
     public var isIdle: Bool {
         requests.isEmpty && jobs.isEmpty && sharing.isIdle && batches.isEmpty && unsettledBatches.isEmpty
             && batchDeadlines.isEmpty && waiting.isEmpty && running.isEmpty && clients.isEmpty
-            && deadlines.isEmpty && liveRequestsBy.isEmpty && workers.allSatisfy { $0.inFlight == 0 && !$0.reserved }
+            && deadlines.isEmpty && liveRequestsBy.isEmpty && batchPeers.isEmpty && workers.allSatisfy { $0.inFlight == 0 && !$0.reserved }
     }
 
     /// Whether `principal` may cancel any request and see worker details.
@@ -462,6 +465,10 @@ public struct BrokerCore<Payload: FrameBytes> {
 
     /// The principal whose connection `peer` is, while it has live requests.
     public func clientPrincipal(_ peer: PeerID) -> Principal? { clients[peer]?.principal }
+
+    /// Whether the core still needs to hear of the end of `peer`'s connection: it has live
+    /// requests, or a live batch may tell it how it ends.
+    public func tracksClient(_ peer: PeerID) -> Bool { clients[peer] != nil || batchPeers[peer] != nil }
 
     /// The snapshot sent in reply to StatusRequest. Worker names and pids are for admins.
     /// How often a non-admin principal's status is made afresh: its reply scans every live

@@ -428,7 +428,7 @@ public final class BrokerService: @unchecked Sendable {
             try apply(outbox.flush(peer, now: now) { (message) throws(ZMQError) in
                 try send(message, to: peer, on: clients)
             }, now: now)
-            if core.clientPrincipal(peer) == nil { outbox.forgetIfIdle(peer) }
+            if !core.tracksClient(peer) { outbox.forgetIfIdle(peer) }
         }
     }
 
@@ -610,7 +610,7 @@ public final class BrokerService: @unchecked Sendable {
         try perform(ending, now: now)
         outbox.finishDiscarding(peer)
         let actions = core.clientBacklog(peer, waitingBytes: 0, now: now)
-        if core.clientPrincipal(peer) == nil { outbox.forgetIfIdle(peer) }
+        if !core.tracksClient(peer) { outbox.forgetIfIdle(peer) }
         return actions
     }
 

@@ -35,6 +35,7 @@ public enum BrokerToClientMessage<Payload> {
         }
     }
 
+    @inlinable
     public func encoded() -> OutgoingMessage<Payload> {
         var header = Enlarger_V1_BrokerToClient()
         var payload: Payload?

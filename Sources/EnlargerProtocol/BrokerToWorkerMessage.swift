@@ -7,6 +7,7 @@ public enum BrokerToWorkerMessage<Payload> {
     case disconnect
     case error(Enlarger_V1_Error)
 
+    @inlinable
     public func encoded() -> OutgoingMessage<Payload> {
         var header = Enlarger_V1_BrokerToWorker()
         var payload: Payload?

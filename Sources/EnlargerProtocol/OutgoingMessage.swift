@@ -8,6 +8,9 @@ public struct OutgoingMessage<Payload> {
     public let header: [UInt8]
     public let payload: Payload?
 
+    // Inlinable (like the encoders below), so that the I/O loops get them specialised for
+    // their message type rather than through generic metadata at run time, per message.
+    @inlinable
     public init(tag: ProtocolTag, header: some SwiftProtobuf.Message, payload: Payload? = nil) {
         self.tag = tag
         // Serialising can only fail for proto2 required fields or Any, which this protocol
@@ -19,6 +22,7 @@ public struct OutgoingMessage<Payload> {
 
 extension OutgoingMessage where Payload: FrameBytes {
     /// Bytes of all frames, for accounting what waits to be sent.
+    @inlinable
     public var byteCount: Int { tag.bytes.count + header.count + (payload?.count ?? 0) }
 }
 

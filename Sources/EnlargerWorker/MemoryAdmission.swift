@@ -18,8 +18,9 @@ struct MemoryAdmission {
     let budget: Int
     /// The reservations of admitted jobs that have not ended.
     private(set) var inUse = 0
-    /// Bytes held outside any job's reservation: results of ended jobs still waiting to be
-    /// sent. Nothing is admitted into them; they come back as the broker reads.
+    /// Bytes of results waiting in the outbox to be sent. Nothing is admitted into them; they
+    /// come back as the broker reads. A running job's own results are counted here and in its
+    /// reservation both, which errs on the safe side while the broker is slow to read.
     var outside = 0
     /// Requests waiting, in the order their jobs arrived at the worker (tokens grow).
     private var waiting: [(token: JobToken, bytes: Int, source: Bool)] = []
@@ -129,8 +130,10 @@ struct MemoryAdmission {
             }
             let heldByGrowers = growths.reduce(0) { $0 + holders[$1.token]! }
             let someoneReads = holders.count > growths.count + yielding.count
-            guard yielding.isEmpty, !someoneReads, inUse == heldByGrowers, growths.count > 1 else {
-                // Memory will be freed (a job runs or ends, a holder reads or yields): wait.
+            // Results waiting to be sent leave as the broker reads: no standoff while any wait.
+            guard yielding.isEmpty, !someoneReads, inUse == heldByGrowers, outside == 0, growths.count > 1 else {
+                // Memory will be freed (a job runs or ends, a holder reads or yields, the
+                // outbox drains): wait.
                 return result
             }
             let youngest = growths.removeLast()

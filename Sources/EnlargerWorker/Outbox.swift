@@ -15,7 +15,8 @@ import EnlargerProtocol
 /// the queue is bounded by the jobs in flight: at most one final per variant (8) per job,
 /// `optionalLimit` optional frames, `Ready` and `Disconnect`. It belongs to one
 /// connection and is cleared when the connection is replaced. Its `bytes` count against the
-/// worker's memory budget: a job's results still waiting here are no longer in its estimate.
+/// worker's memory budget: a finished job's results still waiting here are no longer in its
+/// reservation.
 struct Outbox<Message> {
     enum Importance: Equatable {
         /// Pointless once late: dropped rather than queued.

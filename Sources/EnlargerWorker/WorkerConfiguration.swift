@@ -38,9 +38,11 @@ public struct WorkerConfiguration: Sendable {
     /// allowed), redirects, timeouts. Its byte limit is `limits.maxInputBytes`. `nil`: URL
     /// sources are refused with SOURCE_REFUSED.
     public var urlSources: URLSourcePolicy? = URLSourcePolicy()
-    /// The DEALER's send high-water mark (messages), or nil for libzmq's default; tests
-    /// lower it to make the broker connection refuse messages.
-    var sendHighWaterMark: Int32?
+    /// The DEALER's send high-water mark (messages), or nil for libzmq's default (1000).
+    /// Small, so that what a slow broker has not taken waits in the worker's outbox, whose
+    /// bytes count against the memory budget, rather than unseen in libzmq's pipe; tests
+    /// lower it further to make the broker connection refuse messages.
+    var sendHighWaterMark: Int32? = 64
 
     public init(
         brokerEndpoint: String,

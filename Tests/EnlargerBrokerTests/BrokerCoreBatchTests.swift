@@ -141,6 +141,22 @@ final class BrokerCoreBatchTests: XCTestCase {
         broker.finish(w1, jobs[0])
         XCTAssertEqual(broker.events(for: alice).map(\.summary), ["accepted a", "result a final terminal", "batchEnded B completed"])
 
+        XCTAssertFalse(broker.core.tracksClient(bob), "no batch names it any more")
+
+        // A connection whose items all ended is still followed while its batch lives, so that
+        // the I/O loop reports its end; its routing id taken by another principal counts as an end.
+        item(&broker, "f", batch: "D", index: 0, size: 2)
+        item(&broker, "g", from: bob, batch: "D", index: 1, size: 2)
+        jobs = broker.jobs(for: w1)
+        broker.finish(w1, jobs[1])
+        XCTAssertTrue(broker.core.tracksClient(bob))
+        broker.client(bob, as: Principal("curve:someone-else"), .ping)
+        XCTAssertFalse(broker.core.tracksClient(bob))
+        _ = broker.events(for: alice)
+        broker.finish(w1, jobs[0])
+        XCTAssertEqual(broker.events(for: alice).map(\.summary), ["result f final terminal", "batchEnded D completed"])
+        XCTAssertTrue(broker.core.isIdle)
+
         // Leaving with an item live fails the batch; the other connection hears of it.
         item(&broker, "d", batch: "C", index: 0, size: 2)
         item(&broker, "e", from: bob, batch: "C", index: 1, size: 2)

@@ -289,6 +289,11 @@ struct CoreHarness {
         if imageBytesBy != core.liveImageBytesBy { problems.append("live image bytes per principal are miscounted") }
         let liveBy = Dictionary(grouping: core.requests.keys, by: \.principal).mapValues(\.count)
         if liveBy != core.liveRequestsBy { problems.append("live requests per principal are miscounted") }
+        let batchPeers = core.batches.values.flatMap(\.peers).reduce(into: [PeerID: Int]()) { $0[$1, default: 0] += 1 }
+        if batchPeers != core.batchPeers.mapValues(\.batches) { problems.append("connections named by batches are miscounted") }
+        for (key, batch) in core.batches where batch.peers.contains(where: { core.batchPeers[$0]?.principal != key.principal }) {
+            problems.append("batch \(key.id) names a connection as another principal's")
+        }
         if core.sharing.cacheBytes > core.sharing.cacheLimit { problems.append("cache over its limit") }
         for (index, worker) in core.workers.enumerated() {
             if core.workerIndex[worker.id] != index { problems.append("worker index mismatch") }

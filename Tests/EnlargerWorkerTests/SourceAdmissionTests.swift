@@ -70,6 +70,26 @@ final class SourceAdmissionCoreTests: XCTestCase {
         XCTAssertEqual(harness.core.memoryInUse, 30)
     }
 
+    /// Results waiting to be sent leave as the broker reads: holders kept waiting by them are
+    /// in no standoff, and none throws away what it read.
+    func testHoldersWaitingOnlyForTheOutboxDoNotYield() {
+        var harness = WorkerCoreHarness(memoryBudget: 100)
+        harness.job(1)
+        harness.job(2)
+        let (t1, t2) = (harness.token(1), harness.token(2))
+        harness.record(harness.core.jobSourceWanted(t1, bytes: 30))
+        harness.record(harness.core.jobSourceWanted(t2, bytes: 30))
+        harness.record(harness.core.outboxHolds(30))
+        harness.clear()
+        harness.estimated(t1, bytes: 45)
+        harness.estimated(t2, bytes: 45)
+        XCTAssertEqual(harness.yielded, [], "the outbox drains: no one yields")
+        XCTAssertEqual(harness.admitted, [])
+        harness.record(harness.core.outboxHolds(0))
+        XCTAssertEqual(harness.admitted, [t1, t2])
+        XCTAssertEqual(harness.core.memoryInUse, 90)
+    }
+
     func testHoldersWaitingForEachOtherAreUntangledByTheYoungestYielding() {
         var harness = WorkerCoreHarness(memoryBudget: 100)
         harness.job(1)
