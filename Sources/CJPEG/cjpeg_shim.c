@@ -119,6 +119,7 @@ struct ej_decoder {
     int cmyk_inverted;  // Adobe CMYK stores 255 - ink
     uint8_t *scratch;   // one CMYK row
     uint8_t *icc;       // the embedded ICC profile (its chunks reassembled), or NULL
+    size_t icc_length;
     int out_channels;
     int skip_metadata;  // read no EXIF and no ICC profile (a gain map's own)
     // What the APP1/APP2 markers hold, seen in place in the input (which outlives the
@@ -284,6 +285,7 @@ static void ej_assemble_icc(ej_decoder *dec) {
     }
     free(dec->icc);
     dec->icc = icc;
+    dec->icc_length = total;
 }
 
 void ej_decoder_skip_metadata(ej_decoder *dec) { dec->skip_metadata = 1; }
@@ -321,10 +323,8 @@ ej_status ej_read_header(ej_decoder *dec, const uint8_t *data, size_t length, ej
     // The profile's chunks reassembled; a damaged set is a warning (JWRN_BOGUS_ICC, subject
     // to fail_on) and leaves no profile.
     ej_assemble_icc(dec);
-    if (dec->icc != NULL) {
-        info->icc = dec->icc;
-        for (int i = 1; i <= dec->icc_chunk_count; i++) info->icc_length += dec->icc_chunk_length[i];
-    }
+    info->icc = dec->icc;
+    info->icc_length = dec->icc_length;
     info->exif = dec->exif;
     info->exif_length = dec->exif_length;
     if (info->color == EJ_COLOR_UNKNOWN) {

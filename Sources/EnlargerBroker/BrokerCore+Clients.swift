@@ -19,7 +19,10 @@ extension BrokerCore {
             // connection is gone, and nothing of its requests may reach the new one.
             clientVanished(peer, reason: "its routing id was taken over", notify: false, now: now, &actions)
         }
-        if let named = batchPeers[peer], named.principal != principal { batchConnectionGone(peer, keeping: principal) }
+        // Per message: no lookup at all while no batch is live.
+        if !batchPeers.isEmpty, let named = batchPeers[peer], named.principal != principal {
+            batchConnectionGone(peer, keeping: principal)
+        }
         clients[peer]?.lastSeen = now
         let message: ClientToBrokerMessage<Payload>
         do {

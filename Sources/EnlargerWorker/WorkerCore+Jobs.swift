@@ -163,8 +163,8 @@ extension WorkerCore {
         return actions
     }
 
-    /// What waits in the outbox toward the broker (results of jobs whose reservations are
-    /// released) counts against the budget until it is sent.
+    /// What waits in the outbox toward the broker counts against the budget until it is sent
+    /// (see `MemoryAdmission.outside`).
     mutating func outboxHolds(_ bytes: Int) -> [Action] {
         let freed = bytes < admission.outside
         admission.outside = bytes
