@@ -79,16 +79,62 @@ static int ex_is_srgb(const JxlColorEncoding *encoding) {
            || (encoding->color_space == JXL_COLOR_SPACE_RGB && encoding->primaries == JXL_PRIMARIES_SRGB);
 }
 
+// Reads the colour encoding at JXL_DEC_COLOR_ENCODING: whether the decoded pixels will be
+// sRGB, or else a copy of their profile.
+static ex_status ex_read_colour(JxlDecoder *decoder, ex_info *info, char *message, size_t message_length) {
+    // An XYB (lossy) image is decoded to sRGB (see ex_decode): no profile to apply.
+    if (!info->lossless) {
+        info->srgb = 1;
+        return EX_OK;
+    }
+    JxlColorEncoding encoding;
+    if (JxlDecoderGetColorAsEncodedProfile(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, &encoding) == JXL_DEC_SUCCESS
+        && ex_is_srgb(&encoding)) {
+        info->srgb = 1;
+        return EX_OK;
+    }
+    size_t size = 0;
+    // A profile is a few KiB; one of megabytes (libjxl allows 256 MiB) is not copied.
+    if (JxlDecoderGetICCProfileSize(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, &size) != JXL_DEC_SUCCESS
+        || size == 0 || size > (4u << 20)) {
+        // No profile to be had: the pixels are taken as sRGB.
+        info->srgb = 1;
+        return EX_OK;
+    }
+    info->icc = malloc(size);
+    if (info->icc == NULL) {
+        ex_say(message, message_length, "out of memory reading the JPEG XL colour profile");
+        return EX_ERR_NO_MEMORY;
+    }
+    if (JxlDecoderGetColorAsICCProfile(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, info->icc, size)
+        != JXL_DEC_SUCCESS) {
+        free(info->icc);
+        info->icc = NULL;
+        info->srgb = 1;
+        return EX_OK;
+    }
+    info->icc_length = size;
+    return EX_OK;
+}
+
 ex_status ex_read_header(const uint8_t *data, size_t length, ex_info *info, char *message, size_t message_length) {
     memset(info, 0, sizeof *info);
     if (!ex_signature(data, length)) {
         ex_say(message, message_length, "not a JPEG XL image: no codestream or container signature");
         return EX_ERR_NOT_JXL;
     }
-    JxlDecoder *decoder = ex_open(data, length, JXL_DEC_BASIC_INFO | JXL_DEC_COLOR_ENCODING, NULL, message,
-                                  message_length);
+    JxlDecoder *decoder = ex_open(data, length, JXL_DEC_BASIC_INFO | JXL_DEC_COLOR_ENCODING | JXL_DEC_FRAME, NULL,
+                                  message, message_length);
     if (decoder == NULL) return EX_ERR_CORRUPT;
+    // Layers one by one, as stored: with coalescing (the decode's way) libjxl reports only
+    // the blended, image-sized frame, and would hide a layer of any size behind a tiny image.
+    if (JxlDecoderSetCoalescing(decoder, JXL_FALSE) != JXL_DEC_SUCCESS) {
+        JxlDecoderDestroy(decoder);
+        ex_say(message, message_length, "the JPEG XL decoder refused its settings");
+        return EX_ERR_CORRUPT;
+    }
     ex_status result = EX_OK;
+    int colour_read = 0;
     for (;;) {
         JxlDecoderStatus status = JxlDecoderProcessInput(decoder);
         if (status == JXL_DEC_BASIC_INFO) {
@@ -114,40 +160,30 @@ ex_status ex_read_header(const uint8_t *data, size_t length, ex_info *info, char
             if (basic.alpha_bits > 0 && extra > 0) extra -= 1;
             info->extra_channels = extra > 0x7FFFFFFF ? 0x7FFFFFFF : (int)extra;
         } else if (status == JXL_DEC_COLOR_ENCODING) {
-            // An XYB (lossy) image is decoded to sRGB (see ex_decode): no profile to apply.
-            if (!info->lossless) {
-                info->srgb = 1;
+            result = ex_read_colour(decoder, info, message, message_length);
+            if (result != EX_OK) break;
+            colour_read = 1;
+        } else if (status == JXL_DEC_FRAME) {
+            JxlFrameHeader frame;
+            if (JxlDecoderGetFrameHeader(decoder, &frame) != JXL_DEC_SUCCESS) {
+                result = ex_failure(JXL_DEC_ERROR, NULL, message, message_length);
                 break;
             }
-            JxlColorEncoding encoding;
-            if (JxlDecoderGetColorAsEncodedProfile(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, &encoding)
-                    == JXL_DEC_SUCCESS
-                && ex_is_srgb(&encoding)) {
-                info->srgb = 1;
+            uint64_t area = (uint64_t)frame.layer_info.xsize * frame.layer_info.ysize;
+            if (area > (uint64_t)info->largest_layer_width * info->largest_layer_height) {
+                info->largest_layer_width = frame.layer_info.xsize;
+                info->largest_layer_height = frame.layer_info.ysize;
+            }
+            info->layers += 1;
+            // The first displayed frame ends with the last layer, or in an animation with the
+            // first that is shown for a while.
+            if (frame.is_last || (info->animated && frame.duration > 0)) break;
+            if (info->layers >= EX_MAX_LAYERS) {
+                info->layers_beyond_scan = 1;
                 break;
             }
-            size_t size = 0;
-            // A profile is a few KiB; one of megabytes (libjxl allows 256 MiB) is not copied.
-            if (JxlDecoderGetICCProfileSize(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, &size) != JXL_DEC_SUCCESS
-                || size == 0 || size > (4u << 20)) {
-                // No profile to be had: the pixels are taken as sRGB.
-                info->srgb = 1;
-                break;
-            }
-            info->icc = malloc(size);
-            if (info->icc == NULL) {
-                ex_say(message, message_length, "out of memory reading the JPEG XL colour profile");
-                result = EX_ERR_NO_MEMORY;
-                break;
-            }
-            if (JxlDecoderGetColorAsICCProfile(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, info->icc, size)
-                != JXL_DEC_SUCCESS) {
-                free(info->icc);
-                info->icc = NULL;
-                info->srgb = 1;
-                break;
-            }
-            info->icc_length = size;
+        } else if (colour_read && (status == JXL_DEC_NEED_MORE_INPUT || status == JXL_DEC_SUCCESS)) {
+            // A cut file: its headers are read as far as they go (the decode goes no further).
             break;
         } else {
             result = ex_failure(status, NULL, message, message_length);

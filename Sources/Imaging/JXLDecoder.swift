@@ -34,6 +34,12 @@ final class JXLDecoder: RasterDecoder {
         header.orientation = Orientation(rawValue: Int(info.orientation)) ?? .up
         header.animated = info.animated != 0
         header.extraPlanes = Int(info.extra_channels)
+        // Every layer is decoded at its own size before it is cropped to the image: a few
+        // bytes of flat colour can make a layer of gigapixels behind a tiny image.
+        if info.layers_beyond_scan != 0 {
+            throw ImagingError(.tooLarge, "JPEG XL: more than \(EX_MAX_LAYERS) layers make up the first frame")
+        }
+        header.largestLayerPixels = Int(info.largest_layer_width) * Int(info.largest_layer_height)
         if header.animated { header.notes.append("an animated JPEG XL: its first frame is used") }
         if let icc = info.icc, info.icc_length > 0 {
             if info.colour_channels == 1 && alpha {

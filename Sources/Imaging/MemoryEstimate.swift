@@ -236,8 +236,11 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
         case .jxl:
             // libjxl's planes in 32-bit floats (colour, alpha), its group caches and the
             // conversion to 8 bits: about 20 bytes a pixel, measured at under that. Each
-            // further extra channel is decoded too, as a plane of its own and its copy.
-            decoder = (16 << 20) + pixels * (24 + 8 * header.extraPlanes)
+            // further extra channel is decoded too, as a plane of its own and its copy. A
+            // layer larger than the image is decoded whole before it is cropped: what it
+            // has beyond the image, measured at 2.5 bytes a pixel (lossy, flat or noisy).
+            let beyond = max(0, header.largestLayerPixels - pixels)
+            decoder = (16 << 20) + pixels * (24 + 8 * header.extraPlanes) + beyond * 4 * (1 + header.extraPlanes)
         case .heic, .avif, .jpeg:
             // libheif's decoded planes (up to 16 bits), its RGB conversion and the codec's frames.
             decoder = (8 << 20) + pixels * (channels + 9)

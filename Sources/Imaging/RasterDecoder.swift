@@ -38,6 +38,9 @@ public struct RasterHeader: Sendable, Equatable {
     public var inputCopyBytes = 0
     /// JPEG XL: extra channels besides alpha (depth, spot colours): decoded whole though not shown.
     public var extraPlanes = 0
+    /// JPEG XL: the pixels of the largest layer that makes up the first frame. A layer may be
+    /// larger than the image (it is cropped when blended), and libjxl decodes it whole.
+    public var largestLayerPixels = 0
 
     public var orientedSize: (width: Int, height: Int) { orientation.orientedSize(width: width, height: height) }
     var hasThumbnail: Bool { thumbnailWidth > 0 && thumbnailHeight > 0 }
@@ -83,6 +86,10 @@ enum RasterDecoders {
         }
         let header = decoder.header
         try checkPixels(header.width, header.height, limits: limits)
+        if header.largestLayerPixels > limits.maxPixels {
+            throw ImagingError(.tooLarge, "a layer of \(header.largestLayerPixels) pixels (the image is \(header.width)×"
+                               + "\(header.height)) exceeds the limit of \(limits.maxPixels) pixels")
+        }
         return decoder
     }
 

@@ -96,6 +96,46 @@ final class JXLTests: XCTestCase {
         }
     }
 
+    /// A layer larger than the image (4000×3000 behind 96×64): libjxl decodes it whole before
+    /// it crops it, so its size is what the pixel limit and the memory estimate go by. A few
+    /// hundred bytes of flat colour could otherwise make gigapixels behind a tiny header.
+    func testALayerLargerThanTheImageIsWhatTheLimitsAndTheEstimateCount() throws {
+        let bytes = try TestImages.bytes("jxl-layer-larger.jxl")
+        func header(_ file: [UInt8], _ limits: DecodeLimits = DecodeLimits()) throws -> RasterHeader {
+            try withBytes(file) { raw throws(ImagingError) in
+                try RasterDecoders.make(.jxl, data: raw, limits: limits, cancel: nil, failOn: .error).header
+            }
+        }
+        let layered = try header(bytes)
+        XCTAssertEqual([layered.width, layered.height, layered.largestLayerPixels], [96, 64, 4000 * 3000])
+        let limits = DecodeLimits(maxPixels: 10_000_000)
+        XCTAssertThrowsError(try header(bytes, limits)) {
+            XCTAssertEqual(($0 as? ImagingError)?.code, .tooLarge)
+            XCTAssert("\($0)".contains("a layer of 12000000 pixels"), "\($0)")
+        }
+        XCTAssertThrowsError(try withBytes(bytes) { raw throws(ImagingError) in
+            try ImagePipeline(limits: limits).info(of: raw)
+        }) { XCTAssertEqual(($0 as? ImagingError)?.code, .tooLarge) }
+        // An ordinary image's one layer is the image; an animation's first frame is its own.
+        XCTAssertEqual(try header(try TestImages.bytes("jxl-lossy.jxl")).largestLayerPixels, 96 * 64)
+        XCTAssertEqual(try header(try TestImages.bytes("jxl-large-lossless.jxl")).largestLayerPixels, 1600 * 1200)
+        XCTAssertEqual(try header(try TestImages.bytes("jxl-animated.jxl")).largestLayerPixels, 96 * 64)
+        // The estimate counts what the layer has beyond the image (measured at 2.5 bytes a
+        // pixel; MemoryEstimateTests measures this file's peak against it).
+        let options = ResizeOptions(width: 48)
+        let plan = try ResizePlan.make(sourceWidth: 96, sourceHeight: 64, orientation: .up, options: options)
+        func estimate(_ header: RasterHeader) -> Int {
+            MemoryEstimate(raster: header, plan: plan, shrink: 1, options: options, delivery: .final, inputBytes: 0).bytes
+        }
+        var flat = layered
+        flat.largestLayerPixels = 96 * 64
+        XCTAssertGreaterThanOrEqual(estimate(layered) - estimate(flat), (4000 * 3000 - 96 * 64) * 5 / 2)
+        // It decodes: the image's part of the flat grey layer.
+        let decoded = try TestImages.decode(bytes)
+        XCTAssertEqual([decoded.width, decoded.height], [96, 64])
+        XCTAssert(decoded.pixels.allSatisfy { abs(Int($0) - 96) <= 3 }, "\(decoded.pixels.prefix(12))")
+    }
+
     func testLimitsAreCheckedFromTheHeader() throws {
         let bytes = try TestImages.bytes("jxl-large.jxl")
         XCTAssertThrowsError(try withBytes(bytes) { raw throws(ImagingError) in

@@ -37,10 +37,22 @@ typedef struct {
     size_t icc_length;
     int extra_channels;     // extra channels besides alpha (depth, spot colours, ...): libjxl decodes
                             // each as a plane of its own, which the pixels asked for do not show
+    // The layers (frames) that make up the first displayed frame, as their headers say: a
+    // layer may be larger than the image (it is cropped when blended), and libjxl decodes it
+    // whole. Their count, the largest one's size (by area), and whether the scan stopped at
+    // EX_MAX_LAYERS with more to come.
+    int layers;
+    uint32_t largest_layer_width;
+    uint32_t largest_layer_height;
+    int layers_beyond_scan;
 } ex_info;
 
-/// Reads the header up to the colour encoding without decoding pixels; `info->icc` is set
-/// unless the pixels will be sRGB. Not cancellable: it reads the image and colour headers.
+/// How many layers ex_read_header reads the headers of before it stops looking.
+#define EX_MAX_LAYERS 256
+
+/// Reads the header up to the colour encoding, then the headers of the layers of the first
+/// displayed frame (libjxl skips their pixel data), without decoding pixels; `info->icc` is
+/// set unless the pixels will be sRGB. Not cancellable: it reads headers only.
 ex_status ex_read_header(const uint8_t *data, size_t length, ex_info *info, char *message, size_t message_length);
 
 /// Frees what ex_read_header allocated (the ICC copy); the info stays readable otherwise.
