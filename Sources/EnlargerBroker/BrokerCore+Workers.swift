@@ -744,6 +744,8 @@ extension BrokerCore {
         // An inline image without a digest needs no source at all.
         if job.source.namesPlace || !job.source.inline.sha256.isEmpty { message.source = job.source }
         message.filesScope = job.filesScope
+        // A URL's name lookups are bounded per principal at the worker.
+        if case .url? = job.source.kind { message.principal = job.owner.principal.name }
         actions.append(.sendToWorker(workers[index].id, BrokerToWorkerMessage.job(message, image: job.image).encoded()))
     }
 

@@ -13,8 +13,8 @@ enum JobSource: Sendable, Equatable {
     /// A path under the worker's files root, resolved beneath its `scope` directory there
     /// (the submitting principal's; empty: the whole root).
     case file(path: String, scope: String = "")
-    /// An http(s) URL to download.
-    case url(String)
+    /// An http(s) URL to download, for `principal` (its name lookups are bounded per principal).
+    case url(String, principal: String = "")
 }
 
 /// Why a file or URL source could not be read: SOURCE_REFUSED or SOURCE_UNAVAILABLE.

@@ -130,8 +130,8 @@ final class JobThreads: Sendable {
             }
         case .file(let path, let scope):
             outcome = readFile(path, scope: scope, job, pipeline: pipeline, sources: sources, mailbox: mailbox, figures: &figures)
-        case .url(let url):
-            outcome = download(url, job, pipeline: pipeline, sources: sources, mailbox: mailbox, figures: &figures)
+        case .url(let url, let principal):
+            outcome = download(url, principal: principal, job, pipeline: pipeline, sources: sources, mailbox: mailbox, figures: &figures)
         }
         figures.run = clock.now - start
         mailbox.post(.ended(job.token, outcome, figures))
@@ -312,7 +312,7 @@ final class JobThreads: Sendable {
     /// its progress posted as it comes, its version (final URL and validator) reported once the
     /// response's head is in. For info, the download stops as soon as the header can be read.
     private static func download(
-        _ url: String, _ job: JobStart<Message>, pipeline: ImagePipeline, sources: SourceAccess,
+        _ url: String, principal: String, _ job: JobStart<Message>, pipeline: ImagePipeline, sources: SourceAccess,
         mailbox: Mailbox<WorkerMail>, figures: inout JobFigures
     ) -> JobOutcome {
         guard let fetcher = sources.urls else {
@@ -365,7 +365,8 @@ final class JobThreads: Sendable {
             admissions += 1
             let body: FetchedBody
             do throws(FetchError) {
-                body = try fetcher.fetch(url, cancellation: job.control.download, events: events, enough: enough)
+                body = try fetcher.fetch(url, for: principal, cancellation: job.control.download, events: events,
+                                         enough: enough)
             } catch {
                 return .sourceFailed(error: error)
             }

@@ -237,7 +237,7 @@ extension WorkerCore {
             return .file(path: file.path, scope: job.filesScope)
         case .url(let url)?:
             guard image.count == 0 else { throw ImagingError(.invalidArgument, "a URL source's Job carries an image") }
-            return .url(url.url)
+            return .url(url.url, principal: job.principal)
         case nil:
             return .inline(digest: nil)
         }

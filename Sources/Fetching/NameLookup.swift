@@ -69,38 +69,60 @@ public struct NameLookup: Sendable {
 /// likes (tens of seconds for a name whose servers never answer). A lookup is abandoned at
 /// its deadline or on cancel; its thread finishes on its own and its answer is dropped.
 /// At most `maxOutstanding` lookups (abandoned ones included) run at once: beyond that a
-/// fetch fails at once rather than adding threads.
+/// fetch fails at once rather than adding threads. One principal holds at most
+/// `maxPerPrincipal` of them (a quarter): a producer naming hosts whose servers never answer
+/// ties up its own lookups, not everyone's.
 final class BoundedLookup: Sendable {
     let lookup: NameLookup
     let maxOutstanding: Int
-    private let outstanding = Lock(0)
+    let maxPerPrincipal: Int
+    private let outstanding = Lock(Outstanding())
 
-    init(_ lookup: NameLookup, maxOutstanding: Int = 32) {
+    private struct Outstanding {
+        var total = 0
+        var byPrincipal: [String: Int] = [:]
+    }
+
+    init(_ lookup: NameLookup, maxOutstanding: Int = 32, maxPerPrincipal: Int? = nil) {
         self.lookup = lookup
         self.maxOutstanding = maxOutstanding
+        self.maxPerPrincipal = maxPerPrincipal ?? max(1, maxOutstanding / 4)
     }
 
     /// Lookups whose threads have not returned, abandoned ones included.
-    var running: Int { outstanding.withLock { $0 } }
+    var running: Int { outstanding.withLock { $0.total } }
+
+    /// `principal`'s lookups whose threads have not returned.
+    func running(for principal: String) -> Int { outstanding.withLock { $0.byPrincipal[principal, default: 0] } }
 
     /// The addresses of `name`, or `.timedOut` once `deadline` passes, or `.cancelled`.
     func resolve(
-        _ name: String, deadline: ContinuousClock.Instant, timeoutName: String, cancellation: FetchCancellation
+        _ name: String, for principal: String = "", deadline: ContinuousClock.Instant, timeoutName: String,
+        cancellation: FetchCancellation
     ) throws(FetchError) -> [IPAddress] {
         guard !cancellation.isCancelled else { throw .cancelled }
-        let admitted = outstanding.withLock { count -> Bool in
-            guard count < maxOutstanding else { return false }
-            count += 1
-            return true
+        let refusal = outstanding.withLock { counts -> String? in
+            guard counts.total < maxOutstanding else {
+                return "\(maxOutstanding) name lookups are already outstanding"
+            }
+            let own = counts.byPrincipal[principal, default: 0]
+            guard own < maxPerPrincipal else {
+                return "\(own) name lookups of this principal's are already outstanding (at most \(maxPerPrincipal))"
+            }
+            counts.total += 1
+            counts.byPrincipal[principal] = own + 1
+            return nil
         }
-        guard admitted else {
-            throw .unavailable("cannot resolve \(name): \(maxOutstanding) name lookups are already outstanding")
-        }
+        if let refusal { throw .unavailable("cannot resolve \(name): \(refusal)") }
         let answer = Answer()
         let lookup = lookup
         let thread = Thread { [outstanding] in
             let result = Result { () throws(FetchError) in try lookup.resolve(name) }
-            outstanding.withLock { $0 -= 1 }
+            outstanding.withLock { counts in
+                counts.total -= 1
+                let own = counts.byPrincipal[principal, default: 1] - 1
+                counts.byPrincipal[principal] = own > 0 ? own : nil
+            }
             answer.give(result)
         }
         thread.name = "enlarger-lookup"

@@ -56,6 +56,7 @@ public final class URLFetcher: Sendable {
     /// `.cancelled`, even if the body was in.
     public func fetch(
         _ url: String,
+        for principal: String = "",
         cancellation: FetchCancellation,
         events: @escaping @Sendable (FetchEvent) -> Void,
         enough: (@Sendable ([UInt8]) -> Bool)? = nil
@@ -67,7 +68,8 @@ public final class URLFetcher: Sendable {
         var redirects = 0
         while true {
             guard !cancellation.isCancelled else { throw .cancelled }
-            let address = try checkedAddress(of: current, resolved: &resolved, deadline: deadline, cancellation: cancellation)
+            let address = try checkedAddress(of: current, resolved: &resolved, deadline: deadline, principal: principal,
+                                             cancellation: cancellation)
             guard ContinuousClock.now < deadline else { throw totalTimeout }
             let outcome = try exchange(
                 Hop(url: current, address: address, deadline: deadline, events: events, enough: enough),
@@ -107,7 +109,8 @@ public final class URLFetcher: Sendable {
     /// total deadline, if sooner), or at once when the fetch is cancelled.
     func checkedAddress(
         of url: SourceURL, resolved: inout [String: [IPAddress]],
-        deadline: ContinuousClock.Instant = .now + .seconds(3600), cancellation: FetchCancellation = FetchCancellation()
+        deadline: ContinuousClock.Instant = .now + .seconds(3600), principal: String = "",
+        cancellation: FetchCancellation = FetchCancellation()
     ) throws(FetchError) -> IPAddress {
         switch url.host {
         case .address(let address):
@@ -122,7 +125,7 @@ public final class URLFetcher: Sendable {
             } else {
                 let connectBy = ContinuousClock.now + policy.connectTimeout
                 addresses = try lookup.resolve(
-                    name, deadline: min(connectBy, deadline),
+                    name, for: principal, deadline: min(connectBy, deadline),
                     timeoutName: connectBy <= deadline ? "connect timeout of \(policy.connectTimeout)" : "total timeout of \(policy.totalTimeout)",
                     cancellation: cancellation)
                 resolved[name] = addresses

@@ -238,6 +238,8 @@ final class BrokerCoreSourceTests: XCTestCase {
         submit(&broker, alice, "a", url: "https://example.com/a.jpg")
         let job = broker.jobs(for: w1)[0]
         XCTAssertEqual(job.source.url.url, "https://example.com/a.jpg")
+        // The worker bounds name lookups per principal: a URL's Job says whose it is.
+        XCTAssertEqual(job.principal, Principal.local.name)
         opened(&broker, w1, job, Data())
         submit(&broker, bob, "b", url: "https://example.com/a.jpg")
         XCTAssertEqual(broker.jobs(for: w1).count, 1, "b cannot join a job reading an unnamed version")
@@ -247,6 +249,7 @@ final class BrokerCoreSourceTests: XCTestCase {
         // A file that changed while it was read: delivered, not cached.
         submit(&broker, carol, "c")
         let file = broker.jobs(for: w1)[0]
+        XCTAssertEqual(file.principal, "", "only a URL's Job names its principal")
         opened(&broker, w1, file, Self.version1)
         final(&broker, w1, file, verified: false)
         XCTAssertEqual(broker.events(for: carol).map(\.summary), ["accepted c", "result c final terminal"])

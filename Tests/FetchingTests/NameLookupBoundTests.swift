@@ -78,7 +78,7 @@ final class NameLookupBoundTests: XCTestCase {
 
     func testAbandonedLookupsAreBoundedAndTheirThreadsEnd() {
         let hang = Hang()
-        let bounded = BoundedLookup(hang.lookup, maxOutstanding: 3)
+        let bounded = BoundedLookup(hang.lookup, maxOutstanding: 3, maxPerPrincipal: 3)
         for _ in 0..<3 {
             let failure: FetchError?
             do {
@@ -103,5 +103,45 @@ final class NameLookupBoundTests: XCTestCase {
         let deadline = ContinuousClock.now + .seconds(5)
         while bounded.running > 0, ContinuousClock.now < deadline { usleep(1000) }
         XCTAssertEqual(bounded.running, 0, "abandoned lookups end when the resolver answers")
+    }
+
+    /// A principal whose names never answer ties up a quarter of the lookups at most: the
+    /// others' still start, and its own beyond that fail at once, saying why.
+    func testOnePrincipalHoldsAQuarterOfTheLookups() {
+        let hang = Hang()
+        let bounded = BoundedLookup(hang.lookup, maxOutstanding: 8)
+        XCTAssertEqual(bounded.maxPerPrincipal, 2)
+        func lookUp(_ principal: String) -> FetchError? {
+            do {
+                _ = try bounded.resolve("silent.example", for: principal, deadline: .now + .milliseconds(20),
+                                        timeoutName: "test", cancellation: .init())
+                return nil
+            } catch {
+                return error
+            }
+        }
+        for _ in 0..<2 {
+            guard case .timedOut? = lookUp("hostile") else { return XCTFail("the hostile principal's first two start") }
+        }
+        guard case .unavailable(let reason)? = lookUp("hostile") else { return XCTFail("a third must not start") }
+        XCTAssertTrue(reason.contains("this principal's"), reason)
+        XCTAssertEqual(bounded.running(for: "hostile"), 2)
+        // Others are not held back by it, each up to its own quarter.
+        for principal in ["a", "a", "b", "b", "c", "c"] {
+            guard case .timedOut? = lookUp(principal) else { return XCTFail("\(principal)'s lookup must start") }
+        }
+        XCTAssertEqual(bounded.running, 8)
+        guard case .unavailable(let full)? = lookUp("d") else { return XCTFail("the pool is full") }
+        XCTAssertTrue(full.contains("8 name lookups are already outstanding"), full)
+        XCTAssertEqual(hang.entered.withLock { $0 }, 8, "refused lookups never reached the resolver")
+        // Once the resolver answers, every count comes back to nothing.
+        hang.release.signal()
+        let deadline = ContinuousClock.now + .seconds(5)
+        while bounded.running > 0, ContinuousClock.now < deadline { usleep(1000) }
+        XCTAssertEqual(bounded.running, 0)
+        XCTAssertEqual(bounded.running(for: "hostile"), 0)
+        guard case .unavailable(let answered)? = lookUp("hostile"), answered.contains("released") else {
+            return XCTFail("its lookups reach the resolver again")
+        }
     }
 }

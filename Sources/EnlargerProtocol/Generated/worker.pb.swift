@@ -629,6 +629,14 @@ public nonisolated struct Enlarger_V1_Job: @unchecked Sendable {
     set {_uniqueStorage()._filesScope = newValue}
   }
 
+  /// For a URL source: the submitting principal's name (its public key, or `local`), so that
+  /// the worker can bound what one principal takes of what its jobs share (name lookups: at
+  /// most a quarter of those outstanding are one principal's). Empty otherwise.
+  public var principal: String {
+    get {_storage._principal}
+    set {_uniqueStorage()._principal = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1514,7 +1522,7 @@ nonisolated extension Enlarger_V1_BrokerToWorker: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Job"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{1}source\0\u{1}placeholder\0\u{1}variants\0\u{3}files_scope\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}job_id\0\u{1}attempt\0\u{3}request_id\0\u{1}spec\0\u{1}delivery\0\u{1}source\0\u{1}placeholder\0\u{1}variants\0\u{3}files_scope\0\u{1}principal\0")
 
   fileprivate class _StorageClass {
     var _jobID: UInt64 = 0
@@ -1526,6 +1534,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
     var _placeholder: Bool = false
     var _variants: [Enlarger_V1_JobVariant] = []
     var _filesScope: String = String()
+    var _principal: String = String()
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1545,6 +1554,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
       _placeholder = source._placeholder
       _variants = source._variants
       _filesScope = source._filesScope
+      _principal = source._principal
     }
   }
 
@@ -1572,6 +1582,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
         case 7: try { try decoder.decodeSingularBoolField(value: &_storage._placeholder) }()
         case 8: try { try decoder.decodeRepeatedMessageField(value: &_storage._variants) }()
         case 9: try { try decoder.decodeSingularStringField(value: &_storage._filesScope) }()
+        case 10: try { try decoder.decodeSingularStringField(value: &_storage._principal) }()
         default: break
         }
       }
@@ -1611,6 +1622,9 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
       if !_storage._filesScope.isEmpty {
         try visitor.visitSingularStringField(value: _storage._filesScope, fieldNumber: 9)
       }
+      if !_storage._principal.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._principal, fieldNumber: 10)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1629,6 +1643,7 @@ nonisolated extension Enlarger_V1_Job: SwiftProtobuf.Message, SwiftProtobuf._Mes
         if _storage._placeholder != rhs_storage._placeholder {return false}
         if _storage._variants != rhs_storage._variants {return false}
         if _storage._filesScope != rhs_storage._filesScope {return false}
+        if _storage._principal != rhs_storage._principal {return false}
         return true
       }
       if !storagesAreEqual {return false}
