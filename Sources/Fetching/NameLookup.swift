@@ -69,9 +69,10 @@ public struct NameLookup: Sendable {
 /// likes (tens of seconds for a name whose servers never answer). A lookup is abandoned at
 /// its deadline or on cancel; its thread finishes on its own and its answer is dropped.
 /// At most `maxOutstanding` lookups (abandoned ones included) run at once: beyond that a
-/// fetch fails at once rather than adding threads. One principal holds at most
-/// `maxPerPrincipal` of them (a quarter): a producer naming hosts whose servers never answer
-/// ties up its own lookups, not everyone's.
+/// fetch fails at once rather than adding threads. A principal holds more than
+/// `maxPerPrincipal` of them (a quarter) only while as many again stay free for the others:
+/// a producer naming hosts whose servers never answer ties up its own lookups, and at least a
+/// quarter of the pool stays for everyone else, while a producer alone still has three quarters.
 final class BoundedLookup: Sendable {
     let lookup: NameLookup
     let maxOutstanding: Int
@@ -106,8 +107,9 @@ final class BoundedLookup: Sendable {
                 return "\(maxOutstanding) name lookups are already outstanding"
             }
             let own = counts.byPrincipal[principal, default: 0]
-            guard own < maxPerPrincipal else {
-                return "\(own) name lookups of this principal's are already outstanding (at most \(maxPerPrincipal))"
+            guard own < maxPerPrincipal || counts.total + 1 <= maxOutstanding - maxPerPrincipal else {
+                return "\(own) name lookups of this principal's are already outstanding, and the last "
+                    + "\(maxPerPrincipal) of \(maxOutstanding) are kept for other principals"
             }
             counts.total += 1
             counts.byPrincipal[principal] = own + 1

@@ -235,12 +235,17 @@ public struct MemoryEstimate: Sendable, Equatable, CustomStringConvertible {
             decoder = Self.decoderOverhead + header.width
         case .jxl:
             // libjxl's planes in 32-bit floats (colour, alpha), its group caches and the
-            // conversion to 8 bits: about 20 bytes a pixel, measured at under that. Each
-            // further extra channel is decoded too, as a plane of its own and its copy. A
-            // layer larger than the image is decoded whole before it is cropped: what it
-            // has beyond the image, measured at 2.5 bytes a pixel (lossy, flat or noisy).
+            // conversion to 8 bits: about 20 bytes a pixel, measured at under that. A lossy
+            // (XYB) image with alpha takes libjxl 0.7's costliest path, measured at up to
+            // 38 bytes a pixel, counted at 48. Each further extra channel is decoded too, as a
+            // plane of its own and its copy. A layer larger than the image is decoded whole
+            // before it is cropped: what it has beyond the image, measured at 2.4 to 3.6 bytes
+            // a pixel lossy, up to 4.6 lossless, and 31 to 34 lossy with alpha; counted at 6
+            // and 40.
+            let lossyAlpha = header.colorSpace == "xyb" && header.hasAlpha
+            let extra = 8 * header.extraPlanes
             let beyond = max(0, header.largestLayerPixels - pixels)
-            decoder = (16 << 20) + pixels * (24 + 8 * header.extraPlanes) + beyond * 4 * (1 + header.extraPlanes)
+            decoder = (16 << 20) + pixels * ((lossyAlpha ? 48 : 24) + extra) + beyond * ((lossyAlpha ? 40 : 6) + extra)
         case .heic, .avif, .jpeg:
             // libheif's decoded planes (up to 16 bits), its RGB conversion and the codec's frames.
             decoder = (8 << 20) + pixels * (channels + 9)

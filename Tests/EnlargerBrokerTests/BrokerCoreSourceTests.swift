@@ -20,7 +20,7 @@ final class BrokerCoreSourceTests: XCTestCase {
 
     private func submit(
         _ broker: inout CoreHarness, _ peer: PeerID, _ id: String, file: String? = "photos/a.jpg", url: String? = nil,
-        noShare: Bool = false, delivery: Enlarger_V1_Delivery = .final, image: Bytes = []
+        noShare: Bool = false, delivery: Enlarger_V1_Delivery = .final, image: Bytes = [], as principal: Principal = .local
     ) {
         let submit = Enlarger_V1_Submit.with {
             $0.requestID = id
@@ -29,7 +29,7 @@ final class BrokerCoreSourceTests: XCTestCase {
             if let url { $0.source.url.url = url } else if let file { $0.source.file.path = file }
             $0.source.noShare = noShare
         }
-        broker.client(peer, .submit(submit, image: image))
+        broker.client(peer, as: principal, .submit(submit, image: image))
     }
 
     private func opened(_ broker: inout CoreHarness, _ worker: PeerID, _ job: Enlarger_V1_Job, _ identity: Data) {
@@ -235,13 +235,13 @@ final class BrokerCoreSourceTests: XCTestCase {
         var broker = CoreHarness()
         broker.ready(w1, capacity: 4)
         // A response without a validator names no version.
-        submit(&broker, alice, "a", url: "https://example.com/a.jpg")
+        submit(&broker, alice, "a", url: "https://example.com/a.jpg", as: Principal("curve:alice"))
         let job = broker.jobs(for: w1)[0]
         XCTAssertEqual(job.source.url.url, "https://example.com/a.jpg")
         // The worker bounds name lookups per principal: a URL's Job says whose it is.
-        XCTAssertEqual(job.principal, Principal.local.name)
+        XCTAssertEqual(job.principal, "curve:alice")
         opened(&broker, w1, job, Data())
-        submit(&broker, bob, "b", url: "https://example.com/a.jpg")
+        submit(&broker, bob, "b", url: "https://example.com/a.jpg", as: Principal("curve:alice"))
         XCTAssertEqual(broker.jobs(for: w1).count, 1, "b cannot join a job reading an unnamed version")
         final(&broker, w1, job)
         XCTAssertEqual(broker.core.sharing.cachedCount, 0)

@@ -120,7 +120,7 @@ final class JXLTests: XCTestCase {
         XCTAssertEqual(try header(try TestImages.bytes("jxl-lossy.jxl")).largestLayerPixels, 96 * 64)
         XCTAssertEqual(try header(try TestImages.bytes("jxl-large-lossless.jxl")).largestLayerPixels, 1600 * 1200)
         XCTAssertEqual(try header(try TestImages.bytes("jxl-animated.jxl")).largestLayerPixels, 96 * 64)
-        // The estimate counts what the layer has beyond the image (measured at 2.5 bytes a
+        // The estimate counts what the layer has beyond the image (measured at up to 3.6 bytes a
         // pixel; MemoryEstimateTests measures this file's peak against it).
         let options = ResizeOptions(width: 48)
         let plan = try ResizePlan.make(sourceWidth: 96, sourceHeight: 64, orientation: .up, options: options)
@@ -129,7 +129,7 @@ final class JXLTests: XCTestCase {
         }
         var flat = layered
         flat.largestLayerPixels = 96 * 64
-        XCTAssertGreaterThanOrEqual(estimate(layered) - estimate(flat), (4000 * 3000 - 96 * 64) * 5 / 2)
+        XCTAssertGreaterThanOrEqual(estimate(layered) - estimate(flat), (4000 * 3000 - 96 * 64) * 36 / 10)
         // It decodes: the image's part of the flat grey layer.
         let decoded = try TestImages.decode(bytes)
         XCTAssertEqual([decoded.width, decoded.height], [96, 64])

@@ -94,7 +94,8 @@ final class MemoryEstimateTests: XCTestCase {
             cases.append(item)
         }
         for file in ["heic-thumbnail.heic", "avif-large.avif", "png-rgba8.png", "webp-lossless-rgba.webp", "jxl-large.jxl",
-                     "jxl-large-lossless.jxl", "jxl-layer-larger.jxl",
+                     "jxl-large-lossless.jxl", "jxl-layer-larger.jxl", "jxl-layer-larger-alpha.jxl",
+                     "jxl-lossy-alpha-large.jxl",
                      "gif-transparent.gif"] {
             for (format, delivery) in [(OutputFormat.avif, Delivery.progressive), (.webp, .final), (.jpeg, .degraded)] {
                 var item = ProbeCase(file: file, options: ResizeOptions(width: 400, format: format), delivery: delivery)

@@ -630,8 +630,8 @@ public nonisolated struct Enlarger_V1_Job: @unchecked Sendable {
   }
 
   /// For a URL source: the submitting principal's name (its public key, or `local`), so that
-  /// the worker can bound what one principal takes of what its jobs share (name lookups: at
-  /// most a quarter of those outstanding are one principal's). Empty otherwise.
+  /// the worker can bound what one principal takes of what its jobs share (name lookups: a
+  /// principal takes more than a quarter of them only while a quarter stay free). Empty otherwise.
   public var principal: String {
     get {_storage._principal}
     set {_uniqueStorage()._principal = newValue}
