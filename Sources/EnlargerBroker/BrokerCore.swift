@@ -470,7 +470,6 @@ public struct BrokerCore<Payload: FrameBytes> {
     /// requests, or a live batch may tell it how it ends.
     public func tracksClient(_ peer: PeerID) -> Bool { clients[peer] != nil || batchPeers[peer] != nil }
 
-    /// The snapshot sent in reply to StatusRequest. Worker names and pids are for admins.
     /// How often a non-admin principal's status is made afresh: its reply scans every live
     /// request, so one made less than this ago is given again (its uptime brought up to date),
     /// and a principal asking in a loop costs the broker at most ten scans a second.
@@ -489,6 +488,7 @@ public struct BrokerCore<Payload: FrameBytes> {
         return reply
     }
 
+    /// The snapshot sent in reply to StatusRequest. Worker names and pids are for admins.
     public func status(now: MonotonicInstant, for principal: Principal = .local) -> Enlarger_V1_StatusReply {
         var reply = Enlarger_V1_StatusReply()
         let details = isAdmin(principal)

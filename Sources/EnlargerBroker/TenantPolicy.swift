@@ -38,12 +38,12 @@ public struct TenantPolicy: Sendable, Equatable {
 
         public init(weight: Int = 1, maxQueued: Int? = nil, maxRunning: Int? = nil, maxImageBytes: Int? = nil,
                     files: String? = nil, maxLive: Int? = nil) {
-            self.maxLive = maxLive
             self.weight = weight
             self.maxQueued = maxQueued
             self.maxRunning = maxRunning
             self.maxImageBytes = maxImageBytes
             self.files = files
+            self.maxLive = maxLive
         }
     }
 

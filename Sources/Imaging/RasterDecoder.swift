@@ -103,6 +103,9 @@ enum RasterDecoders {
         }
     }
 
+    /// How many times what a cut HEIF or AVIF has may be filled in with zeros (see `padded`).
+    static let maxPaddingFactor = 4
+
     /// Colour given as code points (H.273, as in a HEIF `nclx` box or an AV1 sequence
     /// header): sRGB's (BT.709) primaries need nothing; others (Display P3, BT.2020, ...)
     /// become an ICC profile built from the chromaticities `xy` and the transfer curve,
@@ -149,11 +152,9 @@ enum RasterDecoders {
     /// stricter. The copy counts against the buffer limit.
     ///
     /// The copy is made while the header is read, before the worker admits the job's memory,
-    /// so it is bounded by what is there: a file with less than a fifth of what its boxes
-    /// claim (and claiming over 1 MiB) is refused as cut rather than grown to 64 MiB from a
+    /// so it is bounded by what is there: a file missing more than `maxPaddingFactor` times
+    /// what it has (and more than 1 MiB) is refused as cut rather than grown to 64 MiB from a
     /// few bytes.
-    static let maxPaddingFactor = 4
-
     static func padded(_ data: UnsafeRawBufferPointer, limits: DecodeLimits,
                        failOn: FailOn) throws(ImagingError) -> (bytes: Allocation, note: String)? {
         guard failOn == .none, let claimed = HEIFStructure.claimedLength(data), claimed > data.count,
