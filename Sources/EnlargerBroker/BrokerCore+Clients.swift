@@ -10,6 +10,16 @@ import Foundation
 // which request never existed.
 
 extension BrokerCore {
+    /// The answer to a Ping (also what the service sends a client as a filler, see
+    /// `ClientPipes`).
+    var pong: Enlarger_V1_Pong {
+        var pong = Enlarger_V1_Pong()
+        pong.heartbeatIntervalMs = UInt32(clamping: configuration.heartbeatInterval.milliseconds)
+        pong.brokerInstance = configuration.instance
+        pong.maxInputBytes = UInt64(configuration.maxInputBytes)
+        return pong
+    }
+
     mutating func handleClientFrames(
         from peer: PeerID, principal: Principal, _ frames: some RandomAccessCollection<Payload>,
         now: MonotonicInstant, _ actions: inout [Action]
@@ -39,10 +49,6 @@ extension BrokerCore {
         case .statusRequest:
             send(.statusReply(statusReply(for: principal, now: now)), to: peer, &actions)
         case .ping:
-            var pong = Enlarger_V1_Pong()
-            pong.heartbeatIntervalMs = UInt32(clamping: configuration.heartbeatInterval.milliseconds)
-            pong.brokerInstance = configuration.instance
-            pong.maxInputBytes = UInt64(configuration.maxInputBytes)
             send(.pong(pong), to: peer, &actions)
         case .sync(let sync):
             self.sync(sync, from: peer, principal: principal, now: now, &actions)

@@ -38,9 +38,14 @@ public final class BrokerService: @unchecked Sendable {
         /// clients, Disconnect to workers) leave before the sockets close.
         public var shutdownGrace: Duration = .milliseconds(100)
         /// Messages libzmq queues toward one client before the broker keeps the rest itself
-        /// (`ZMQ_SNDHWM`). Small, so that what a slow client has not read is counted (and
-        /// its work held back) by the broker rather than buffered unseen by libzmq.
-        public var clientSendHighWaterMark: Int32 = 8
+        /// (`ZMQ_SNDHWM`, at least 1). Large enough that small results flow without the loop
+        /// waiting on libzmq's I/O thread every few messages; what large ones may take of
+        /// it is bounded in bytes by `clientPipeBytes` (see `ClientPipes`).
+        public var clientSendHighWaterMark: Int32 = 64
+        /// Bytes of large messages (over 64 KiB) libzmq may hold toward one client, unseen by
+        /// the broker's backlog accounting; past them a large result waits in that backlog,
+        /// counted. A single larger result still goes, alone.
+        public var clientPipeBytes = 16 << 20
         /// Bytes the broker keeps waiting for one client that is not reading. Past this
         /// what waited is dropped and its requests end with CLIENT_NOT_READING (see
         /// `ClientOutbox`).
@@ -143,6 +148,10 @@ public final class BrokerService: @unchecked Sendable {
     public var metricsAddress: String? { telemetry?.address }
     /// What waits for clients, and whose each routing id is (see `ClientOutbox`).
     private var outbox: ClientOutbox<Message>
+    /// What libzmq may hold for each client, in bytes (see `ClientPipes`).
+    private var pipes: ClientPipes
+    /// What `sendToClient` hands a client to push older messages out of its window.
+    private let filler: OutgoingMessage<Message>
     /// Whether this pass of the loop has read the ended connections yet.
     private var connectionsRead = false
     /// The tenants file as last read, to notice a change.
@@ -182,6 +191,11 @@ public final class BrokerService: @unchecked Sendable {
         outbox = ClientOutbox(limits: .init(
             maxBytes: configuration.maxClientBacklogBytes, patience: configuration.clientBacklogPatience,
             holdBackBytes: configuration.clientHoldBackBytes))
+        guard configuration.clientSendHighWaterMark > 0 else {
+            throw BrokerSetupError("the clients' send high-water mark must be at least 1 (libzmq's 0 is unbounded)")
+        }
+        pipes = ClientPipes(highWaterMark: Int(configuration.clientSendHighWaterMark), budget: configuration.clientPipeBytes)
+        filler = BrokerToClientMessage<Message>.pong(core.pong).encoded()
         // tcp endpoints use CURVE when the broker has keys; ipc endpoints stay unencrypted
         // (their private directory keeps them owner-only) but every connection still passes
         // the gatekeeper, which names its principal (a NULL peer could otherwise claim any
@@ -198,9 +212,10 @@ public final class BrokerService: @unchecked Sendable {
         }
         // Sends never block the loop. ROUTER_MANDATORY turns a departed peer (or, toward a
         // client, a full pipe) into an error we can act on. Toward workers no high-water
-        // mark is needed: what waits there is bounded by their credits. Toward a client, a
-        // small one makes a slow reader visible: what it has not taken waits in the
-        // broker's backlog for it, and its queued work is held back meanwhile. No HANDOVER:
+        // mark is needed: what waits there is bounded by their credits. Toward a client, the
+        // mark and `pipes` bound what libzmq holds, so a slow reader is visible: what it has
+        // not taken waits in the broker's backlog for it, and its queued work is held back
+        // meanwhile. No HANDOVER:
         // a live connection's routing id cannot be taken by another connection (any peer
         // may present any id); a client that reconnects gets its id once the old connection
         // is gone, which heartbeats make sure of, and what waited for it is delivered once
@@ -335,7 +350,7 @@ public final class BrokerService: @unchecked Sendable {
             // room) while the loop receives or polls, and trying a pipe that is still full
             // costs no system call. The signal descriptor wakes an idle loop for it.
             try apply(outbox.due(now: now, roomMade: true) { (peer, message) throws(ZMQError) in
-                try send(message, to: peer, on: clients)
+                try sendToClient(message, to: peer)
             }, now: now)
             // Liveness is judged only once what already waited has been read: a peer whose
             // message sits unread behind a backlog is not silent. Under a flood that never
@@ -426,9 +441,11 @@ public final class BrokerService: @unchecked Sendable {
         var tried = Set<PeerID>()
         for peer in burst.heard where tried.insert(peer).inserted {
             try apply(outbox.flush(peer, now: now) { (message) throws(ZMQError) in
-                try send(message, to: peer, on: clients)
+                try sendToClient(message, to: peer)
             }, now: now)
-            if !core.tracksClient(peer) { outbox.forgetIfIdle(peer) }
+            // An id whose pipe may hold a large message stays known by its connection, so
+            // that its window goes when the connection does.
+            if !core.tracksClient(peer) && !pipes.tracks(peer) { outbox.forgetIfIdle(peer) }
         }
     }
 
@@ -457,7 +474,7 @@ public final class BrokerService: @unchecked Sendable {
         connectionsRead = true
         while let event = try? clientConnections.receiveMonitorEvent() {
             guard event.isDisconnect else { continue }
-            outbox.connectionEnded(Int32(bitPattern: event.value))
+            for peer in outbox.connectionEnded(Int32(bitPattern: event.value)) { pipes.forget(peer) }
         }
     }
 
@@ -558,7 +575,7 @@ public final class BrokerService: @unchecked Sendable {
             switch action {
             case .sendToClient(let peer, let message, let principal, let shed):
                 let effects = try outbox.send(message, to: peer, for: principal, shed: shed, now: now) {
-                    (message) throws(ZMQError) in try send(message, to: peer, on: clients)
+                    (message) throws(ZMQError) in try sendToClient(message, to: peer)
                 }
                 pending += try self.actions(for: effects, now: now)
             case .sendToWorker(let peer, let message):
@@ -610,7 +627,7 @@ public final class BrokerService: @unchecked Sendable {
         try perform(ending, now: now)
         outbox.finishDiscarding(peer)
         let actions = core.clientBacklog(peer, waitingBytes: 0, now: now)
-        if !core.tracksClient(peer) { outbox.forgetIfIdle(peer) }
+        if !core.tracksClient(peer) && !pipes.tracks(peer) { outbox.forgetIfIdle(peer) }
         return actions
     }
 
@@ -620,6 +637,15 @@ public final class BrokerService: @unchecked Sendable {
     }
 
     private typealias SendOutcome = ClientOutbox<Message>.SendOutcome
+
+    /// Hands `message` to `peer`'s pipe once what libzmq holds for it leaves room (see
+    /// `ClientPipes`): until then, fillers (a Pong, which a client takes as it takes any
+    /// Pong) push older messages out of the window, and a pipe that refuses one is full.
+    private func sendToClient(_ message: OutgoingMessage<Message>, to peer: PeerID) throws(ZMQError) -> SendOutcome {
+        try pipes.hand(message.byteCount, to: peer, fillerBytes: filler.byteCount, sent: .sent) {
+            (isFiller) throws(ZMQError) in try send(isFiller ? filler : message, to: peer, on: clients)
+        }
+    }
 
     private func send(_ message: OutgoingMessage<Message>, to peer: PeerID, on socket: Socket) throws(ZMQError) -> SendOutcome {
         do {

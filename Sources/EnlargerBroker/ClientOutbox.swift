@@ -133,8 +133,10 @@ struct ClientOutbox<Payload: FrameBytes> {
     /// waits for it is dropped at once, whatever comes for it is discarded, and
     /// `takeDeparted` names it for the core. (A client that names its own id may come back
     /// under it: its box waits, within the patience.)
-    mutating func connectionEnded(_ descriptor: Int32) {
-        guard let peers = peersOn.removeValue(forKey: descriptor) else { return }
+    /// Returns the ids that were on it.
+    @discardableResult
+    mutating func connectionEnded(_ descriptor: Int32) -> Set<PeerID> {
+        guard let peers = peersOn.removeValue(forKey: descriptor) else { return [] }
         for peer in peers.sorted() {
             connectionOf[peer] = nil
             holders[peer] = nil
@@ -146,6 +148,7 @@ struct ClientOutbox<Payload: FrameBytes> {
                 boxes[peer]?.verified = false
             }
         }
+        return peers
     }
 
     /// The ids that departed since the last call: the core ends their requests, then

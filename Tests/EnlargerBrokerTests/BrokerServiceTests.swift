@@ -158,6 +158,97 @@ final class BrokerServiceTests: XCTestCase {
         guard case .disconnect = try workerCommand(worker) else { return XCTFail("no disconnect") }
     }
 
+    /// Large results for a client that does not read. libzmq bounds its pipe toward a client
+    /// by a count of messages only (64 here): without more, it would take all 40 results
+    /// out of the broker's sight. It takes no more than the pipe budget; the rest waits at
+    /// the broker, counted, and the client's work is held back. Once the client reads,
+    /// everything arrives, with the fillers (Pongs it did not ask for) between.
+    func testLargeResultsPastThePipeBudgetWaitCountedAtTheBroker() throws {
+        let megabyte = 1 << 20
+        let (service, thread) = try startBroker { $0.clientPipeBytes = 2 * megabyte }
+        defer { XCTAssertNoThrow(try thread.stopAndWait()) }
+        let worker = try dealer(service.workersEndpoint)
+        try send(WorkerToBrokerMessage<[UInt8]>.ready(.with { $0.capacity = 4 }).encoded(), on: worker)
+        let observer = try dealer(service.clientsEndpoint)
+        try waitUntil(observer) { $0.workers.count == 1 }
+        let slow = try Socket(context, .dealer)
+        try slow.set(.receiveHighWaterMark(1))
+        try slow.connect(service.clientsEndpoint)
+        defer { slow.close() }
+        let count = 40
+        for index in 0..<count {
+            try send(ClientToBrokerMessage.submit(.with {
+                $0.requestID = "big-\(index)"
+                $0.spec.width = 64
+                $0.delivery = .final
+            }, image: [0xFF, 0xD8]).encoded(), on: slow)
+        }
+        let output = [UInt8](repeating: 0xAB, count: megabyte)
+        var answered = 0
+        /// Answers the jobs that came, each with a result of a megabyte (and says it is alive).
+        func work(waiting: Duration = .milliseconds(20)) throws {
+            try send(WorkerToBrokerMessage<[UInt8]>.heartbeat.encoded(), on: worker)
+            var poller = Poller()
+            poller.register(worker)
+            while try poller.poll(timeout: waiting) > 0 {
+                guard case .job(let job, _) = try BrokerToWorkerMessage(frames: worker.receiveMultipart()) else { continue }
+                try send(WorkerToBrokerMessage.jobResult(.with {
+                    $0.jobID = job.jobID
+                    $0.attempt = job.attempt
+                    $0.stage = .final
+                    $0.terminal = true
+                    $0.width = 64
+                    $0.height = 64
+                }, image: output).encoded(), on: worker)
+                answered += 1
+            }
+        }
+        // The client stays alive (a status request is a sign of life) and reads nothing.
+        var status = Enlarger_V1_StatusReply()
+        let deadline = ContinuousClock.now + .seconds(10)
+        repeat {
+            try send(ClientToBrokerMessage<[UInt8]>.statusRequest.encoded(), on: slow)
+            try work()
+            status = try waitUntil(observer) { _ in true }
+        } while !(status.clientBytesWaiting > 0 && status.workers.first?.inFlight == 0) && ContinuousClock.now < deadline
+        XCTAssertGreaterThan(status.clientBytesWaiting, 0, "nothing waits at the broker: libzmq took it all")
+        XCTAssertEqual(status.workers.first?.inFlight, 0, "its work is held back")
+        XCTAssertLessThan(answered, count, "not everything was computed ahead of the reader")
+        // What left the broker's count is in libzmq's pipe (the budget), in the socket's
+        // buffers (a few hundred kilobytes), or with the client's libzmq (a message in its
+        // queue, one being read).
+        let uncounted = answered * megabyte - Int(status.clientBytesWaiting)
+        XCTAssertLessThanOrEqual(uncounted, 5 * megabyte, "\(answered) answered, \(status.clientBytesWaiting) bytes counted")
+
+        // It reads again: every result arrives, and the fillers are Pongs.
+        var finals = Set<String>(), pongs = 0
+        let readDeadline = ContinuousClock.now + .seconds(20)
+        var lastSign = ContinuousClock.now
+        var frames: [Message] = []
+        while finals.count < count, ContinuousClock.now < readDeadline {
+            if try slow.receive(multipart: &frames, wait: false) {
+                switch try BrokerToClientMessage(frames: frames) {
+                case .result(let result, let image):
+                    XCTAssertEqual(image.count, megabyte)
+                    if result.terminal { finals.insert(result.requestID) }
+                case .pong: pongs += 1
+                case .accepted, .statusReply: break
+                case let other: XCTFail("unexpected \(other)")
+                }
+            } else {
+                try work(waiting: .milliseconds(1))
+            }
+            if ContinuousClock.now - lastSign > .milliseconds(50) {
+                try send(ClientToBrokerMessage<[UInt8]>.statusRequest.encoded(), on: slow)
+                lastSign = ContinuousClock.now
+            }
+        }
+
+        XCTAssertEqual(finals.count, count)
+        XCTAssertEqual(answered, count)
+        XCTAssertGreaterThan(pongs, 0, "fillers moved the window")
+    }
+
     /// A worker of capacity 1 registers, and a client (with `clientID`, or none of its own)
     /// submits one request, which the worker is given. Nil (after a failure) if it is not.
     private func submitOneWithOneWorker(_ service: BrokerService, clientID: [UInt8]? = nil) throws

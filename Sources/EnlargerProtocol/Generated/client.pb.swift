@@ -82,6 +82,9 @@
 // its patience (--client-patience, 30 s), has what waits dropped: each of its requests
 // ends with Failed{CLIENT_NOT_READING}, kept (small) until it reads again. A client that
 // stays silent past the silence limit is judged gone (above).
+// Between large results the broker may send Pongs the client did not ask for: they keep
+// what the broker's messaging library holds for one client bounded in bytes (see Pong). A
+// client takes them as it takes any Pong.
 // To learn which of its requests the broker still holds, a client sends Sync with the ids
 // it waits for; SyncReply lists those the broker does not hold, which the client can fail
 // (REQUEST_LOST) at once. A Sync also moves the named requests to the connection it came
@@ -1209,7 +1212,8 @@ public nonisolated struct Enlarger_V1_Totals: @unchecked Sendable {
   fileprivate var _storage = _StorageClass.defaultInstance
 }
 
-/// Answers Ping.
+/// Answers Ping. Also sent unasked, between large results (see FLOW TO THE CLIENT), with the
+/// same fields.
 public nonisolated struct Enlarger_V1_Pong: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
