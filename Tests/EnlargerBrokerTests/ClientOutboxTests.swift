@@ -119,8 +119,10 @@ final class ClientOutboxTests: XCTestCase {
         _ = outbox.heard(from: peer, as: alice, on: 9)
         send(result("secret", bytes: 2_000), &outbox, &socket)
         XCTAssertEqual(outbox.messagesWaiting(for: peer), 1)
-        // Alice's connection ends; Mallory connects under the same routing id and speaks.
-        outbox.connectionEnded(9)
+        // Alice's connection ends (the ids that were on it are named, for their pipes' windows
+        // to go); Mallory connects under the same routing id and speaks.
+        XCTAssertEqual(outbox.connectionEnded(9), [peer])
+        XCTAssertEqual(outbox.connectionEnded(9), [], "told once")
         socket.connected[peer] = mallory
         socket.room[peer] = 10
         XCTAssertEqual(flush(&outbox, &socket), [], "an id whose connection ended is not tried before it speaks")
