@@ -327,12 +327,13 @@ struct ClientOutbox<Payload: FrameBytes> {
 
     /// The bytes the core counts for `peer`: all of them once the client is not connected or
     /// past `holdBackBytes`, none below (a pipe that is briefly full is not a slow reader).
-    /// Told when that changes between none and some (not on every message: the core only
-    /// holds work back or lets it go).
+    /// Told when that changes between none and some, and otherwise once it has moved by
+    /// `holdBackBytes` (not on every message: the core only holds work back or lets it go,
+    /// and reports the bytes in its status).
     private mutating func report(_ peer: PeerID) -> [Effect] {
         guard let box = boxes[peer] else { return [] }
         let counted = !box.verified || box.shed || box.bytes >= limits.holdBackBytes ? box.bytes : 0
-        guard (counted > 0) != (box.reported > 0) else { return [] }
+        guard (counted > 0) != (box.reported > 0) || abs(counted - box.reported) >= limits.holdBackBytes else { return [] }
         boxes[peer]!.reported = counted
         return [.waiting(peer, bytes: counted)]
     }
