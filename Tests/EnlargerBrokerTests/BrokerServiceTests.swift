@@ -73,6 +73,18 @@ final class BrokerServiceTests: XCTestCase {
         }
     }
 
+    /// The terminal final result of `job`, `width` x `height`.
+    private func finalResult(of job: Enlarger_V1_Job, width: UInt32, height: UInt32) -> Enlarger_V1_JobResult {
+        .with {
+            $0.jobID = job.jobID
+            $0.attempt = job.attempt
+            $0.stage = .final
+            $0.terminal = true
+            $0.width = width
+            $0.height = height
+        }
+    }
+
     /// Asks for status until `condition` holds (messages on different connections are not
     /// ordered with each other), failing after five seconds.
     @discardableResult
@@ -193,14 +205,8 @@ final class BrokerServiceTests: XCTestCase {
             poller.register(worker)
             while try poller.poll(timeout: waiting) > 0 {
                 guard case .job(let job, _) = try BrokerToWorkerMessage(frames: worker.receiveMultipart()) else { continue }
-                try send(WorkerToBrokerMessage.jobResult(.with {
-                    $0.jobID = job.jobID
-                    $0.attempt = job.attempt
-                    $0.stage = .final
-                    $0.terminal = true
-                    $0.width = 64
-                    $0.height = 64
-                }, image: output).encoded(), on: worker)
+                try send(WorkerToBrokerMessage.jobResult(finalResult(of: job, width: 64, height: 64), image: output).encoded(),
+                         on: worker)
                 answered += 1
             }
         }
@@ -360,15 +366,9 @@ final class BrokerServiceTests: XCTestCase {
         first.close()
         Thread.sleep(forTimeInterval: 0.3)  // the connection is gone at the broker
         let secret = [UInt8](repeating: 0x5A, count: 4096)
-        try send(WorkerToBrokerMessage.jobResult(.with {
-            $0.jobID = job.jobID
-            $0.attempt = job.attempt
-            $0.stage = .final
-            $0.terminal = true
-            $0.width = 1
-            $0.height = 1
-            $0.contentType = "image/jpeg"
-        }, image: secret).encoded(), on: worker)
+        var result = finalResult(of: job, width: 1, height: 1)
+        result.contentType = "image/jpeg"
+        try send(WorkerToBrokerMessage.jobResult(result, image: secret).encoded(), on: worker)
         Thread.sleep(forTimeInterval: 0.2)  // the result waits for Alice's routing id
 
         let thief = try client(mallory)
