@@ -45,7 +45,7 @@ public final class BrokerService: @unchecked Sendable {
         /// Bytes of large messages (over 64 KiB) libzmq may hold toward one client, unseen by
         /// the broker's backlog accounting; past them a large result waits in that backlog,
         /// counted. A single larger result still goes, alone.
-        public var clientPipeBytes = 16 << 20
+        public var clientPipeBytes = 64 << 20
         /// Bytes the broker keeps waiting for one client that is not reading. Past this
         /// what waited is dropped and its requests end with CLIENT_NOT_READING (see
         /// `ClientOutbox`).
