@@ -60,7 +60,6 @@ final class ClientPipesTests: XCTestCase {
                 let large = pipe.held.filter { $0 > pipes.smallBytes }
                 XCTAssertTrue(large.count <= 1 || large.reduce(0, +) <= budget,
                               "seed \(seed): libzmq holds \(large) against a budget of \(budget)")
-                XCTAssertLessThanOrEqual(pipe.held.count, pipes.depth, "seed \(seed)")
                 // The client reads a few, sometimes none.
                 for _ in 0..<Int.random(in: 0...3, using: &random) {
                     if let bytes = pipe.read(), bytes != filler { received.append(bytes) }
