@@ -185,7 +185,10 @@ extension BrokerCore {
             ?? (isAdmin(principal) ? configuration.maxLiveImageBytes : configuration.defaultImageBytesPerPrincipal)
         // Held back (none of its clients reads) a job still waits: it counts as queued.
         let queuedByPrincipal = (waiting.queuedBy[principal] ?? 0) + (waiting.heldBackBy[principal] ?? 0)
-        // A request that joins a job takes no queue slot and holds no image.
+        // A request that joins a job takes no queue slot and adds no bytes to the broker's;
+        // its principal is charged the job's image all the same, unless a request of its own
+        // already holds it (see `ImageHold`).
+        let imageCharge = joining.map { imageBytesToJoin(jobs[$0]!.imageHold, by: principal) } ?? image.count
         let overload: String? =
             if joining == nil && waiting.count >= configuration.queueLimit {
                 "the queue is full (\(configuration.queueLimit) waiting)"
@@ -195,7 +198,7 @@ extension BrokerCore {
             } else if joining == nil && liveImageBytes + image.count > configuration.maxLiveImageBytes {
                 // Not how many it holds: with its own in mind, a principal would learn the others'.
                 "the broker holds all the image bytes it may (\(configuration.maxLiveImageBytes))"
-            } else if joining == nil, liveImageBytesBy[principal, default: 0] + image.count > imageByteLimit {
+            } else if imageCharge > 0, liveImageBytesBy[principal, default: 0] + imageCharge > imageByteLimit {
                 "this principal's live requests hold \(liveImageBytesBy[principal, default: 0]) bytes of images "
                     + "(its limit is \(imageByteLimit))"
             } else if (clients[peer]?.requests.count ?? 0) >= configuration.maxLiveRequestsPerClient {
@@ -222,6 +225,7 @@ extension BrokerCore {
         if let joining {
             jobID = joining
             jobs[jobID]!.requests.append(key)
+            joinImage(jobs[jobID]!.imageHold, by: principal)
             // Asked of a worker not yet given the job; one that has it may be past it.
             if wantsPlaceholder { jobs[jobID]!.placeholder = true }
             tally(principal, .jobsShared)

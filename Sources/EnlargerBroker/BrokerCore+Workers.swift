@@ -409,7 +409,12 @@ extension BrokerCore {
     /// waits at the front of its lane (its requests have waited their turn), or in quarantine
     /// when the set was there, and inherits the set's losses: a variant that may be what kills
     /// workers gets no fresh budget of crashes. So a set leaves at most one job per variant
-    /// (`Submit.maxVariants`), whatever number of requests shared it.
+    /// (`Submit.maxVariants`), whatever number of requests shared it. These jobs are not
+    /// admitted again: their requests were, and refusing them now would end accepted work
+    /// for what another request did. They count as their principals' waiting work (each in
+    /// its first sharer's), so those principals' new Submits meet the limits with them in;
+    /// a principal's waiting count passes its limit by at most one job for each of its
+    /// requests that shared a variant, and no new image is held (they share the set's).
     mutating func giveVariantSharersJobsOfTheirOwn(_ jobID: UInt64) {
         guard let job = jobs[jobID], !job.variants.isEmpty else { return }
         var sharersByVariant: [(index: UInt32, requests: [RequestKey])] = []

@@ -560,6 +560,7 @@ public struct BrokerCore<Payload: FrameBytes> {
             queueWait: queueWait, duration: now.duration(since: request.acceptedAt), attempts: job.attempt,
             bytesIn: request.bytesIn, bytesOut: request.bytesOut))))
         deadlines.remove(key)
+        leaveImage(job.imageHold, by: key.principal)
         // In place: a copy of the client would copy its set of requests.
         if clients[request.client]?.requests.remove(key) != nil, clients[request.client]!.requests.isEmpty {
             clients[request.client] = nil
@@ -625,11 +626,13 @@ public struct BrokerCore<Payload: FrameBytes> {
     }
 
     /// An inline image the broker holds (until the last job holding it ends), counted once
-    /// against the broker's image memory and once against one principal's share: that of the
-    /// owner of the first job holding it, which moves as owners leave. The jobs a set's
-    /// sharers are given (`giveVariantSharersJobsOfTheirOwn`) hold the set's image with it.
+    /// against the broker's image memory, and once against each principal with a live request
+    /// on a job holding it (`holders`: how many). A principal is charged for the images its own
+    /// requests hold, whoever else shares them: what another principal does (joins, cancels)
+    /// never moves a charge onto it or off it. The jobs a set's sharers are given
+    /// (`giveVariantSharersJobsOfTheirOwn`) hold the set's image with it.
     struct ImageHold {
-        var principal: Principal
+        var holders: [Principal: Int]
         let bytes: Int
         var jobs: [UInt64]
     }
@@ -638,39 +641,55 @@ public struct BrokerCore<Payload: FrameBytes> {
     mutating func holdImage(ofNew jobID: UInt64) {
         let job = jobs[jobID]!
         guard job.image.count > 0 else { return }  // a file or URL source: the worker reads it
-        imageHolds[jobID] = ImageHold(principal: job.owner.principal, bytes: job.image.count, jobs: [jobID])
+        imageHolds[jobID] = ImageHold(holders: [job.owner.principal: 1], bytes: job.image.count, jobs: [jobID])
         jobs[jobID]!.imageHold = jobID
         liveImageBytes += job.image.count
-        liveImageBytesBy[job.owner.principal, default: 0] += job.image.count
+        charge(job.image.count, to: job.owner.principal)
     }
 
-    /// `jobID` holds the image of `hold` too (the same bytes: not counted again).
+    /// The bytes `principal` would be charged for joining a job holding `hold`: none when a
+    /// request of its own already holds that image.
+    func imageBytesToJoin(_ hold: UInt64?, by principal: Principal) -> Int {
+        guard let hold, let held = imageHolds[hold], held.holders[principal] == nil else { return 0 }
+        return held.bytes
+    }
+
+    /// A request of `principal` joined a job holding `hold`.
+    mutating func joinImage(_ hold: UInt64?, by principal: Principal) {
+        guard let hold, imageHolds[hold] != nil else { return }
+        imageHolds[hold]!.holders[principal, default: 0] += 1
+        if imageHolds[hold]!.holders[principal] == 1 { charge(imageHolds[hold]!.bytes, to: principal) }
+    }
+
+    /// A request of `principal` on a job holding `hold` ended (nothing once the hold is gone:
+    /// its last job's end uncharged every holder).
+    mutating func leaveImage(_ hold: UInt64?, by principal: Principal) {
+        guard let hold, let count = imageHolds[hold]?.holders[principal] else { return }
+        if count > 1 {
+            imageHolds[hold]!.holders[principal] = count - 1
+        } else {
+            imageHolds[hold]!.holders[principal] = nil
+            charge(-imageHolds[hold]!.bytes, to: principal)
+        }
+    }
+
+    /// `jobID` holds the image of `hold` too (the same bytes and requests: not counted again).
     mutating func shareImage(_ hold: UInt64?, with jobID: UInt64) {
         guard let hold else { return }
         imageHolds[hold]!.jobs.append(jobID)
         jobs[jobID]!.imageHold = hold
     }
 
-    /// `job` (`jobID`, taken out of the tables) holds its image no more.
+    /// `job` (`jobID`, taken out of the tables) holds its image no more; with the last job
+    /// holding it, the image goes, and so does every holder's charge.
     mutating func releaseImage(of job: Job, _ jobID: UInt64) {
         guard let hold = job.imageHold else { return }
         imageHolds[hold]!.jobs.removeAll { $0 == jobID }
         if imageHolds[hold]!.jobs.isEmpty {
             let released = imageHolds.removeValue(forKey: hold)!
             liveImageBytes -= released.bytes
-            charge(-released.bytes, to: released.principal)
-        } else {
-            chargeImage(hold)
+            for principal in released.holders.keys { charge(-released.bytes, to: principal) }
         }
-    }
-
-    /// Charges `hold` to the owner of its first job, when that changed.
-    mutating func chargeImage(_ hold: UInt64?) {
-        guard let hold, let held = imageHolds[hold], let principal = jobs[held.jobs[0]]?.owner.principal,
-              principal != held.principal else { return }
-        charge(-held.bytes, to: held.principal)
-        charge(held.bytes, to: principal)
-        imageHolds[hold]!.principal = principal
     }
 
     private mutating func charge(_ bytes: Int, to principal: Principal) {
@@ -729,10 +748,7 @@ public struct BrokerCore<Payload: FrameBytes> {
             giveVariantSharersJobsOfTheirOwn(jobID)
             return endRequest(key, outcome, job: removeJob(jobID), now: now, &actions)
         }
-        if wasOwner {
-            rehome(jobID)
-            chargeImage(jobs[jobID]!.imageHold)
-        }
+        if wasOwner { rehome(jobID) }
         return endRequest(key, outcome, job: jobs[jobID]!, now: now, &actions)
     }
 

@@ -266,7 +266,8 @@ struct CoreHarness {
             }
             problems.append("shared job index names job \(jobID) for another key")
         }
-        // Each inline image once, charged to the owner of the first job holding it.
+        // Each inline image once in the broker's count, and once for each principal with a
+        // live request on a job holding it.
         var imageBytes = 0
         var imageBytesBy: [Principal: Int] = [:]
         var holders: [UInt64: [UInt64]] = [:]
@@ -276,14 +277,20 @@ struct CoreHarness {
             else { problems.append("job \(jobID)'s image is not held") }
         }
         if Set(holders.keys) != Set(core.imageHolds.keys) { problems.append("image holds and jobs disagree") }
+        var requestsOnHold: [UInt64: [Principal: Int]] = [:]
+        for (key, request) in core.requests {
+            if let hold = core.jobs[request.jobID]?.imageHold { requestsOnHold[hold, default: [:]][key.principal, default: 0] += 1 }
+        }
         for (id, hold) in core.imageHolds {
             if Set(hold.jobs) != Set(holders[id] ?? []) { problems.append("image hold \(id) names other jobs") }
-            if let first = hold.jobs.first, let job = core.jobs[first] {
-                if job.owner.principal != hold.principal { problems.append("image hold \(id) charged to a non-owner") }
-                if job.image.count != hold.bytes { problems.append("image hold \(id) has the wrong size") }
+            if let first = hold.jobs.first, let job = core.jobs[first], job.image.count != hold.bytes {
+                problems.append("image hold \(id) has the wrong size")
+            }
+            if hold.holders != requestsOnHold[id, default: [:]] {
+                problems.append("image hold \(id) counts \(hold.holders), its jobs' requests are \(requestsOnHold[id, default: [:]])")
             }
             imageBytes += hold.bytes
-            imageBytesBy[hold.principal, default: 0] += hold.bytes
+            for principal in hold.holders.keys { imageBytesBy[principal, default: 0] += hold.bytes }
         }
         if imageBytes != core.liveImageBytes { problems.append("live image bytes \(core.liveImageBytes), jobs hold \(imageBytes)") }
         if imageBytesBy != core.liveImageBytesBy { problems.append("live image bytes per principal are miscounted") }

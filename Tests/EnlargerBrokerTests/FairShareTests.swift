@@ -442,26 +442,68 @@ final class FairShareTests: XCTestCase {
         XCTAssertEqual(broker.core.status(now: broker.now, for: .local).queueDepth, 2, "an admin's is always fresh")
     }
 
-    /// An image is charged to the owner of the job holding it, and moves with the job: when
-    /// Vera's request leaves a job Hal's identical request joined (results shared between
-    /// principals), the image is Hal's to pay for, not Vera's.
-    func testAnImageIsChargedToTheOwnerOfItsJob() {
+    /// An image is held once by the broker, and charged to every principal with a request on
+    /// it: Hal's identical request joins Vera's job (results shared between principals) and
+    /// Hal pays for the image as if he had sent it alone. Vera's cancel takes her charge off
+    /// and leaves Hal's as it was: no principal's charge moves with another's doing.
+    func testEachPrincipalIsChargedForTheImagesItsOwnRequestsHold() {
         let vera = carol, hal = dave
+        let bytes = CoreHarness.jpeg.count
         var broker = CoreHarness { $0.shareAcrossPrincipals = true }
         var submit = CoreHarness.submitMessage("v", delivery: .final)
         submit.source.inline.sha256 = Data(repeating: 9, count: 32)
         broker.client(carolsPeer, as: vera, .submit(submit, image: CoreHarness.jpeg))
         submit.requestID = "h"
         broker.client(davesPeer, as: hal, .submit(submit, image: CoreHarness.jpeg))
+        submit.requestID = "h2"
+        broker.client(davesPeer, as: hal, .submit(submit, image: CoreHarness.jpeg))
         XCTAssertEqual(broker.core.liveJobCount, 1, "they share a job")
-        XCTAssertEqual(broker.core.liveImageBytesBy, [vera: CoreHarness.jpeg.count])
+        XCTAssertEqual(broker.core.liveImageBytesBy, [vera: bytes, hal: bytes], "Hal's two requests hold one image")
+        XCTAssertEqual(broker.core.liveImageBytes, bytes, "the broker holds the bytes once")
         broker.client(carolsPeer, as: vera, .cancel(.with { $0.requestID = "v" }))
-        XCTAssertEqual(broker.core.liveImageBytesBy, [hal: CoreHarness.jpeg.count])
-        XCTAssertEqual(broker.core.liveImageBytes, CoreHarness.jpeg.count)
-        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+        XCTAssertEqual(broker.core.liveImageBytesBy, [hal: bytes])
+        XCTAssertEqual(broker.core.liveImageBytes, bytes)
         broker.client(davesPeer, as: hal, .cancel(.with { $0.requestID = "h" }))
+        XCTAssertEqual(broker.core.liveImageBytesBy, [hal: bytes], "his other request still holds it")
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
+        broker.client(davesPeer, as: hal, .cancel(.with { $0.requestID = "h2" }))
         XCTAssertEqual(broker.core.liveImageBytesBy, [:])
         XCTAssertEqual(broker.core.liveImageBytes, 0)
+    }
+
+    /// Joining a job is admitted against the joiner's own image limit: Hal, whose terms allow
+    /// one image and who holds one, is refused a request that would join Vera's job, and Vera
+    /// is unaffected. A request that joins a job his own requests already hold costs nothing.
+    func testAJoinIsAdmittedAgainstTheJoinersImageLimit() {
+        let vera = carol, hal = dave
+        let bytes = CoreHarness.jpeg.count
+        var broker = CoreHarness {
+            $0.shareAcrossPrincipals = true
+            $0.tenants = TenantPolicy(principals: [self.dave.name: .init(maxImageBytes: bytes)])
+        }
+        var own = CoreHarness.submitMessage("h-own", delivery: .final)
+        own.source.inline.sha256 = Data(repeating: 1, count: 32)
+        broker.client(davesPeer, as: hal, .submit(own, image: CoreHarness.jpeg))
+        var shared = CoreHarness.submitMessage("v", delivery: .final)
+        shared.source.inline.sha256 = Data(repeating: 9, count: 32)
+        broker.client(carolsPeer, as: vera, .submit(shared, image: CoreHarness.jpeg))
+        shared.requestID = "h-join"
+        broker.client(davesPeer, as: hal, .submit(shared, image: CoreHarness.jpeg))
+        let refused = broker.events(for: davesPeer).compactMap { event -> Enlarger_V1_Rejected? in
+            if case .rejected(let rejected) = event { rejected } else { nil }
+        }
+        XCTAssertEqual(refused.map(\.requestID), ["h-join"])
+        XCTAssertEqual(refused.first?.code, .overloaded)
+        XCTAssertEqual(broker.core.liveImageBytesBy, [vera: bytes, hal: bytes])
+        XCTAssertEqual(broker.core.liveJobCount, 2)
+        XCTAssertEqual(broker.events(for: carolsPeer).map(\.summary), ["accepted v"], "Vera is unaffected")
+        // His own image again: the request joins his job and is charged nothing more.
+        own.requestID = "h-again"
+        broker.client(davesPeer, as: hal, .submit(own, image: CoreHarness.jpeg))
+        XCTAssertEqual(broker.events(for: davesPeer).last?.summary, "accepted h-again")
+        XCTAssertEqual(broker.core.liveJobCount, 2)
+        XCTAssertEqual(broker.core.liveImageBytesBy, [vera: bytes, hal: bytes])
+        XCTAssertTrue(broker.inconsistencies.isEmpty, "\(broker.inconsistencies)")
     }
 
     /// A principal whose client does not read has its jobs held back rather than dispatched:

@@ -125,7 +125,10 @@
 // the principal's waiting limit (its jobs held back for a client that does not read count as
 // waiting) is Rejected{OVERLOADED} with retry_after_ms, and so is one whose inline image would
 // take the principal's live requests over its share of the broker's image memory (a quarter
-// of it unless the tenants file says image-mib=N; an admin may hold all of it), or that
+// of it unless the tenants file says image-mib=N; an admin may hold all of it; an image that
+// requests of several principals share is counted against each of them, once however many of
+// its own requests a principal has on it, so that no principal's count moves with another
+// principal's joins and cancels), or that
 // would take the principal over its live requests over all its connections, requests sharing
 // a job included (4096 unless the tenants file says live=N; an admin has no such bound); a
 // principal at its running limit waits while other principals are dispatched. StatusRequest
