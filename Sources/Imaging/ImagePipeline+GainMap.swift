@@ -91,16 +91,17 @@ extension ImagePipeline {
 
     /// Decodes and resizes the map for the final result, turned as the image is and encoded at
     /// `quality` (`keep`); nil, with a note, when it fails.
-    func gainMapOutput(_ gain: PreparedGainMap, orientation: Orientation, quality: Int, cancel: CancellationFlag?,
-                       notes: inout [String]) throws(ImagingError) -> GainMapOutput? {
+    /// `decoded` is the map decoded at `numerator`/8 (at least the plan's own scale): decoded
+    /// here when nil and left there, so that the variants of one image decode their map once.
+    func gainMapOutput(_ gain: PreparedGainMap, decoded: inout PixelBuffer?, numerator: Int, orientation: Orientation,
+                       quality: Int, cancel: CancellationFlag?, notes: inout [String]) throws(ImagingError) -> GainMapOutput? {
         let plan = gain.plan
         do throws(ImagingError) {
             try cancel?.check()
             let header = gain.decoder.header
-            var decoded: PixelBuffer? = try gain.decoder.decode(scaleNumerator: plan.scaleNumerator)
-            defer { BufferReaper.release(&decoded) }
+            if decoded == nil { decoded = try gain.decoder.decode(scaleNumerator: numerator) }
             let (region, span) = Self.decodedWindow(plan.region, sourceWidth: header.width, sourceHeight: header.height,
-                                                    decoded: decoded!, numerator: plan.scaleNumerator)
+                                                    decoded: decoded!, numerator: numerator)
             var map = decoded!
             if region != PixelRect(x: 0, y: 0, width: map.width, height: map.height) || span != nil
                 || map.width != plan.storedOutputWidth || map.height != plan.storedOutputHeight {

@@ -28,8 +28,12 @@ public final class PreparedVariants {
     var colourManaged = true
     /// Said in every variant's result.
     var notes: [String] = []
-    /// JPEG: each variant's gain map, when it keeps or applies one.
+    /// JPEG: each variant's gain map, when it keeps or applies one, and the scale the map is
+    /// decoded at, once for all of them: the largest any of them needs.
     var gainMaps: [PreparedGainMap?] = []
+    var gainMapNumerator = 8
+    /// How many times `run` decoded the gain map (at most once).
+    private(set) var gainMapDecodes = 0
     private var hasRun = false
 
     init(pipeline: ImagePipeline, source: PreparedResize.Source, plans: [ResizePlan], variants: [ResizeOptions],
@@ -54,6 +58,8 @@ public final class PreparedVariants {
         case .raster(let decoder): try pipeline.runRasterVariants(self, decoder: decoder, emit: emit)
         }
     }
+
+    func countGainMapDecode() { gainMapDecodes += 1 }
 
     /// The order variants are made in: the most output pixels first (ties in the order given).
     var order: [Int] {
@@ -117,8 +123,11 @@ extension ImagePipeline {
                                           notes: &notes)
                 }
                 prepared.gainMaps.append(gain)
+                // Each variant's map counted with a decode of its own: one decode at the largest
+                // scale, held for all of them, is one of those.
                 prepared.memoryEstimate.bytes += gain?.memoryBytes ?? 0
             }
+            prepared.gainMapNumerator = prepared.gainMaps.compactMap { $0?.plan.scaleNumerator }.max() ?? 8
         }
         prepared.notes = Array(Set(notes)).sorted()
         return prepared
@@ -195,6 +204,9 @@ extension ImagePipeline {
                 BufferReaper.release(&pixels)
             }
         }
+        // The gain map, decoded for the first variant that keeps or applies it, for all.
+        var mapDecoded: PixelBuffer?
+        defer { BufferReaper.release(&mapDecoded) }
         var ready: [Ready] = []
         defer {
             while !ready.isEmpty {
@@ -229,10 +241,12 @@ extension ImagePipeline {
             defer { BufferReaper.release(&upright) }
             var notes = job.notes
             let prepared = job.gainMaps.isEmpty ? nil : job.gainMaps[index]
+            let hadMap = mapDecoded != nil
             let gain = try prepared.flatMap { (prepared) throws(ImagingError) in
-                try gainMapOutput(prepared, orientation: header.orientation, quality: options.quality, cancel: cancel,
-                                  notes: &notes)
+                try gainMapOutput(prepared, decoded: &mapDecoded, numerator: job.gainMapNumerator,
+                                  orientation: header.orientation, quality: options.quality, cancel: cancel, notes: &notes)
             }
+            if !hadMap && mapDecoded != nil { job.countGainMapDecode() }
             var image = try finishUpright(&upright, header: header, options: options, colour: nil,
                                           quality: options.quality, cancel: cancel, timings: &timings, clock: &clock,
                                           toneMap: gain?.toneMap)

@@ -234,10 +234,13 @@ public struct ImagePipeline: Sendable {
                 clock.reset()
             }
         }
+        var mapDecoded: PixelBuffer?
         let gain = try job.gainMap.flatMap { (gain) throws(ImagingError) in
-            try gainMapOutput(gain, orientation: header.orientation, quality: options.quality, cancel: cancel,
+            try gainMapOutput(gain, decoded: &mapDecoded, numerator: gain.plan.scaleNumerator,
+                              orientation: header.orientation, quality: options.quality, cancel: cancel,
                               notes: &job.notes)
         }
+        BufferReaper.release(&mapDecoded)
         var image = try finish(decoded!, .final, plan: plan, header: header, options: options, colour: job.colour,
                                quality: options.quality, cancel: cancel, timings: &timings, clock: &clock,
                                toneMap: gain?.toneMap)

@@ -129,6 +129,38 @@ final class VariantTests: XCTestCase {
         XCTAssertNil(GainMapTests.gainMap(of: byIndex[3]!.image.bytes))
     }
 
+    /// The gain map is decoded once for all the variants that keep it, at the scale the
+    /// largest needs; each variant's map is then resized from it, close to what its own single
+    /// resize keeps (the same, for the largest).
+    func testAGainMapIsDecodedOnceForAllItsVariants() throws {
+        let bytes = try Corpus.good(GainMapTests.corpusFile)
+        let asked = [ResizeOptions(width: 800), ResizeOptions(width: 400), ResizeOptions(width: 120),
+                     ResizeOptions(width: 400, format: .webp)]
+        var results: [Int: StageResult] = [:]
+        var decodes = -1
+        try withBytes(bytes) { raw throws(ImagingError) in
+            let job = try ImagePipeline().prepareVariants(raw, variants: asked)
+            try job.run { results[$0] = $1 }
+            decodes = job.gainMapDecodes
+        }
+        XCTAssertEqual(decodes, 1)
+        for index in 0..<3 {
+            let output = try XCTUnwrap(results[index]).image.bytes
+            let kept = try XCTUnwrap(GainMapTests.gainMap(of: output), "variant \(index)")
+            let single = try TestImages.final(bytes, asked[index]).image.bytes
+            let alone = try XCTUnwrap(GainMapTests.gainMap(of: single), "variant \(index) alone")
+            let map = try GainMapTests.decodeJPEG(output[kept.range])
+            let reference = try GainMapTests.decodeJPEG(single[alone.range])
+            guard [map.width, map.height, map.channels] == [reference.width, reference.height, reference.channels] else {
+                XCTFail("variant \(index)'s map is \(map.width)x\(map.height)x\(map.channels), alone "
+                        + "\(reference.width)x\(reference.height)x\(reference.channels)")
+                continue
+            }
+            XCTAssertGreaterThan(TestImages.psnr(map, reference), 35, "variant \(index)")
+        }
+        XCTAssertNil(GainMapTests.gainMap(of: try XCTUnwrap(results[3]).image.bytes))
+    }
+
     func testRequestsOutsideTheRulesAreRefusedBeforeDecoding() throws {
         let bytes = try Corpus.good("bimg_vertical.jpg")
         func code(_ variants: [ResizeOptions]) -> ImagingError.Code? {
