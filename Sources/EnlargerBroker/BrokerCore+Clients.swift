@@ -237,21 +237,24 @@ extension BrokerCore {
         } else {
             jobID = nextJobID
             nextJobID += 1
-            jobs[jobID] = Job(
+            // Made whole, then stored: one lookup, not one per field.
+            var job = Job(
                 spec: submit.spec, delivery: submit.variants.isEmpty ? submit.delivery : .final, image: image,
                 source: submit.source, submittedKey: shareKey, shareKey: shareKey, requests: [key], lane: lane)
-            jobs[jobID]!.placeholder = wantsPlaceholder
-            jobs[jobID]!.filesScope = filesScope
-            jobs[jobID]!.variants = submit.variants.enumerated().map { index, spec in
+            job.placeholder = wantsPlaceholder
+            job.filesScope = filesScope
+            job.variants = submit.variants.enumerated().map { index, spec in
                 .with { $0.index = UInt32(index); $0.spec = spec }
             }
-            jobs[jobID]!.variantKeys = variantKeys
+            job.variantKeys = variantKeys
             // Those answered from the cache below count as sent: the worker is not asked for them.
-            if !cachedVariants.isEmpty { jobs[jobID]!.variantsSent = Set(cachedVariants.map { $0.index }) }
+            if !cachedVariants.isEmpty { job.variantsSent = Set(cachedVariants.map { $0.index }) }
+            let variantsSent = job.variantsSent
+            jobs[jobID] = job
             if !submit.variants.isEmpty { updateCost(of: jobID) }
             if cachedVariants.isEmpty { sharing.claim(shareKey, by: jobID) }
             // Each variant to come may be shared by a single-output request with its key.
-            for (index, variantKey) in variantKeys.enumerated() where !jobs[jobID]!.variantsSent.contains(UInt32(index)) {
+            for (index, variantKey) in variantKeys.enumerated() where !variantsSent.contains(UInt32(index)) {
                 sharing.claim(variantKey, by: jobID)
             }
             holdImage(ofNew: jobID)

@@ -234,9 +234,10 @@ extension BrokerCore {
             if result.stage == .info { event.info = result.info }
             // The same frame goes to every request on the job (libzmq shares its buffer).
             for key in job.requests {
-                guard let request = requests[key] else { continue }
+                guard let at = requests.index(forKey: key) else { continue }
+                requests.values[at].bytesOut += image.count
+                let request = requests.values[at]
                 event.requestID = request.requestID
-                requests[key]!.bytesOut += image.count
                 send(.result(event, image: image), to: request, &actions)
             }
             if terminal {

@@ -550,8 +550,10 @@ public struct BrokerCore<Payload: FrameBytes> {
             preconditionFailure("ending request \(key.id), which is not live")
         }
         count(outcome, for: key.principal)
-        liveRequestsBy[key.principal]! -= 1
-        if liveRequestsBy[key.principal] == 0 { liveRequestsBy[key.principal] = nil }
+        // Once per request: one lookup each in these tables, through its index.
+        let live = liveRequestsBy.index(forKey: key.principal)!
+        liveRequestsBy.values[live] -= 1
+        if liveRequestsBy.values[live] == 0 { liveRequestsBy.remove(at: live) }
         let queueWait = job.firstDispatchedAt.map {
             $0 > request.acceptedAt ? $0.duration(since: request.acceptedAt) : .zero
         }
@@ -562,8 +564,9 @@ public struct BrokerCore<Payload: FrameBytes> {
         deadlines.remove(key)
         leaveImage(job.imageHold, by: key.principal)
         // In place: a copy of the client would copy its set of requests.
-        if clients[request.client]?.requests.remove(key) != nil, clients[request.client]!.requests.isEmpty {
-            clients[request.client] = nil
+        if let client = clients.index(forKey: request.client), clients.values[client].requests.remove(key) != nil,
+           clients.values[client].requests.isEmpty {
+            clients.remove(at: client)
         }
         endedRequests.remember(key, at: now)
         if let place = request.batch { batchItemEnded(place, request: key, outcome) }

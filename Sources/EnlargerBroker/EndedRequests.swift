@@ -17,9 +17,8 @@ struct EndedRequests {
 
     mutating func remember(_ requestID: RequestKey, at now: MonotonicInstant) {
         guard limit > 0 else { return }
-        let before = logs[requestID.principal]?.count ?? 0
-        logs[requestID.principal, default: EndedLog(limit: limit, lifetime: lifetime)].remember(requestID, at: now)
-        count += logs[requestID.principal]!.count - before
+        // One lookup, in place: once per request.
+        count += logs[requestID.principal, default: EndedLog(limit: limit, lifetime: lifetime)].remember(requestID, at: now)
     }
 
     func contains(_ requestID: RequestKey, at now: MonotonicInstant) -> Bool {
@@ -60,13 +59,16 @@ private struct EndedLog {
 
     var count: Int { newest.count }
 
-    mutating func remember(_ requestID: RequestKey, at now: MonotonicInstant) {
-        guard limit > 0 else { return }
+    /// Returns how much `count` changed.
+    mutating func remember(_ requestID: RequestKey, at now: MonotonicInstant) -> Int {
+        guard limit > 0 else { return 0 }
+        let before = newest.count
         let entry = Entry(requestID: requestID, endedAt: now, serial: nextSerial)
         nextSerial += 1
         order.append(entry)
         newest[requestID] = entry
         while order.count - head > limit { dropOldest() }
+        return newest.count - before
     }
 
     func contains(_ requestID: RequestKey, at now: MonotonicInstant) -> Bool {
