@@ -61,6 +61,7 @@ final class WireCancelRaceTests: XCTestCase {
         }
 
         let deadline = ContinuousClock.now + .seconds(240)
+        var nextPing = ContinuousClock.now
         while (next < count || live > 0 || !pendingCancels.isEmpty), ContinuousClock.now < deadline {
             while next < count && live < 64 {
                 let id = "wire-\(seed)-\(next)"
@@ -85,6 +86,13 @@ final class WireCancelRaceTests: XCTestCase {
             let now = ContinuousClock.now
             for due in pendingCancels.filter({ $0.at <= now }) { try cancel(due.id, fromSubmitter: due.fromSubmitter) }
             pendingCancels.removeAll { $0.at <= now }
+            // A conforming client pings while its requests are live (LIVENESS in client.proto):
+            // without it, requests still running once the submits stop (slow under a sanitizer)
+            // end CLIENT_SILENT after three heartbeats, as the contract says they do.
+            if now >= nextPing {
+                try send(.ping, on: submitter)
+                nextPing = now + .milliseconds(250)
+            }
 
             var idle = true
             while let frames = try submitter.receiveFrames() {
