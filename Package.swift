@@ -55,7 +55,10 @@ let package = Package(
         .target(name: "CGIF", linkerSettings: [.linkedLibrary("gif")]),
         .target(name: "CJXL", linkerSettings: [.linkedLibrary("jxl")]),
         .target(name: "Imaging",
-                dependencies: ["CJPEG", "CColour", "CPNG", "CWebP", "CHEIF", "CAVIF", "CGIF", "CJXL", "ImageModel", "Locking"]),
+                dependencies: ["CJPEG", "CColour", "CPNG", "CWebP", "CHEIF", "CAVIF", "CGIF", "CJXL", "CResample", "ImageModel", "Locking"]),
+        // C: the resampler's inner loops for CPUs with AVX2, chosen at run time (the package is
+        // built for baseline x86-64).
+        .target(name: "CResample"),
         .target(name: "ZeroMQ", dependencies: ["CZeroMQ", "Locking"]),
         // C: SHA-256 from the system's libcrypto, for the contract's digests.
         .target(name: "CDigest", linkerSettings: [.linkedLibrary("crypto")]),
