@@ -28,6 +28,8 @@ let package = Package(
 
         // C: openat2(2), to open a file source beneath the worker's files root.
         .target(name: "CFiles"),
+        // C: glibc's allocator settings (mallopt), for a process that runs the broker.
+        .target(name: "CAllocator"),
         .target(name: "Mirroring", dependencies: ["CFiles"]),
         // A pthread mutex with Mutex's API: ThreadSanitizer sees its synchronisation.
         .target(name: "Locking"),
@@ -75,7 +77,7 @@ let package = Package(
         .target(
             name: "EnlargerBroker",
             dependencies: [
-                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "Locking", "Timekeeping", "Telemetry",
+                "EnlargerProtocol", "EnlargerTransport", "ZeroMQ", "Locking", "Timekeeping", "Telemetry", "CAllocator",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ]

@@ -139,6 +139,7 @@ struct BrokerCommand: ParsableCommand {
     func run() throws {
         log.bootstrap()
         let logger = Logger(label: "enlarger.broker")
+        AllocatorTuning.keepFreedMemoryForReuse(environment: ProcessInfo.processInfo.environment)
         var configuration = brokerOptions.configuration(clients: clients, workers: workers, maxInputBytes: maxBytes)
         try auth.apply(to: &configuration)
         configuration.metricsAddress = metrics.metrics

@@ -61,6 +61,7 @@ struct ServeCommand: ParsableCommand {
     func run() throws {
         log.bootstrap()
         let logger = Logger(label: "enlarger.serve")
+        AllocatorTuning.keepFreedMemoryForReuse(environment: ProcessInfo.processInfo.environment)
         let directory = RuntimeDirectory(path: runtimeDir ?? RuntimeDirectory.defaultPath)
         try directory.prepare()
         let lock = try directory.lock()
