@@ -316,8 +316,12 @@ extension BrokerCore {
         isAdmin(principal) ? nil : max(1, configuration.queueLimit / 4)
     }
 
+    /// Whether any result may be shared or cached: with both turned off, no key is made and
+    /// no client's digest is relied on (nor sent to be checked).
+    var reliesOnDigests: Bool { configuration.shareJobs || configuration.resultCacheBytes > 0 }
+
     private func shareKey(of submit: Enlarger_V1_Submit, principal: Principal, filesScope: String) -> ShareKey? {
-        guard configuration.shareJobs || configuration.resultCacheBytes > 0 else { return nil }
+        guard reliesOnDigests else { return nil }
         let kind: ShareKey.Kind
         let source: Data
         switch submit.source.kind {
@@ -352,8 +356,7 @@ extension BrokerCore {
     /// set's job for that variant while it is still to come. Inline sources with a digest only.
     private func variantKey(of submit: Enlarger_V1_Submit, spec: Enlarger_V1_ResizeSpec,
                             principal: Principal) -> ShareKey? {
-        guard configuration.shareJobs || configuration.resultCacheBytes > 0,
-              case .inline(let inline)? = submit.source.kind, inline.sha256.count == 32,
+        guard reliesOnDigests, case .inline(let inline)? = submit.source.kind, inline.sha256.count == 32,
               let canonical = try? spec.sharingKey(delivery: .final) else { return nil }
         return ShareKey(scope: configuration.shareAcrossPrincipals ? nil : principal.name, kind: .digest,
                         source: inline.sha256, spec: canonical, delivery: .final)

@@ -747,8 +747,9 @@ extension BrokerCore {
         message.placeholder = job.placeholder && !job.placeholderSent && !job.degradedSent && job.delivery != .info
         // A retry asks only for the variants the client does not have.
         message.variants = job.variants.filter { !job.variantsSent.contains($0.index) }
-        // An inline image without a digest needs no source at all.
-        if job.source.namesPlace || !job.source.inline.sha256.isEmpty { message.source = job.source }
+        // An inline image's digest goes along only where results are shared or cached on the
+        // strength of the worker's check of it; else the inline image needs no source at all.
+        if job.source.namesPlace || (!job.source.inline.sha256.isEmpty && reliesOnDigests) { message.source = job.source }
         message.filesScope = job.filesScope
         // A URL's name lookups are bounded per principal at the worker.
         if case .url? = job.source.kind { message.principal = job.owner.principal.name }

@@ -258,7 +258,9 @@ final class BrokerCoreSharingTests: XCTestCase {
         submit(&broker, bob, "b")
         let jobs = broker.jobs(for: w1)
         XCTAssertEqual(jobs.count, 2)
-        XCTAssertTrue(jobs[0].hasSource, "the worker still checks the digest the client named")
+        // Nothing is shared or cached on the strength of the digest: the worker is not asked
+        // to check it, and hashes nothing.
+        XCTAssertFalse(jobs[0].hasSource, "the digest went to the worker to be checked")
         result(&broker, jobs[0], .final, terminal: true)
         submit(&broker, carol, "c")
         XCTAssertEqual(broker.events(for: carol).map(\.summary), ["accepted c"])

@@ -172,7 +172,8 @@
 //   result already sent is not sent again). Cancelling, or the deadline of, one request ends
 //   only that request; the job is stopped when no request is left on it.
 // The worker checks the digest before decoding; if it does not match, every request on the
-// job fails with DIGEST_MISMATCH and nothing is cached. The broker lets a request join a
+// job fails with DIGEST_MISMATCH and nothing is cached. (With both the cache and shared jobs
+// turned off, no digest is checked: nothing rests on it.) The broker lets a request join a
 // job only when its payload is byte-for-byte the job's, so a wrong digest harms only the
 // request that sent it. A file that changes while it is read or was written less than a
 // second before (file times come from a coarse clock), and a response without a strong ETag

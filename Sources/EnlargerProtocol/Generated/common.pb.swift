@@ -879,7 +879,9 @@ public nonisolated struct Enlarger_V1_ImageSource: Sendable {
 /// requests share one job: the broker never hashes images itself (its one thread must stay
 /// free), so it takes the client's word for the digest, and the worker checks that word
 /// before decoding; a result is cached or shared only once that check has passed. A request
-/// without a digest is neither cached nor shared.
+/// without a digest is neither cached nor shared. Where the operator has turned both the
+/// cache and shared jobs off, nothing rests on the digest: the broker does not pass it on,
+/// and it is not checked.
 public nonisolated struct Enlarger_V1_InlineSource: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for

@@ -594,9 +594,10 @@ public nonisolated struct Enlarger_V1_Job: @unchecked Sendable {
     set {_uniqueStorage()._delivery = newValue}
   }
 
-  /// As the Submit gave it. When it names a digest, the worker checks the payload against it
-  /// before anything else and ends the job with JobFailed{DIGEST_MISMATCH} when they differ:
-  /// the broker shares and caches this job's results on the strength of that check.
+  /// As the Submit gave it (an inline digest only where the broker shares or caches results).
+  /// When it names a digest, the worker checks the payload against it before anything else
+  /// and ends the job with JobFailed{DIGEST_MISMATCH} when they differ: the broker shares and
+  /// caches this job's results on the strength of that check.
   public var source: Enlarger_V1_ImageSource {
     get {_storage._source ?? Enlarger_V1_ImageSource()}
     set {_uniqueStorage()._source = newValue}
