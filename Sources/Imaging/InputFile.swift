@@ -16,6 +16,7 @@ public enum InputFile {
         // page of a large image once more.
         var failure: Int32 = 0
         let bytes = [UInt8](unsafeUninitializedCapacity: size) { buffer, filled in
+            prefault(buffer)
             while filled < size {
                 let got = systemRead(fd, buffer.baseAddress! + filled, size - filled)
                 if got < 0 {
@@ -31,6 +32,26 @@ public enum InputFile {
         if bytes.isEmpty { throw ImagingError(.empty, "\(path): the file is empty (0 bytes)") }
         return bytes
     }
+
+    /// Maps in a large buffer's pages in one call (Linux's MADV_POPULATE_WRITE) before
+    /// `read` fills them, which would otherwise take a page fault for every 4 KiB: about a
+    /// tenth of the CPU of reading a photo that is in the page cache. A kernel without it
+    /// (before 5.14) refuses, and the pages fault in as before.
+    static func prefault(_ buffer: UnsafeMutableBufferPointer<UInt8>) {
+        #if os(Linux)
+        guard buffer.count >= prefaultFrom, let base = buffer.baseAddress else { return }
+        let page = Int(getpagesize())
+        let start = (Int(bitPattern: base) + page - 1) & ~(page - 1)
+        let end = (Int(bitPattern: base) + buffer.count) & ~(page - 1)
+        guard end > start else { return }
+        _ = madvise(UnsafeMutableRawPointer(bitPattern: start), end - start, populateWrite)
+        #endif
+    }
+
+    /// Below this, a buffer's few faults cost less than the call.
+    static let prefaultFrom = 1 << 20
+    /// MADV_POPULATE_WRITE, not in every C library's headers.
+    private static let populateWrite: Int32 = 23
 }
 
 extension InputFile {

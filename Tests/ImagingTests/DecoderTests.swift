@@ -140,6 +140,39 @@ final class DecoderTests: XCTestCase {
         XCTAssertEqual(try InputFile.read(path: big.path, maxBytes: 1000).count, 1000)
     }
 
+    /// A large file is read whole and exact (into a buffer whose pages are mapped in first).
+    func testALargeFileIsReadExactly() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("enlarger-large-\(UUID().uuidString)").path
+        defer { unlink(path) }
+        var random = SeededGenerator(seed: 0x11F_A017)
+        let contents = (0..<(6 << 20) + 123).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(contents)))
+        XCTAssertTrue(try InputFile.read(path: path, maxBytes: 8 << 20) == contents)
+    }
+
+    /// `prefault` maps a fresh buffer's pages in at once: writing them then takes no page
+    /// fault (one a page otherwise), where the kernel has MADV_POPULATE_WRITE (Linux 5.14).
+    func testPrefaultMapsAFreshBuffersPagesInAtOnce() throws {
+        let size = 6 << 20
+        guard let base = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+              base != MAP_FAILED else { return XCTFail("mmap: \(String(cString: strerror(errno)))") }
+        defer { munmap(base, size) }
+        let supported = madvise(base, 4096, 23) == 0  // MADV_POPULATE_WRITE on the first page
+        InputFile.prefault(UnsafeMutableBufferPointer(start: base.assumingMemoryBound(to: UInt8.self), count: size))
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        let before = usage.ru_minflt
+        memset(base, 0xA5, size)
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        let faults = usage.ru_minflt - before
+        if supported {
+            // One fault a page would be 1,536.
+            XCTAssertLessThan(faults, 64, "the buffer's pages faulted in one by one")
+        } else {
+            XCTAssertGreaterThan(faults, 1_000, "the kernel refuses MADV_POPULATE_WRITE, yet the pages were there")
+        }
+    }
+
     func testDegradedComesFromTheCheapestSource() throws {
         let cases: [(String, DegradedSource)] = [
             ("bimg_test_exif_full.jpg", .exifThumbnail),
