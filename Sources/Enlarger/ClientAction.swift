@@ -13,6 +13,9 @@ enum ClientAction: Equatable {
     case answerCancel(CallToken, Result<CancelResult, EnlargerClientError>)
     /// Answer a `status()` call.
     case answerStatus(CallToken, Result<BrokerStatus, EnlargerClientError>)
+    /// The broker said (in an Accepted) that it does, or does not, use inline digests: later
+    /// Submits are built with or without one.
+    case digestsUnused(Bool)
     /// Close the socket, dropping whatever it has not sent, and connect a fresh one: nothing
     /// from the old conversation may reach later requests.
     case reconnect

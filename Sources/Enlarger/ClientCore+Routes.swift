@@ -21,6 +21,10 @@ extension ClientCore {
         case .accepted(let accepted):
             noteBrokerInstance(accepted.brokerInstance, now: now, &actions)
             adoptInterval(accepted.heartbeatIntervalMs)
+            if accepted.digestsUnused != digestsUnused {
+                digestsUnused = accepted.digestsUnused
+                actions.append(.digestsUnused(digestsUnused))
+            }
             let id = accepted.requestID
             guard let route = routes[id]?.first, route.sentSerial != nil, !route.accepted else { break }
             routes[id]![0].accepted = true

@@ -172,6 +172,9 @@ struct ClientCore<Payload: FrameBytes> {
     var brokerInstance: UInt64?
     /// The broker's input limit from its Pong, once known.
     var brokerMaxInputBytes: Int?
+    /// Whether the latest Accepted said that the broker neither caches nor shares, so that
+    /// an inline digest would be computed for nothing.
+    var digestsUnused = false
     private(set) var isClosed = false
 
     init(configuration: Configuration, now: Instant) {

@@ -168,6 +168,8 @@ final class ClientLoop: @unchecked Sendable {
             cancelWaiters.removeValue(forKey: token)?.resume(returning: result)
         case .answerStatus(let token, let result):
             statusWaiters.removeValue(forKey: token)?.resume(returning: result)
+        case .digestsUnused(let unused):
+            registry.digestsUnused = unused
         case .reconnect:
             preconditionFailure("reconnect is performed by perform(_:)")
         }

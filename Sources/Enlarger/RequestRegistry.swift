@@ -42,6 +42,7 @@ final class RequestRegistry: Sendable {
         /// sequence was dropped, and that the I/O thread has finished with, is forgotten.
         var channels: [String: [WeakChannel]] = [:]
         var lifecycle = Lifecycle.open
+        var digestsUnused = false
 
         /// The requests with this id that still exist.
         func live(_ id: String) -> [RequestChannel] {
@@ -57,6 +58,13 @@ final class RequestRegistry: Sendable {
         self.mailbox = mailbox
     }
 
+    /// Whether the broker last said that it uses no inline digests (its Accepted): Submits
+    /// are then built without one, sparing the caller the hashing. Set by the I/O thread.
+    var digestsUnused: Bool {
+        get { state.withLock { $0.digestsUnused } }
+        set { state.withLock { $0.digestsUnused = newValue } }
+    }
+
     // MARK: Callers
 
     /// Records a request and posts its Submit; or fails it at once when it cannot be sent.
@@ -64,7 +72,7 @@ final class RequestRegistry: Sendable {
         let channel = RequestChannel(id: request.id)
         let submit: Enlarger_V1_Submit
         do throws(EnlargerClientError) {
-            submit = try request.wireSubmit()
+            submit = try request.wireSubmit(digest: !digestsUnused)
         } catch {
             channel.fail(error)
             return channel

@@ -48,8 +48,10 @@ public struct ResizeRequest: Sendable {
     /// Sends the image's SHA-256 with it, so that the broker may answer from its result
     /// cache, or let this request share one job with identical ones in flight (the worker
     /// checks the digest before its result is shared). On by default; hashing costs the
-    /// caller about a millisecond per 2 MB. For a file or URL source the worker names the
-    /// version it reads instead (file identity, URL validator); `false` opts out the same.
+    /// caller about a millisecond per 2 MB, and is skipped while the broker says (in its
+    /// Accepted) that it neither caches nor shares. For a file or URL source the worker
+    /// names the version it reads instead (file identity, URL validator); `false` opts out
+    /// the same.
     public var sharesResults = true
     /// The lane it waits in at the broker (`.interactive` unless set).
     public var priority: Priority = .interactive
@@ -84,7 +86,9 @@ public struct ResizeRequest: Sendable {
     }
 
     /// The Submit header, or the error the request fails with before anything is sent.
-    func wireSubmit() throws(EnlargerClientError) -> Enlarger_V1_Submit {
+    /// Without `digest` an inline image goes without its SHA-256 (the broker said that it
+    /// uses none), as if `sharesResults` were off.
+    func wireSubmit(digest: Bool = true) throws(EnlargerClientError) -> Enlarger_V1_Submit {
         try check()
         var submit = Enlarger_V1_Submit()
         submit.requestID = id
@@ -102,7 +106,7 @@ public struct ResizeRequest: Sendable {
         switch source {
         case .bytes(let image):
             // Without a digest (libcrypto could not allocate) the request runs unshared.
-            if sharesResults, let digest = Digest.sha256(image) { submit.source.inline.sha256 = digest }
+            if sharesResults, digest, let sha256 = Digest.sha256(image) { submit.source.inline.sha256 = sha256 }
         case .file(let path):
             submit.source.file.path = path
             submit.source.noShare = !sharesResults

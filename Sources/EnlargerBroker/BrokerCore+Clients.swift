@@ -278,6 +278,7 @@ extension BrokerCore {
         accepted.brokerInstance = configuration.instance
         accepted.heartbeatIntervalMs = UInt32(clamping: configuration.heartbeatInterval.milliseconds)
         accepted.deadlineMs = UInt32(clamping: lifetime.milliseconds)
+        accepted.digestsUnused = !reliesOnDigests
         send(.accepted(accepted), to: peer, &actions)
         for (index, hit) in cachedVariants {
             var result = hit.result
@@ -317,7 +318,8 @@ extension BrokerCore {
     }
 
     /// Whether any result may be shared or cached: with both turned off, no key is made and
-    /// no client's digest is relied on (nor sent to be checked).
+    /// no client's digest is relied on (nor sent to be checked), and each Accepted tells the
+    /// client that it may leave digests out.
     var reliesOnDigests: Bool { configuration.shareJobs || configuration.resultCacheBytes > 0 }
 
     private func shareKey(of submit: Enlarger_V1_Submit, principal: Principal, filesScope: String) -> ShareKey? {

@@ -267,6 +267,22 @@ final class BrokerCoreSharingTests: XCTestCase {
         XCTAssertEqual(broker.core.sharing.cachedCount, 0)
     }
 
+    /// Accepted tells the client whether its digests are used: only with both the cache and
+    /// shared jobs off are they not, and a client may then spare itself the hashing.
+    func testAcceptedSaysWhetherInlineDigestsAreUsed() {
+        for (share, cache, unused) in [(true, 1 << 20, false), (false, 1 << 20, false), (true, 0, false), (false, 0, true)] {
+            var broker = CoreHarness {
+                $0.shareJobs = share
+                $0.resultCacheBytes = cache
+            }
+            submit(&broker, alice, "a")
+            let accepted = broker.events(for: alice).compactMap { event -> Enlarger_V1_Accepted? in
+                if case .accepted(let message) = event { message } else { nil }
+            }
+            XCTAssertEqual(accepted.map(\.digestsUnused), [unused], "share \(share), cache \(cache)")
+        }
+    }
+
     func testAClientThatVanishesTakesOnlyItsOwnRequestsAlong() {
         var broker = CoreHarness()
         broker.ready(w1)

@@ -216,6 +216,8 @@ struct ClientCoreHarness {
             return "#\(token.value) status"
         case .answerStatus(let token, .failure(let error)):
             return "#\(token.value) status fails \(summary(error))"
+        case .digestsUnused(let unused):
+            return "digests \(unused ? "unused" : "used")"
         case .reconnect:
             return "reconnect"
         }

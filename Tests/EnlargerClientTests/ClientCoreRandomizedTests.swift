@@ -522,6 +522,8 @@ struct ClientSimulation {
             case .answerCancel(let token, _), .answerStatus(let token, _):
                 answers[token, default: 0] += 1
                 if answers[token]! > 1 { violations.append("\(token) answered twice") }
+            case .digestsUnused:
+                break
             case .reconnect:
                 // The old socket is closed: what it had not read is gone, and so is part of
                 // what it had sent.

@@ -80,6 +80,32 @@ final class EnlargerClientTests: XCTestCase {
         XCTAssertEqual(submit.delivery, .final)
     }
 
+    /// A broker that neither caches nor shares says so in its Accepted: the Submits built
+    /// after it carry no digest (no hashing for nothing), until an Accepted says otherwise.
+    func testInlineDigestsFollowWhatTheLatestAcceptedSays() async throws {
+        let (broker, client) = try brokerAndClient { message in
+            guard case .submit(let submit, _) = message else { return [] }
+            var accepted = Enlarger_V1_Accepted()
+            accepted.requestID = submit.requestID
+            accepted.digestsUnused = submit.requestID.hasPrefix("unused")
+            return [.accepted(accepted), .result(submit.requestID, .final, terminal: true)]
+        }
+        let digest = Array(Digest.sha256(jpeg)!)
+        var sent: [(id: String, digest: [UInt8])] = []
+        for id in ["first", "unused-1", "unused-2", "used", "after", "opted-out"] {
+            var request = ResizeRequest(id: id, image: jpeg, options: box, delivery: .final)
+            request.sharesResults = id != "opted-out"
+            let (_, error) = await collect(client.submit(request))
+            XCTAssertNil(error, id)
+            guard case .submit(let submit, _) = broker.requests.last else { return XCTFail("no Submit for \(id)") }
+            sent.append((submit.requestID, Array(submit.source.inline.sha256)))
+        }
+        XCTAssertEqual(sent.map(\.id), ["first", "unused-1", "unused-2", "used", "after", "opted-out"])
+        // Hashed until the first Accepted that says digests are unused; not while they are;
+        // hashed again once an Accepted says they are used; never when the request opts out.
+        XCTAssertEqual(sent.map(\.digest), [digest, digest, [], [], digest, []])
+    }
+
     func testFailedEndsTheSequenceWithATypedErrorAfterTheEarlierEvents() async throws {
         let (_, client) = try brokerAndClient { message in
             guard case .submit(let submit, _) = message else { return [] }

@@ -173,7 +173,8 @@
 //   only that request; the job is stopped when no request is left on it.
 // The worker checks the digest before decoding; if it does not match, every request on the
 // job fails with DIGEST_MISMATCH and nothing is cached. (With both the cache and shared jobs
-// turned off, no digest is checked: nothing rests on it.) The broker lets a request join a
+// turned off, no digest is checked: nothing rests on it, and every Accepted says so with
+// digests_unused, so that a client can spare itself the hashing.) The broker lets a request join a
 // job only when its payload is byte-for-byte the job's, so a wrong digest harms only the
 // request that sent it. A file that changes while it is read or was written less than a
 // second before (file times come from a coarse clock), and a response without a strong ETag
@@ -687,6 +688,11 @@ public nonisolated struct Enlarger_V1_Accepted: Sendable {
 
   /// The deadline that applies, in milliseconds from acceptance (see DEADLINES).
   public var deadlineMs: UInt32 = 0
+
+  /// This broker instance neither caches results nor shares jobs, so an inline digest would
+  /// be computed for nothing (see CACHE AND SHARED JOBS): a client may leave it out of later
+  /// Submits until an Accepted says otherwise, or names another broker_instance.
+  public var digestsUnused: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1994,7 +2000,7 @@ nonisolated extension Enlarger_V1_BrokerToClient: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Enlarger_V1_Accepted: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Accepted"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{3}broker_instance\0\u{3}heartbeat_interval_ms\0\u{3}deadline_ms\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{3}broker_instance\0\u{3}heartbeat_interval_ms\0\u{3}deadline_ms\0\u{3}digests_unused\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2006,6 +2012,7 @@ nonisolated extension Enlarger_V1_Accepted: SwiftProtobuf.Message, SwiftProtobuf
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.brokerInstance) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.heartbeatIntervalMs) }()
       case 4: try { try decoder.decodeSingularUInt32Field(value: &self.deadlineMs) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.digestsUnused) }()
       default: break
       }
     }
@@ -2024,6 +2031,9 @@ nonisolated extension Enlarger_V1_Accepted: SwiftProtobuf.Message, SwiftProtobuf
     if self.deadlineMs != 0 {
       try visitor.visitSingularUInt32Field(value: self.deadlineMs, fieldNumber: 4)
     }
+    if self.digestsUnused != false {
+      try visitor.visitSingularBoolField(value: self.digestsUnused, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2032,6 +2042,7 @@ nonisolated extension Enlarger_V1_Accepted: SwiftProtobuf.Message, SwiftProtobuf
     if lhs.brokerInstance != rhs.brokerInstance {return false}
     if lhs.heartbeatIntervalMs != rhs.heartbeatIntervalMs {return false}
     if lhs.deadlineMs != rhs.deadlineMs {return false}
+    if lhs.digestsUnused != rhs.digestsUnused {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -75,6 +75,15 @@ class CoreTest(unittest.TestCase):
         self.h = CoreHarness()
         self.assertEqual(self.h.flush(), ["ping"], "a fresh connection pings once")
 
+    def test_the_digest_flag_follows_the_latest_accepted(self):
+        h = self.h
+        self.assertFalse(h.core.digests_unused, "unknown until a broker says: digests are sent")
+        for token, (request_id, unused) in enumerate((("a", True), ("b", True), ("c", False)), start=1):
+            h.core.submit(token, submit_header(request_id), b"\xff\xd8", h.now)
+            h.flush()
+            h.receive("accepted", request_id=request_id, broker_instance=INSTANCE, digests_unused=unused)
+            self.assertEqual(h.core.digests_unused, unused, request_id)
+
     def test_a_request_from_submit_to_final(self):
         h = self.h
         self.assertEqual(h.core.submit(1, submit_header("a"), b"\xff\xd8", h.now), [])

@@ -325,7 +325,8 @@ class Client:
         submit = self._build_submit(**spec)
         shares = _flag(share, "share")
         _set_source(submit, worker_file, url, shares)
-        if image is not None and shares:
+        # Not hashed for nothing: the broker says in each Accepted whether it uses digests.
+        if image is not None and shares and not self._loop.core.digests_unused:
             submit.source.inline.sha256 = hashlib.sha256(data).digest()
         limit = self.max_input_bytes
         if len(data) > limit:

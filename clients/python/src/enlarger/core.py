@@ -261,6 +261,9 @@ class ClientCore:
         self.broker_interval: float | None = None
         self.broker_instance: int | None = None
         self.broker_max_input_bytes: int | None = None
+        #: Whether the latest Accepted said that the broker neither caches nor shares: an
+        #: inline digest would then be computed for nothing, and Submits go without one.
+        self.digests_unused = False
         #: The first Ping on a fresh connection, not yet taken by the socket. It does not make
         #: the client busy: an idle client with no broker simply waits.
         self.hello_due = True
@@ -575,6 +578,7 @@ class ClientCore:
             accepted = message.accepted
             self._note_broker_instance(accepted.broker_instance, now, actions)
             self._adopt_interval(accepted.heartbeat_interval_ms)
+            self.digests_unused = accepted.digests_unused
             route = self._first_route(accepted.request_id)
             if route is not None and route.sent_serial is not None and not route.accepted:
                 route.accepted = True

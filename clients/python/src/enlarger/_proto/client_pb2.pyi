@@ -11,16 +11,18 @@ PRIORITY_INTERACTIVE: Priority
 PRIORITY_UNSPECIFIED: Priority
 
 class Accepted(_message.Message):
-    __slots__ = ["broker_instance", "deadline_ms", "heartbeat_interval_ms", "request_id"]
+    __slots__ = ["broker_instance", "deadline_ms", "digests_unused", "heartbeat_interval_ms", "request_id"]
     BROKER_INSTANCE_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    DIGESTS_UNUSED_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     broker_instance: int
     deadline_ms: int
+    digests_unused: bool
     heartbeat_interval_ms: int
     request_id: str
-    def __init__(self, request_id: _Optional[str] = ..., broker_instance: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., broker_instance: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., digests_unused: bool = ...) -> None: ...
 
 class BatchEnded(_message.Message):
     __slots__ = ["batch_id", "code", "index", "message", "outcome", "request_id"]

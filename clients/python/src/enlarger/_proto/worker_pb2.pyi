@@ -37,24 +37,28 @@ class Heartbeat(_message.Message):
     def __init__(self) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ["attempt", "delivery", "job_id", "placeholder", "request_id", "source", "spec", "variants"]
+    __slots__ = ["attempt", "delivery", "files_scope", "job_id", "placeholder", "principal", "request_id", "source", "spec", "variants"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    FILES_SCOPE_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     VARIANTS_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     delivery: _common_pb2.Delivery
+    files_scope: str
     job_id: int
     placeholder: bool
+    principal: str
     request_id: str
     source: _common_pb2.ImageSource
     spec: _common_pb2.ResizeSpec
     variants: _containers.RepeatedCompositeFieldContainer[JobVariant]
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ..., placeholder: bool = ..., variants: _Optional[_Iterable[_Union[JobVariant, _Mapping]]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.ResizeSpec, _Mapping]] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, str]] = ..., source: _Optional[_Union[_common_pb2.ImageSource, _Mapping]] = ..., placeholder: bool = ..., variants: _Optional[_Iterable[_Union[JobVariant, _Mapping]]] = ..., files_scope: _Optional[str] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class JobAttempt(_message.Message):
     __slots__ = ["attempt", "job_id"]
