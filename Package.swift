@@ -52,10 +52,13 @@ let package = Package(
         .target(name: "CColour", linkerSettings: [.linkedLibrary("lcms2")]),
         .target(name: "CPNG", linkerSettings: [.linkedLibrary("spng")]),
         .target(name: "CWebP", linkerSettings: [.linkedLibrary("webp"), .linkedLibrary("webpdemux"), .linkedLibrary("webpmux")]),
-        .target(name: "CHEIF", linkerSettings: [.linkedLibrary("heif")]),
-        .target(name: "CAVIF", linkerSettings: [.linkedLibrary("avif")]),
+        // C: dlopen on first use, for the codec libraries most processes never call (libheif,
+        // libavif, libjxl and the thirty libraries they pull in).
+        .target(name: "CLoader", linkerSettings: [.linkedLibrary("dl")]),
+        .target(name: "CHEIF", dependencies: ["CLoader"]),
+        .target(name: "CAVIF", dependencies: ["CLoader"]),
         .target(name: "CGIF", linkerSettings: [.linkedLibrary("gif")]),
-        .target(name: "CJXL", linkerSettings: [.linkedLibrary("jxl")]),
+        .target(name: "CJXL", dependencies: ["CLoader"]),
         .target(name: "Imaging",
                 dependencies: ["CJPEG", "CColour", "CPNG", "CWebP", "CHEIF", "CAVIF", "CGIF", "CJXL", "CResample", "ImageModel", "Locking"]),
         // C: the resampler's inner loops for CPUs with AVX2, chosen at run time (the package is
@@ -147,7 +150,7 @@ let package = Package(
         .testTarget(name: "MirroringTests", dependencies: ["Mirroring", "TestSupport"]),
         .testTarget(name: "FetchingTests", dependencies: ["Fetching", "Locking", "TestSupport"]),
         // The test images are read from the source tree (like the corpus), not bundled.
-        .testTarget(name: "ImagingTests", dependencies: ["ImageModel", "Imaging", "TestSupport"], exclude: ["Images", "Regressions"]),
+        .testTarget(name: "ImagingTests", dependencies: ["ImageModel", "Imaging", "CLoader", "TestSupport"], exclude: ["Images", "Regressions"]),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "TestSupport"]),
         .testTarget(name: "EnlargerProtocolTests", dependencies: ["EnlargerProtocol", "ImageModel", "TestSupport"]),
         .testTarget(

@@ -1,9 +1,71 @@
 #include "cavif_shim.h"
+#include "enlarger_loader.h"
 
 #include <avif/avif.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+// The library's functions this shim calls, resolved when first needed (see enlarger_loader.h).
+#define EA_FUNCTIONS(X) \
+    X(avifColorPrimariesGetValues) \
+    X(avifCropRectConvertCleanApertureBox) \
+    X(avifDecoderCreate) \
+    X(avifDecoderDestroy) \
+    X(avifDecoderNextImage) \
+    X(avifDecoderParse) \
+    X(avifDecoderSetIOMemory) \
+    X(avifDiagnosticsClearError) \
+    X(avifImageSetViewRect) \
+    X(avifImageYUVToRGB) \
+    X(avifRGBImageSetDefaults) \
+    X(avifResultToString) \
+    X(avifVersion)
+
+static struct {
+#define EA_POINTER(name) __typeof__(name) *name;
+    EA_FUNCTIONS(EA_POINTER)
+#undef EA_POINTER
+} libavif;
+
+static const char *const ea_symbols[] = {
+#define EA_NAME(name) #name,
+    EA_FUNCTIONS(EA_NAME)
+#undef EA_NAME
+};
+
+_Static_assert(sizeof libavif == sizeof ea_symbols / sizeof *ea_symbols * sizeof(void *),
+               "one pointer per symbol");
+
+// libavif's soname counts its ABI, not its version: 0.11 is 15, and 1.x is 16.
+#if AVIF_VERSION_MAJOR == 0 && AVIF_VERSION_MINOR == 11
+#define EA_SONAME "libavif.so.15"
+#elif AVIF_VERSION_MAJOR == 1
+#define EA_SONAME "libavif.so.16"
+#else
+#define EA_SONAME "libavif.so"
+#endif
+
+static int ea_compatible(char *message, size_t length) {
+    const char *version = libavif.avifVersion();
+    unsigned major = 0, minor = 0;
+    // Before 1.0 each minor version is an ABI of its own.
+    if (sscanf(version, "%u.%u", &major, &minor) == 2 && major == AVIF_VERSION_MAJOR
+        && (major == 0 ? minor == AVIF_VERSION_MINOR : minor >= AVIF_VERSION_MINOR)) {
+        return 1;
+    }
+    snprintf(message, length, "libavif %.32s was loaded; Enlarger was built for %d.%d", version, AVIF_VERSION_MAJOR,
+             AVIF_VERSION_MINOR);
+    return 0;
+}
+
+static el_library ea_library = {
+    .names = (const char *const[]){EA_SONAME, "libavif.so", NULL},
+    .symbols = ea_symbols,
+    .slots = (void **)&libavif,
+    .count = sizeof ea_symbols / sizeof *ea_symbols,
+    .compatible = ea_compatible,
+};
 
 struct ea_decoder {
     avifDecoder *decoder;
@@ -31,7 +93,7 @@ static int ea_cancelled(const int32_t *flag) {
 static void ea_say(char *message, size_t length, const char *context, avifResult result, const avifDecoder *decoder) {
     if (message == NULL || length == 0) return;
     const char *detail = decoder != NULL && decoder->diag.error[0] != '\0' ? decoder->diag.error : "";
-    snprintf(message, length, "%s: %s%s%s", context, avifResultToString(result), detail[0] ? " (" : "",
+    snprintf(message, length, "%s: %s%s%s", context, libavif.avifResultToString(result), detail[0] ? " (" : "",
              detail[0] ? detail : "");
     if (detail[0]) {
         size_t used = strlen(message);
@@ -62,8 +124,12 @@ static int ea_cut_short(const uint8_t *data, size_t length) {
 
 ea_decoder *ea_decoder_create(const uint8_t *data, size_t length, uint32_t max_pixels, ea_status *status,
                               char *message, size_t message_length) {
+    if (!el_ready(&ea_library, message, message_length)) {
+        *status = EA_ERR_UNSUPPORTED;
+        return NULL;
+    }
     ea_decoder *decoder = calloc(1, sizeof *decoder);
-    if (decoder == NULL || (decoder->decoder = avifDecoderCreate()) == NULL) {
+    if (decoder == NULL || (decoder->decoder = libavif.avifDecoderCreate()) == NULL) {
         free(decoder);
         *status = EA_ERR_NO_MEMORY;
         if (message != NULL && message_length > 0) snprintf(message, message_length, "out of memory creating an AVIF decoder");
@@ -80,8 +146,8 @@ ea_decoder *ea_decoder_create(const uint8_t *data, size_t length, uint32_t max_p
     // ispe) or that it checks itself (clap, below): files that newer libavif and the other
     // readers decode are not refused over them.
     avif->strictFlags = AVIF_STRICT_DISABLED;
-    avifResult result = avifDecoderSetIOMemory(avif, data, length);
-    if (result == AVIF_RESULT_OK) result = avifDecoderParse(avif);
+    avifResult result = libavif.avifDecoderSetIOMemory(avif, data, length);
+    if (result == AVIF_RESULT_OK) result = libavif.avifDecoderParse(avif);
     if (result != AVIF_RESULT_OK) {
         *status = ea_cut_short(data, length) ? EA_ERR_TRUNCATED : ea_classify(result);
         ea_say(message, message_length, "the AVIF container", result, avif);
@@ -91,8 +157,8 @@ ea_decoder *ea_decoder_create(const uint8_t *data, size_t length, uint32_t max_p
     const avifImage *image = avif->image;
     if (image->transformFlags & AVIF_TRANSFORM_CLAP) {
         avifDiagnostics diag;
-        avifDiagnosticsClearError(&diag);
-        if (avifCropRectConvertCleanApertureBox(&decoder->crop, &image->clap, image->width, image->height,
+        libavif.avifDiagnosticsClearError(&diag);
+        if (libavif.avifCropRectConvertCleanApertureBox(&decoder->crop, &image->clap, image->width, image->height,
                                                 image->yuvFormat, &diag)
             && decoder->crop.width > 0 && decoder->crop.height > 0) {
             decoder->cropped = 1;
@@ -121,7 +187,7 @@ void ea_read_info(const ea_decoder *decoder, ea_info *info) {
     info->primaries = image->colorPrimaries;
     info->transfer = image->transferCharacteristics;
     float xy[8];
-    avifColorPrimariesGetValues(image->colorPrimaries, xy);
+    libavif.avifColorPrimariesGetValues(image->colorPrimaries, xy);
     for (int i = 0; i < 8; i++) info->xy[i] = xy[i];
 }
 
@@ -135,7 +201,7 @@ static ea_status ea_next_frame(ea_decoder *decoder, avifImage *view, const avifI
     }
     avifDecoder *avif = decoder->decoder;
     uint32_t width = avif->image->width, height = avif->image->height;
-    avifResult result = avifDecoderNextImage(avif);
+    avifResult result = libavif.avifDecoderNextImage(avif);
     if (result != AVIF_RESULT_OK) {
         ea_say(decoder->message, sizeof decoder->message, "AV1 image", result, avif);
         return ea_classify(result);
@@ -151,7 +217,7 @@ static ea_status ea_next_frame(ea_decoder *decoder, avifImage *view, const avifI
     memset(view, 0, sizeof *view);
     *source = avif->image;
     if (decoder->cropped) {
-        result = avifImageSetViewRect(view, avif->image, &decoder->crop);
+        result = libavif.avifImageSetViewRect(view, avif->image, &decoder->crop);
         if (result != AVIF_RESULT_OK) {
             ea_say(decoder->message, sizeof decoder->message, "the AVIF clean aperture", result, avif);
             return EA_ERR_CORRUPT;
@@ -169,12 +235,12 @@ ea_status ea_decode(ea_decoder *decoder, int channels, uint8_t *output, size_t s
     avifDecoder *avif = decoder->decoder;
     avifResult result;
     avifRGBImage rgb;
-    avifRGBImageSetDefaults(&rgb, source);
+    libavif.avifRGBImageSetDefaults(&rgb, source);
     rgb.depth = 8;
     rgb.format = channels == 4 ? AVIF_RGB_FORMAT_RGBA : AVIF_RGB_FORMAT_RGB;
     rgb.pixels = output;
     rgb.rowBytes = (uint32_t)stride;
-    result = avifImageYUVToRGB(source, &rgb);
+    result = libavif.avifImageYUVToRGB(source, &rgb);
     if (result != AVIF_RESULT_OK) {
         // libavif converts the usual matrices; the others (BT.2020 constant luminance 10,
         // SMPTE 2085 11, chroma-derived constant luminance 13, ICtCp 14) it cannot: a valid
@@ -183,7 +249,7 @@ ea_status ea_decode(ea_decoder *decoder, int channels, uint8_t *output, size_t s
         if (unsupported) {
             snprintf(decoder->message, sizeof decoder->message,
                      "YUV to RGB with matrix coefficients %d is not supported (%s)", (int)source->matrixCoefficients,
-                     avifResultToString(result));
+                     libavif.avifResultToString(result));
             return EA_ERR_UNSUPPORTED;
         }
         ea_say(decoder->message, sizeof decoder->message, "AVIF colour conversion", result, avif);
@@ -226,6 +292,6 @@ const char *ea_message(const ea_decoder *decoder) { return decoder->message; }
 
 void ea_decoder_destroy(ea_decoder *decoder) {
     if (decoder == NULL) return;
-    if (decoder->decoder != NULL) avifDecoderDestroy(decoder->decoder);
+    if (decoder->decoder != NULL) libavif.avifDecoderDestroy(decoder->decoder);
     free(decoder);
 }

@@ -1,9 +1,90 @@
 #include "cheif_shim.h"
+#include "enlarger_loader.h"
 
 #include <libheif/heif.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+// The library's functions this shim calls, resolved when first needed (see enlarger_loader.h).
+#define EH_FUNCTIONS(X) \
+    X(heif_context_alloc) \
+    X(heif_context_encode_image) \
+    X(heif_context_free) \
+    X(heif_context_get_encoder_for_format) \
+    X(heif_context_get_primary_image_handle) \
+    X(heif_context_read_from_memory_without_copy) \
+    X(heif_context_set_max_decoding_threads) \
+    X(heif_context_set_maximum_image_size_limit) \
+    X(heif_context_write) \
+    X(heif_decode_image) \
+    X(heif_decoding_options_alloc) \
+    X(heif_decoding_options_free) \
+    X(heif_encoder_release) \
+    X(heif_encoder_set_lossy_quality) \
+    X(heif_encoder_set_parameter_integer) \
+    X(heif_fourcc_to_brand) \
+    X(heif_free_list_of_compatible_brands) \
+    X(heif_get_version_number_major) \
+    X(heif_get_version_number_minor) \
+    X(heif_image_add_plane) \
+    X(heif_image_create) \
+    X(heif_image_get_bits_per_pixel_range) \
+    X(heif_image_get_height) \
+    X(heif_image_get_plane) \
+    X(heif_image_get_plane_readonly) \
+    X(heif_image_get_width) \
+    X(heif_image_handle_get_color_profile_type) \
+    X(heif_image_handle_get_height) \
+    X(heif_image_handle_get_list_of_thumbnail_IDs) \
+    X(heif_image_handle_get_luma_bits_per_pixel) \
+    X(heif_image_handle_get_nclx_color_profile) \
+    X(heif_image_handle_get_number_of_thumbnails) \
+    X(heif_image_handle_get_raw_color_profile) \
+    X(heif_image_handle_get_raw_color_profile_size) \
+    X(heif_image_handle_get_thumbnail) \
+    X(heif_image_handle_get_width) \
+    X(heif_image_handle_has_alpha_channel) \
+    X(heif_image_handle_release) \
+    X(heif_image_release) \
+    X(heif_image_set_raw_color_profile) \
+    X(heif_list_compatible_brands) \
+    X(heif_nclx_color_profile_free) \
+    X(heif_read_main_brand)
+
+static struct {
+#define EH_POINTER(name) __typeof__(name) *name;
+    EH_FUNCTIONS(EH_POINTER)
+#undef EH_POINTER
+} libheif;
+
+static const char *const eh_symbols[] = {
+#define EH_NAME(name) #name,
+    EH_FUNCTIONS(EH_NAME)
+#undef EH_NAME
+};
+
+_Static_assert(sizeof libheif == sizeof eh_symbols / sizeof *eh_symbols * sizeof(void *),
+               "one pointer per symbol");
+
+#define EH_BUILT_MINOR ((LIBHEIF_NUMERIC_VERSION >> 16) & 0xFF)
+
+// libheif 1.x keeps its ABI within the major version: any minor version since the one built
+// for will do.
+static int eh_compatible(char *message, size_t length) {
+    int major = libheif.heif_get_version_number_major(), minor = libheif.heif_get_version_number_minor();
+    if (major == 1 && minor >= EH_BUILT_MINOR) return 1;
+    snprintf(message, length, "libheif %d.%d was loaded; Enlarger was built for 1.%d", major, minor, EH_BUILT_MINOR);
+    return 0;
+}
+
+static el_library eh_library = {
+    .names = (const char *const[]){"libheif.so.1", "libheif.so", NULL},
+    .symbols = eh_symbols,
+    .slots = (void **)&libheif,
+    .count = sizeof eh_symbols / sizeof *eh_symbols,
+    .compatible = eh_compatible,
+};
 
 struct eh_decoder {
     struct heif_context *context;
@@ -46,19 +127,23 @@ static eh_status eh_classify(struct heif_error error) {
 
 eh_decoder *eh_decoder_create(const uint8_t *data, size_t length, int max_side, eh_status *status,
                               char *message, size_t message_length) {
+    if (!el_ready(&eh_library, message, message_length)) {
+        *status = EH_ERR_UNSUPPORTED;
+        return NULL;
+    }
     eh_decoder *decoder = calloc(1, sizeof *decoder);
-    if (decoder == NULL || (decoder->context = heif_context_alloc()) == NULL) {
+    if (decoder == NULL || (decoder->context = libheif.heif_context_alloc()) == NULL) {
         free(decoder);
         *status = EH_ERR_NO_MEMORY;
         eh_say(message, message_length, "out of memory creating a HEIF decoder");
         return NULL;
     }
     // Decoding runs on the caller's thread: the worker sizes its own thread pool.
-    heif_context_set_max_decoding_threads(decoder->context, 0);
-    heif_context_set_maximum_image_size_limit(decoder->context, max_side);
-    struct heif_error error = heif_context_read_from_memory_without_copy(decoder->context, data, length, NULL);
+    libheif.heif_context_set_max_decoding_threads(decoder->context, 0);
+    libheif.heif_context_set_maximum_image_size_limit(decoder->context, max_side);
+    struct heif_error error = libheif.heif_context_read_from_memory_without_copy(decoder->context, data, length, NULL);
     if (error.code == heif_error_Ok) {
-        error = heif_context_get_primary_image_handle(decoder->context, &decoder->primary);
+        error = libheif.heif_context_get_primary_image_handle(decoder->context, &decoder->primary);
     }
     if (error.code != heif_error_Ok) {
         *status = eh_classify(error);
@@ -72,25 +157,25 @@ eh_decoder *eh_decoder_create(const uint8_t *data, size_t length, int max_side, 
     // 34311x34816 made it allocate 3.6 GB and crash). No coded image is far larger than the
     // declared primary: the limit becomes twice its larger side (a coded size rounded up, or
     // a grid tile overhanging the canvas, may exceed it a little), at least 1024.
-    int declared = heif_image_handle_get_width(decoder->primary);
-    if (heif_image_handle_get_height(decoder->primary) > declared) declared = heif_image_handle_get_height(decoder->primary);
+    int declared = libheif.heif_image_handle_get_width(decoder->primary);
+    if (libheif.heif_image_handle_get_height(decoder->primary) > declared) declared = libheif.heif_image_handle_get_height(decoder->primary);
     int coded_limit = declared > 512 ? 2 * declared : 1024;
-    if (coded_limit < max_side) heif_context_set_maximum_image_size_limit(decoder->context, coded_limit);
-    if (heif_image_handle_get_number_of_thumbnails(decoder->primary) > 0) {
+    if (coded_limit < max_side) libheif.heif_context_set_maximum_image_size_limit(decoder->context, coded_limit);
+    if (libheif.heif_image_handle_get_number_of_thumbnails(decoder->primary) > 0) {
         heif_item_id id;
-        if (heif_image_handle_get_list_of_thumbnail_IDs(decoder->primary, &id, 1) == 1) {
+        if (libheif.heif_image_handle_get_list_of_thumbnail_IDs(decoder->primary, &id, 1) == 1) {
             struct heif_image_handle *thumbnail = NULL;
-            if (heif_image_handle_get_thumbnail(decoder->primary, id, &thumbnail).code == heif_error_Ok) {
+            if (libheif.heif_image_handle_get_thumbnail(decoder->primary, id, &thumbnail).code == heif_error_Ok) {
                 decoder->thumbnail = thumbnail;
                 decoder->thumbnail_id = id;
             }
         }
     }
-    enum heif_color_profile_type type = heif_image_handle_get_color_profile_type(decoder->primary);
+    enum heif_color_profile_type type = libheif.heif_image_handle_get_color_profile_type(decoder->primary);
     if (type == heif_color_profile_type_prof || type == heif_color_profile_type_rICC) {
-        size_t size = heif_image_handle_get_raw_color_profile_size(decoder->primary);
+        size_t size = libheif.heif_image_handle_get_raw_color_profile_size(decoder->primary);
         if (size > 0 && (decoder->icc = malloc(size)) != NULL) {
-            if (heif_image_handle_get_raw_color_profile(decoder->primary, decoder->icc).code == heif_error_Ok) {
+            if (libheif.heif_image_handle_get_raw_color_profile(decoder->primary, decoder->icc).code == heif_error_Ok) {
                 decoder->icc_length = size;
             } else {
                 free(decoder->icc);
@@ -99,10 +184,10 @@ eh_decoder *eh_decoder_create(const uint8_t *data, size_t length, int max_side, 
         }
     } else if (type == heif_color_profile_type_nclx) {
         struct heif_color_profile_nclx *nclx = NULL;
-        struct heif_error got = heif_image_handle_get_nclx_color_profile(decoder->primary, &nclx);
+        struct heif_error got = libheif.heif_image_handle_get_nclx_color_profile(decoder->primary, &nclx);
         // libheif may hand back the struct with an error (an invalid code point): freed either way.
         if (got.code != heif_error_Ok && nclx != NULL) {
-            heif_nclx_color_profile_free(nclx);
+            libheif.heif_nclx_color_profile_free(nclx);
             nclx = NULL;
         }
         if (nclx != NULL) {
@@ -113,20 +198,20 @@ eh_decoder *eh_decoder_create(const uint8_t *data, size_t length, int max_side, 
                                  nclx->color_primary_green_y, nclx->color_primary_blue_x, nclx->color_primary_blue_y,
                                  nclx->color_primary_white_x, nclx->color_primary_white_y};
             for (int i = 0; i < 8; i++) decoder->nclx_xy[i] = xy[i];
-            heif_nclx_color_profile_free(nclx);
+            libheif.heif_nclx_color_profile_free(nclx);
         }
     }
-    heif_brand2 main = heif_read_main_brand(data, length < 64 ? (int)length : 64);
-    decoder->avif = main == heif_fourcc_to_brand("avif") || main == heif_fourcc_to_brand("avis");
+    heif_brand2 main = libheif.heif_read_main_brand(data, length < 64 ? (int)length : 64);
+    decoder->avif = main == libheif.heif_fourcc_to_brand("avif") || main == libheif.heif_fourcc_to_brand("avis");
     if (!decoder->avif) {
         // A file may name "mif1" first and still hold AV1 images.
         heif_brand2 *brands = NULL;
         int count = 0;
-        if (heif_list_compatible_brands(data, length < 1024 ? (int)length : 1024, &brands, &count).code == heif_error_Ok) {
+        if (libheif.heif_list_compatible_brands(data, length < 1024 ? (int)length : 1024, &brands, &count).code == heif_error_Ok) {
             for (int i = 0; i < count; i++) {
-                if (brands[i] == heif_fourcc_to_brand("avif") || brands[i] == heif_fourcc_to_brand("avis")) decoder->avif = 1;
+                if (brands[i] == libheif.heif_fourcc_to_brand("avif") || brands[i] == libheif.heif_fourcc_to_brand("avis")) decoder->avif = 1;
             }
-            heif_free_list_of_compatible_brands(brands);
+            libheif.heif_free_list_of_compatible_brands(brands);
         }
     }
     *status = EH_OK;
@@ -135,14 +220,14 @@ eh_decoder *eh_decoder_create(const uint8_t *data, size_t length, int max_side, 
 
 void eh_read_info(const eh_decoder *decoder, eh_info *info) {
     memset(info, 0, sizeof *info);
-    info->width = heif_image_handle_get_width(decoder->primary);
-    info->height = heif_image_handle_get_height(decoder->primary);
-    info->has_alpha = heif_image_handle_has_alpha_channel(decoder->primary);
-    info->bit_depth = heif_image_handle_get_luma_bits_per_pixel(decoder->primary);
+    info->width = libheif.heif_image_handle_get_width(decoder->primary);
+    info->height = libheif.heif_image_handle_get_height(decoder->primary);
+    info->has_alpha = libheif.heif_image_handle_has_alpha_channel(decoder->primary);
+    info->bit_depth = libheif.heif_image_handle_get_luma_bits_per_pixel(decoder->primary);
     info->avif = decoder->avif;
     if (decoder->thumbnail != NULL) {
-        info->thumbnail_width = heif_image_handle_get_width(decoder->thumbnail);
-        info->thumbnail_height = heif_image_handle_get_height(decoder->thumbnail);
+        info->thumbnail_width = libheif.heif_image_handle_get_width(decoder->thumbnail);
+        info->thumbnail_height = libheif.heif_image_handle_get_height(decoder->thumbnail);
         info->thumbnail_id = decoder->thumbnail_id;
     }
     info->icc = decoder->icc;
@@ -164,7 +249,7 @@ eh_status eh_decode(eh_decoder *decoder, int thumbnail, int channels, int width,
         eh_say(decoder->message, sizeof decoder->message, "cancelled");
         return EH_ERR_CANCELLED;
     }
-    struct heif_decoding_options *options = heif_decoding_options_alloc();
+    struct heif_decoding_options *options = libheif.heif_decoding_options_alloc();
     if (options == NULL) {
         eh_say(decoder->message, sizeof decoder->message, "out of memory decoding a HEIF image");
         return EH_ERR_NO_MEMORY;
@@ -172,20 +257,20 @@ eh_status eh_decode(eh_decoder *decoder, int thumbnail, int channels, int width,
     options->convert_hdr_to_8bit = 1;
     options->strict_decoding = strict ? 1 : 0;
     struct heif_image *image = NULL;
-    struct heif_error error = heif_decode_image(handle, &image, heif_colorspace_RGB,
+    struct heif_error error = libheif.heif_decode_image(handle, &image, heif_colorspace_RGB,
                                                 channels == 4 ? heif_chroma_interleaved_RGBA : heif_chroma_interleaved_RGB,
                                                 options);
-    heif_decoding_options_free(options);
+    libheif.heif_decoding_options_free(options);
     if (error.code != heif_error_Ok) {
         eh_say(decoder->message, sizeof decoder->message, error.message);
         return eh_classify(error);
     }
     eh_status status = EH_OK;
     int plane_stride = 0;
-    const uint8_t *plane = heif_image_get_plane_readonly(image, heif_channel_interleaved, &plane_stride);
-    if (plane == NULL || heif_image_get_width(image, heif_channel_interleaved) != width
-        || heif_image_get_height(image, heif_channel_interleaved) != height
-        || heif_image_get_bits_per_pixel_range(image, heif_channel_interleaved) != 8) {
+    const uint8_t *plane = libheif.heif_image_get_plane_readonly(image, heif_channel_interleaved, &plane_stride);
+    if (plane == NULL || libheif.heif_image_get_width(image, heif_channel_interleaved) != width
+        || libheif.heif_image_get_height(image, heif_channel_interleaved) != height
+        || libheif.heif_image_get_bits_per_pixel_range(image, heif_channel_interleaved) != 8) {
         eh_say(decoder->message, sizeof decoder->message, "the decoded HEIF image is not the size its header gives");
         status = EH_ERR_CORRUPT;
     } else if (eh_cancelled(cancel_flag)) {
@@ -196,23 +281,23 @@ eh_status eh_decode(eh_decoder *decoder, int thumbnail, int channels, int width,
             memcpy(output + (size_t)y * stride, plane + (size_t)y * (size_t)plane_stride, (size_t)width * (size_t)channels);
         }
     }
-    heif_image_release(image);
+    libheif.heif_image_release(image);
     return status;
 }
 
 const char *eh_message(const eh_decoder *decoder) { return decoder->message; }
 
 void eh_drop_thumbnail(eh_decoder *decoder) {
-    if (decoder->thumbnail != NULL) heif_image_handle_release(decoder->thumbnail);
+    if (decoder->thumbnail != NULL) libheif.heif_image_handle_release(decoder->thumbnail);
     decoder->thumbnail = NULL;
     decoder->thumbnail_id = 0;
 }
 
 void eh_decoder_destroy(eh_decoder *decoder) {
     if (decoder == NULL) return;
-    if (decoder->thumbnail != NULL) heif_image_handle_release(decoder->thumbnail);
-    if (decoder->primary != NULL) heif_image_handle_release(decoder->primary);
-    if (decoder->context != NULL) heif_context_free(decoder->context);
+    if (decoder->thumbnail != NULL) libheif.heif_image_handle_release(decoder->thumbnail);
+    if (decoder->primary != NULL) libheif.heif_image_handle_release(decoder->primary);
+    if (decoder->context != NULL) libheif.heif_context_free(decoder->context);
     free(decoder->icc);
     free(decoder);
 }
@@ -250,7 +335,8 @@ eh_status eh_encode_avif(const uint8_t *pixels, int width, int height, int chann
         eh_say(message, message_length, "cancelled");
         return EH_ERR_CANCELLED;
     }
-    struct heif_context *context = heif_context_alloc();
+    if (!el_ready(&eh_library, message, message_length)) return EH_ERR_UNSUPPORTED;
+    struct heif_context *context = libheif.heif_context_alloc();
     if (context == NULL) {
         eh_say(message, message_length, "out of memory encoding an AVIF");
         return EH_ERR_NO_MEMORY;
@@ -258,44 +344,44 @@ eh_status eh_encode_avif(const uint8_t *pixels, int width, int height, int chann
     struct heif_encoder *encoder = NULL;
     struct heif_image *image = NULL;
     struct eh_sink sink = {NULL, 0, 0};
-    struct heif_error error = heif_context_get_encoder_for_format(context, heif_compression_AV1, &encoder);
-    if (error.code == heif_error_Ok) error = heif_encoder_set_lossy_quality(encoder, quality);
-    if (error.code == heif_error_Ok) error = heif_encoder_set_parameter_integer(encoder, "speed", speed);
-    if (error.code == heif_error_Ok) error = heif_encoder_set_parameter_integer(encoder, "threads", 1);
+    struct heif_error error = libheif.heif_context_get_encoder_for_format(context, heif_compression_AV1, &encoder);
+    if (error.code == heif_error_Ok) error = libheif.heif_encoder_set_lossy_quality(encoder, quality);
+    if (error.code == heif_error_Ok) error = libheif.heif_encoder_set_parameter_integer(encoder, "speed", speed);
+    if (error.code == heif_error_Ok) error = libheif.heif_encoder_set_parameter_integer(encoder, "threads", 1);
     int colour = channels != 1;
     if (error.code == heif_error_Ok) {
-        error = heif_image_create(width, height, colour ? heif_colorspace_RGB : heif_colorspace_monochrome,
+        error = libheif.heif_image_create(width, height, colour ? heif_colorspace_RGB : heif_colorspace_monochrome,
                                   channels == 4 ? heif_chroma_interleaved_RGBA
                                   : channels == 3 ? heif_chroma_interleaved_RGB : heif_chroma_monochrome, &image);
     }
     enum heif_channel plane_channel = colour ? heif_channel_interleaved : heif_channel_Y;
-    if (error.code == heif_error_Ok) error = heif_image_add_plane(image, plane_channel, width, height, 8);
+    if (error.code == heif_error_Ok) error = libheif.heif_image_add_plane(image, plane_channel, width, height, 8);
     if (error.code == heif_error_Ok) {
         int stride = 0;
-        uint8_t *plane = heif_image_get_plane(image, plane_channel, &stride);
+        uint8_t *plane = libheif.heif_image_get_plane(image, plane_channel, &stride);
         for (int y = 0; y < height; y++) {
             memcpy(plane + (size_t)y * (size_t)stride, pixels + (size_t)y * (size_t)width * (size_t)channels,
                    (size_t)width * (size_t)channels);
         }
-        if (icc != NULL && icc_length > 0) error = heif_image_set_raw_color_profile(image, "prof", icc, icc_length);
+        if (icc != NULL && icc_length > 0) error = libheif.heif_image_set_raw_color_profile(image, "prof", icc, icc_length);
     }
     if (error.code == heif_error_Ok && eh_cancelled(cancel_flag)) {
-        heif_image_release(image);
-        heif_encoder_release(encoder);
-        heif_context_free(context);
+        libheif.heif_image_release(image);
+        libheif.heif_encoder_release(encoder);
+        libheif.heif_context_free(context);
         eh_say(message, message_length, "cancelled");
         return EH_ERR_CANCELLED;
     }
-    if (error.code == heif_error_Ok) error = heif_context_encode_image(context, image, encoder, NULL, NULL);
+    if (error.code == heif_error_Ok) error = libheif.heif_context_encode_image(context, image, encoder, NULL, NULL);
     if (error.code == heif_error_Ok) {
         struct heif_writer writer = {.writer_api_version = 1, .write = eh_write};
-        error = heif_context_write(context, &writer, &sink);
+        error = libheif.heif_context_write(context, &writer, &sink);
     }
     // libheif's error text may live in the context or the encoder: copied before they go.
     if (error.code != heif_error_Ok) eh_say(message, message_length, error.message);
-    if (image != NULL) heif_image_release(image);
-    if (encoder != NULL) heif_encoder_release(encoder);
-    heif_context_free(context);
+    if (image != NULL) libheif.heif_image_release(image);
+    if (encoder != NULL) libheif.heif_encoder_release(encoder);
+    libheif.heif_context_free(context);
     if (error.code != heif_error_Ok) {
         free(sink.bytes);
         return error.code == heif_error_Memory_allocation_error ? EH_ERR_NO_MEMORY : EH_ERR_UNSUPPORTED;

@@ -1,9 +1,77 @@
 #include "cjxl_shim.h"
+#include "enlarger_loader.h"
 
 #include <jxl/decode.h>
+#include <jxl/version.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+// The library's functions this shim calls, resolved when first needed (see enlarger_loader.h).
+#define EX_FUNCTIONS(X) \
+    X(JxlDecoderCreate) \
+    X(JxlDecoderDestroy) \
+    X(JxlDecoderFlushImage) \
+    X(JxlDecoderGetBasicInfo) \
+    X(JxlDecoderGetColorAsEncodedProfile) \
+    X(JxlDecoderGetColorAsICCProfile) \
+    X(JxlDecoderGetFrameHeader) \
+    X(JxlDecoderGetICCProfileSize) \
+    X(JxlDecoderImageOutBufferSize) \
+    X(JxlDecoderProcessInput) \
+    X(JxlDecoderSetCoalescing) \
+    X(JxlDecoderSetImageOutBuffer) \
+    X(JxlDecoderSetInput) \
+    X(JxlDecoderSetKeepOrientation) \
+    X(JxlDecoderSetParallelRunner) \
+    X(JxlDecoderSetPreferredColorProfile) \
+    X(JxlDecoderSetUnpremultiplyAlpha) \
+    X(JxlDecoderSubscribeEvents) \
+    X(JxlDecoderVersion)
+
+static struct {
+#define EX_POINTER(name) __typeof__(name) *name;
+    EX_FUNCTIONS(EX_POINTER)
+#undef EX_POINTER
+} libjxl;
+
+static const char *const ex_symbols[] = {
+#define EX_NAME(name) #name,
+    EX_FUNCTIONS(EX_NAME)
+#undef EX_NAME
+};
+
+_Static_assert(sizeof libjxl == sizeof ex_symbols / sizeof *ex_symbols * sizeof(void *),
+               "one pointer per symbol");
+
+#define EX_TEXT(x) #x
+#define EX_NUMBER(x) EX_TEXT(x)
+// Before 1.0 each minor version of libjxl is an ABI of its own, and its soname says which.
+#if JPEGXL_MAJOR_VERSION == 0
+#define EX_SONAME "libjxl.so.0." EX_NUMBER(JPEGXL_MINOR_VERSION)
+#else
+#define EX_SONAME "libjxl.so." EX_NUMBER(JPEGXL_MAJOR_VERSION)
+#endif
+
+static int ex_compatible(char *message, size_t length) {
+    uint32_t loaded = libjxl.JxlDecoderVersion();
+    uint32_t major = loaded / 1000000u, minor = loaded / 1000u % 1000u;
+    int same = major == JPEGXL_MAJOR_VERSION
+               && (major == 0 ? minor == JPEGXL_MINOR_VERSION : minor >= JPEGXL_MINOR_VERSION);
+    if (!same) {
+        snprintf(message, length, "libjxl %u.%u was loaded; Enlarger was built for %d.%d", major, minor,
+                 JPEGXL_MAJOR_VERSION, JPEGXL_MINOR_VERSION);
+    }
+    return same;
+}
+
+static el_library ex_library = {
+    .names = (const char *const[]){EX_SONAME, "libjxl.so", NULL},
+    .symbols = ex_symbols,
+    .slots = (void **)&libjxl,
+    .count = sizeof ex_symbols / sizeof *ex_symbols,
+    .compatible = ex_compatible,
+};
 
 static void ex_say(char *message, size_t length, const char *text) {
     if (message != NULL && length > 0) snprintf(message, length, "%s", text);
@@ -27,10 +95,10 @@ static JxlParallelRetCode ex_run(void *runner_opaque, void *jpegxl_opaque, JxlPa
     return 0;
 }
 
+// A bare codestream or the container's signature box: what JxlSignatureCheck accepts, read
+// here without loading libjxl for input that is no JPEG XL.
 static int ex_signature(const uint8_t *data, size_t length) {
     static const uint8_t container[12] = {0, 0, 0, 0x0C, 'J', 'X', 'L', ' ', 0x0D, 0x0A, 0x87, 0x0A};
-    JxlSignature kind = JxlSignatureCheck(data, length);
-    if (kind == JXL_SIG_CODESTREAM || kind == JXL_SIG_CONTAINER) return 1;
     return (length >= 2 && data[0] == 0xFF && data[1] == 0x0A) || (length >= 12 && memcmp(data, container, 12) == 0);
 }
 
@@ -39,18 +107,18 @@ static int ex_signature(const uint8_t *data, size_t length) {
 // needing more input (closed, it would call it an error like any damage).
 static JxlDecoder *ex_open(const uint8_t *data, size_t length, int events, const int32_t *cancel_flag,
                            char *message, size_t message_length) {
-    JxlDecoder *decoder = JxlDecoderCreate(NULL);
+    JxlDecoder *decoder = libjxl.JxlDecoderCreate(NULL);
     if (decoder == NULL) {
         ex_say(message, message_length, "out of memory starting a JPEG XL decoder");
         return NULL;
     }
-    if (JxlDecoderSubscribeEvents(decoder, events) != JXL_DEC_SUCCESS
-        || JxlDecoderSetKeepOrientation(decoder, JXL_TRUE) != JXL_DEC_SUCCESS
-        || JxlDecoderSetUnpremultiplyAlpha(decoder, JXL_TRUE) != JXL_DEC_SUCCESS
-        || JxlDecoderSetParallelRunner(decoder, ex_run, (void *)cancel_flag) != JXL_DEC_SUCCESS
-        || JxlDecoderSetInput(decoder, data, length) != JXL_DEC_SUCCESS) {
+    if (libjxl.JxlDecoderSubscribeEvents(decoder, events) != JXL_DEC_SUCCESS
+        || libjxl.JxlDecoderSetKeepOrientation(decoder, JXL_TRUE) != JXL_DEC_SUCCESS
+        || libjxl.JxlDecoderSetUnpremultiplyAlpha(decoder, JXL_TRUE) != JXL_DEC_SUCCESS
+        || libjxl.JxlDecoderSetParallelRunner(decoder, ex_run, (void *)cancel_flag) != JXL_DEC_SUCCESS
+        || libjxl.JxlDecoderSetInput(decoder, data, length) != JXL_DEC_SUCCESS) {
         ex_say(message, message_length, "the JPEG XL decoder refused its settings");
-        JxlDecoderDestroy(decoder);
+        libjxl.JxlDecoderDestroy(decoder);
         return NULL;
     }
     return decoder;
@@ -88,14 +156,14 @@ static ex_status ex_read_colour(JxlDecoder *decoder, ex_info *info, char *messag
         return EX_OK;
     }
     JxlColorEncoding encoding;
-    if (JxlDecoderGetColorAsEncodedProfile(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, &encoding) == JXL_DEC_SUCCESS
+    if (libjxl.JxlDecoderGetColorAsEncodedProfile(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, &encoding) == JXL_DEC_SUCCESS
         && ex_is_srgb(&encoding)) {
         info->srgb = 1;
         return EX_OK;
     }
     size_t size = 0;
     // A profile is a few KiB; one of megabytes (libjxl allows 256 MiB) is not copied.
-    if (JxlDecoderGetICCProfileSize(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, &size) != JXL_DEC_SUCCESS
+    if (libjxl.JxlDecoderGetICCProfileSize(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, &size) != JXL_DEC_SUCCESS
         || size == 0 || size > (4u << 20)) {
         // No profile to be had: the pixels are taken as sRGB.
         info->srgb = 1;
@@ -106,7 +174,7 @@ static ex_status ex_read_colour(JxlDecoder *decoder, ex_info *info, char *messag
         ex_say(message, message_length, "out of memory reading the JPEG XL colour profile");
         return EX_ERR_NO_MEMORY;
     }
-    if (JxlDecoderGetColorAsICCProfile(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, info->icc, size)
+    if (libjxl.JxlDecoderGetColorAsICCProfile(decoder, NULL, JXL_COLOR_PROFILE_TARGET_DATA, info->icc, size)
         != JXL_DEC_SUCCESS) {
         free(info->icc);
         info->icc = NULL;
@@ -123,23 +191,24 @@ ex_status ex_read_header(const uint8_t *data, size_t length, ex_info *info, char
         ex_say(message, message_length, "not a JPEG XL image: no codestream or container signature");
         return EX_ERR_NOT_JXL;
     }
+    if (!el_ready(&ex_library, message, message_length)) return EX_ERR_UNSUPPORTED;
     JxlDecoder *decoder = ex_open(data, length, JXL_DEC_BASIC_INFO | JXL_DEC_COLOR_ENCODING | JXL_DEC_FRAME, NULL,
                                   message, message_length);
     if (decoder == NULL) return EX_ERR_CORRUPT;
     // Layers one by one, as stored: with coalescing (the decode's way) libjxl reports only
     // the blended, image-sized frame, and would hide a layer of any size behind a tiny image.
-    if (JxlDecoderSetCoalescing(decoder, JXL_FALSE) != JXL_DEC_SUCCESS) {
-        JxlDecoderDestroy(decoder);
+    if (libjxl.JxlDecoderSetCoalescing(decoder, JXL_FALSE) != JXL_DEC_SUCCESS) {
+        libjxl.JxlDecoderDestroy(decoder);
         ex_say(message, message_length, "the JPEG XL decoder refused its settings");
         return EX_ERR_CORRUPT;
     }
     ex_status result = EX_OK;
     int colour_read = 0;
     for (;;) {
-        JxlDecoderStatus status = JxlDecoderProcessInput(decoder);
+        JxlDecoderStatus status = libjxl.JxlDecoderProcessInput(decoder);
         if (status == JXL_DEC_BASIC_INFO) {
             JxlBasicInfo basic;
-            if (JxlDecoderGetBasicInfo(decoder, &basic) != JXL_DEC_SUCCESS) {
+            if (libjxl.JxlDecoderGetBasicInfo(decoder, &basic) != JXL_DEC_SUCCESS) {
                 result = ex_failure(JXL_DEC_ERROR, NULL, message, message_length);
                 break;
             }
@@ -165,7 +234,7 @@ ex_status ex_read_header(const uint8_t *data, size_t length, ex_info *info, char
             colour_read = 1;
         } else if (status == JXL_DEC_FRAME) {
             JxlFrameHeader frame;
-            if (JxlDecoderGetFrameHeader(decoder, &frame) != JXL_DEC_SUCCESS) {
+            if (libjxl.JxlDecoderGetFrameHeader(decoder, &frame) != JXL_DEC_SUCCESS) {
                 result = ex_failure(JXL_DEC_ERROR, NULL, message, message_length);
                 break;
             }
@@ -190,7 +259,7 @@ ex_status ex_read_header(const uint8_t *data, size_t length, ex_info *info, char
             break;
         }
     }
-    JxlDecoderDestroy(decoder);
+    libjxl.JxlDecoderDestroy(decoder);
     if (result != EX_OK) ex_free(info);
     return result;
 }
@@ -213,6 +282,7 @@ ex_status ex_decode(const uint8_t *data, size_t length, int width, int height, i
         ex_say(message, message_length, "a JPEG XL decode needs 1, 3 or 4 channels");
         return EX_ERR_CORRUPT;
     }
+    if (!el_ready(&ex_library, message, message_length)) return EX_ERR_UNSUPPORTED;
     // The whole input at once: handed over in slices, libjxl copies what it has not consumed
     // into a buffer of its own each time it asks for more. Cancellation is looked at by the
     // task runner.
@@ -225,10 +295,10 @@ ex_status ex_decode(const uint8_t *data, size_t length, int width, int height, i
     int buffer_set = 0;
     ex_status result = EX_OK;
     for (;;) {
-        JxlDecoderStatus status = JxlDecoderProcessInput(decoder);
+        JxlDecoderStatus status = libjxl.JxlDecoderProcessInput(decoder);
         if (status == JXL_DEC_BASIC_INFO) {
             JxlBasicInfo basic;
-            if (JxlDecoderGetBasicInfo(decoder, &basic) != JXL_DEC_SUCCESS || (int)basic.xsize != width
+            if (libjxl.JxlDecoderGetBasicInfo(decoder, &basic) != JXL_DEC_SUCCESS || (int)basic.xsize != width
                 || (int)basic.ysize != height) {
                 ex_say(message, message_length, "the JPEG XL decode was asked for another size than its header gives");
                 result = EX_ERR_CORRUPT;
@@ -247,7 +317,7 @@ ex_status ex_decode(const uint8_t *data, size_t length, int width, int height, i
                 srgb.primaries = JXL_PRIMARIES_SRGB;
                 srgb.transfer_function = JXL_TRANSFER_FUNCTION_SRGB;
                 srgb.rendering_intent = JXL_RENDERING_INTENT_RELATIVE;
-                if (JxlDecoderSetPreferredColorProfile(decoder, &srgb) != JXL_DEC_SUCCESS) {
+                if (libjxl.JxlDecoderSetPreferredColorProfile(decoder, &srgb) != JXL_DEC_SUCCESS) {
                     ex_say(message, message_length, "libjxl refused to decode the XYB image to sRGB");
                     result = EX_ERR_CORRUPT;
                     break;
@@ -255,8 +325,8 @@ ex_status ex_decode(const uint8_t *data, size_t length, int width, int height, i
             }
         } else if (status == JXL_DEC_NEED_IMAGE_OUT_BUFFER) {
             size_t needed = 0;
-            if (JxlDecoderImageOutBufferSize(decoder, &format, &needed) != JXL_DEC_SUCCESS || needed > output_length
-                || JxlDecoderSetImageOutBuffer(decoder, &format, output, needed) != JXL_DEC_SUCCESS) {
+            if (libjxl.JxlDecoderImageOutBufferSize(decoder, &format, &needed) != JXL_DEC_SUCCESS || needed > output_length
+                || libjxl.JxlDecoderSetImageOutBuffer(decoder, &format, output, needed) != JXL_DEC_SUCCESS) {
                 ex_say(message, message_length, "the JPEG XL image does not fit the buffer its header sized");
                 result = EX_ERR_CORRUPT;
                 break;
@@ -270,13 +340,13 @@ ex_status ex_decode(const uint8_t *data, size_t length, int width, int height, i
         } else {
             result = ex_failure(status, cancel_flag, message, message_length);
             if (result == EX_ERR_TRUNCATED && keep_partial && buffer_set) {
-                *partial = JxlDecoderFlushImage(decoder) == JXL_DEC_SUCCESS;
+                *partial = libjxl.JxlDecoderFlushImage(decoder) == JXL_DEC_SUCCESS;
                 // The flush runs tasks too: cancelled during it, its image is not whole.
                 if (ex_cancelled(cancel_flag)) result = ex_failure(status, cancel_flag, message, message_length);
             }
             break;
         }
     }
-    JxlDecoderDestroy(decoder);
+    libjxl.JxlDecoderDestroy(decoder);
     return result;
 }

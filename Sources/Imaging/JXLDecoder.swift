@@ -84,6 +84,7 @@ final class JXLDecoder: RasterDecoder {
         case EX_ERR_TRUNCATED: ImagingError(.truncated, text)
         case EX_ERR_NO_MEMORY: ImagingError(.tooLarge, text)
         case EX_ERR_CANCELLED: ImagingError(.cancelled, "cancelled")
+        case EX_ERR_UNSUPPORTED: ImagingError(.unsupported, text)
         default: ImagingError(.corrupt, text)
         }
     }

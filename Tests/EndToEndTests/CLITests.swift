@@ -19,6 +19,25 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(bench.stdout.trimmingCharacters(in: .whitespacesAndNewlines), version)
     }
 
+    /// libheif, libavif and libjxl (and the thirty libraries they pull in) are loaded when an
+    /// image needs them, not at start: `--version`, a client or a JPEG never maps them. Read
+    /// from the dynamic loader's own account of what it opened (LD_DEBUG=files).
+    func testHEIFAVIFAndJXLLibrariesAreLoadedOnlyWhenAnImageNeedsThem() throws {
+        let lazy = ["libheif.so", "libavif.so", "libjxl.so"]
+        func loaded(_ arguments: [String]) throws -> [String] {
+            let result = try run(arguments, environment: ["LD_DEBUG": "files"])
+            XCTAssertEqual(result.status, 0, "\(arguments): \(result.stdout)")
+            let opened = result.stderr.split(separator: "\n").filter { $0.contains("file=") }
+            XCTAssertFalse(opened.isEmpty, "the loader reported nothing: LD_DEBUG was not honoured")
+            return lazy.filter { name in opened.contains { $0.contains("file=\(name)") } }
+        }
+        XCTAssertEqual(try loaded(["--version"]), [])
+        XCTAssertEqual(try loaded(["info", Corpus.root.appendingPathComponent("good/bimg_vertical.jpg").path]), [])
+        for (image, library) in [("heic-rgb.heic", "libheif.so"), ("avif-rgb.avif", "libavif.so"), ("jxl-lossy.jxl", "libjxl.so")] {
+            XCTAssertEqual(try loaded(["info", SampleImages.root.appendingPathComponent(image).path]), [library], image)
+        }
+    }
+
     func testShortHIsHelpEverywhere() throws {
         for command in ["submit", "resize", "serve", "broker", "worker", "status", "cancel", "keygen"] {
             let result = try run([command, "-h"])

@@ -442,7 +442,9 @@ final class FormatTests: XCTestCase {
         XCTAssertLessThan(ContinuousClock.now - start, .milliseconds(1500))
         // The same bomb as the thumbnail of a 1600×1200 image (itself damaged by the fuzzer):
         // the thumbnail is left unused, so the run ends with the image's own error at once
-        // (libheif would allocate 3 GB for the thumbnail and crash).
+        // (libheif would allocate 3 GB for the thumbnail and crash). That error is the
+        // codec's word on the damage: a cut stream, or (libheif 1.15.1-1+deb12u3 on) a NAL
+        // unit size it rejects.
         let thumbnail = [UInt8](try Data(contentsOf: url.deletingLastPathComponent()
             .appendingPathComponent("heic-thumbnail-overlay-bomb.heic")))
         let info = try withBytes(thumbnail) { raw throws(ImagingError) in try ImagePipeline().info(of: raw) }
@@ -452,7 +454,7 @@ final class FormatTests: XCTestCase {
         var stages: [DegradedSource?] = []
         XCTAssertThrowsError(try ImagePipeline().run(thumbnail, options: ResizeOptions(width: 64), delivery: .progressive) {
             stages.append($0.degradedSource)
-        }) { XCTAssertEqual(($0 as? ImagingError)?.code, .truncated, "\($0)") }
+        }) { XCTAssertTrue([.truncated, .corrupt].contains(($0 as? ImagingError)?.code), "\($0)") }
         XCTAssertFalse(stages.contains(.heifThumbnail))
         XCTAssertLessThan(ContinuousClock.now - again, .seconds(2))
         // The bomb as the primary's alpha (auxiliary) image: refused, at once.

@@ -20,6 +20,7 @@ typedef enum {
     EX_ERR_CORRUPT,
     EX_ERR_NO_MEMORY,
     EX_ERR_CANCELLED,
+    EX_ERR_UNSUPPORTED,  // libjxl could not be loaded (or is another version than the one built for)
 } ex_status;
 
 typedef struct {

@@ -1,0 +1,33 @@
+// Loads a codec library on first use rather than at program start. libheif, libavif and
+// libjxl pull in some thirty more libraries (the AV1 and HEVC codecs, highway, brotli, abseil)
+// whose mapping, relocation and static constructors cost every process about a third of its
+// start, though most processes (a client, `status`, a JPEG-only worker) never decode either
+// format. Each shim names its library's sonames and the functions it calls; the first call
+// that needs them loads the library, and a library that cannot be loaded is an error code of
+// the shim (its format is then unsupported), never a failure to start.
+#ifndef ENLARGER_LOADER_H
+#define ENLARGER_LOADER_H
+
+#include <stddef.h>
+
+typedef struct {
+    // The names to try with dlopen, in order (the soname first); NULL-terminated.
+    const char *const *names;
+    // The functions to resolve, and where each address goes (slots[i] for symbols[i]).
+    const char *const *symbols;
+    void **slots;
+    size_t count;
+    // Called once the functions are resolved: returns 1 if the loaded library is a version
+    // the shim was compiled for, else 0 with a message. May be NULL.
+    int (*compatible)(char *message, size_t length);
+    // Set by el_ready: 0 not tried yet, 1 loaded, 2 failed (then `error` says why).
+    int state;
+    char error[256];
+} el_library;
+
+/// Loads `library` on the first call (one thread does; the others wait for it) and returns 1
+/// when its functions are ready; 0 with its message copied into `message` (when given) when
+/// it could not be loaded. A failure is final for the process's life.
+int el_ready(el_library *library, char *message, size_t length);
+
+#endif
