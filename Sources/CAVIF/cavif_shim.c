@@ -22,21 +22,6 @@
     X(avifResultToString) \
     X(avifVersion)
 
-static struct {
-#define EA_POINTER(name) __typeof__(name) *name;
-    EA_FUNCTIONS(EA_POINTER)
-#undef EA_POINTER
-} libavif;
-
-static const char *const ea_symbols[] = {
-#define EA_NAME(name) #name,
-    EA_FUNCTIONS(EA_NAME)
-#undef EA_NAME
-};
-
-_Static_assert(sizeof libavif == sizeof ea_symbols / sizeof *ea_symbols * sizeof(void *),
-               "one pointer per symbol");
-
 // libavif's soname counts its ABI, not its version: 0.11 is 15, and 1.x is 16.
 #if AVIF_VERSION_MAJOR == 0 && AVIF_VERSION_MINOR == 11
 #define EA_SONAME "libavif.so.15"
@@ -45,6 +30,8 @@ _Static_assert(sizeof libavif == sizeof ea_symbols / sizeof *ea_symbols * sizeof
 #else
 #define EA_SONAME "libavif.so"
 #endif
+
+EL_LIBRARY(EA_FUNCTIONS, libavif, ea_library, ea_compatible, EA_SONAME, "libavif.so");
 
 static int ea_compatible(char *message, size_t length) {
     const char *version = libavif.avifVersion();
@@ -58,14 +45,6 @@ static int ea_compatible(char *message, size_t length) {
              AVIF_VERSION_MINOR);
     return 0;
 }
-
-static el_library ea_library = {
-    .names = (const char *const[]){EA_SONAME, "libavif.so", NULL},
-    .symbols = ea_symbols,
-    .slots = (void **)&libavif,
-    .count = sizeof ea_symbols / sizeof *ea_symbols,
-    .compatible = ea_compatible,
-};
 
 struct ea_decoder {
     avifDecoder *decoder;

@@ -52,39 +52,18 @@
     X(heif_nclx_color_profile_free) \
     X(heif_read_main_brand)
 
-static struct {
-#define EH_POINTER(name) __typeof__(name) *name;
-    EH_FUNCTIONS(EH_POINTER)
-#undef EH_POINTER
-} libheif;
-
-static const char *const eh_symbols[] = {
-#define EH_NAME(name) #name,
-    EH_FUNCTIONS(EH_NAME)
-#undef EH_NAME
-};
-
-_Static_assert(sizeof libheif == sizeof eh_symbols / sizeof *eh_symbols * sizeof(void *),
-               "one pointer per symbol");
-
 #define EH_BUILT_MINOR ((LIBHEIF_NUMERIC_VERSION >> 16) & 0xFF)
 
 // libheif 1.x keeps its ABI within the major version: any minor version since the one built
 // for will do.
+EL_LIBRARY(EH_FUNCTIONS, libheif, eh_library, eh_compatible, "libheif.so.1", "libheif.so");
+
 static int eh_compatible(char *message, size_t length) {
     int major = libheif.heif_get_version_number_major(), minor = libheif.heif_get_version_number_minor();
     if (major == 1 && minor >= EH_BUILT_MINOR) return 1;
     snprintf(message, length, "libheif %d.%d was loaded; Enlarger was built for 1.%d", major, minor, EH_BUILT_MINOR);
     return 0;
 }
-
-static el_library eh_library = {
-    .names = (const char *const[]){"libheif.so.1", "libheif.so", NULL},
-    .symbols = eh_symbols,
-    .slots = (void **)&libheif,
-    .count = sizeof eh_symbols / sizeof *eh_symbols,
-    .compatible = eh_compatible,
-};
 
 struct eh_decoder {
     struct heif_context *context;

@@ -29,21 +29,6 @@
     X(JxlDecoderSubscribeEvents) \
     X(JxlDecoderVersion)
 
-static struct {
-#define EX_POINTER(name) __typeof__(name) *name;
-    EX_FUNCTIONS(EX_POINTER)
-#undef EX_POINTER
-} libjxl;
-
-static const char *const ex_symbols[] = {
-#define EX_NAME(name) #name,
-    EX_FUNCTIONS(EX_NAME)
-#undef EX_NAME
-};
-
-_Static_assert(sizeof libjxl == sizeof ex_symbols / sizeof *ex_symbols * sizeof(void *),
-               "one pointer per symbol");
-
 #define EX_TEXT(x) #x
 #define EX_NUMBER(x) EX_TEXT(x)
 // Before 1.0 each minor version of libjxl is an ABI of its own, and its soname says which.
@@ -52,6 +37,8 @@ _Static_assert(sizeof libjxl == sizeof ex_symbols / sizeof *ex_symbols * sizeof(
 #else
 #define EX_SONAME "libjxl.so." EX_NUMBER(JPEGXL_MAJOR_VERSION)
 #endif
+
+EL_LIBRARY(EX_FUNCTIONS, libjxl, ex_library, ex_compatible, EX_SONAME, "libjxl.so");
 
 static int ex_compatible(char *message, size_t length) {
     uint32_t loaded = libjxl.JxlDecoderVersion();
@@ -64,14 +51,6 @@ static int ex_compatible(char *message, size_t length) {
     }
     return same;
 }
-
-static el_library ex_library = {
-    .names = (const char *const[]){EX_SONAME, "libjxl.so", NULL},
-    .symbols = ex_symbols,
-    .slots = (void **)&libjxl,
-    .count = sizeof ex_symbols / sizeof *ex_symbols,
-    .compatible = ex_compatible,
-};
 
 static void ex_say(char *message, size_t length, const char *text) {
     if (message != NULL && length > 0) snprintf(message, length, "%s", text);

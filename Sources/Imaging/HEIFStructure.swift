@@ -88,7 +88,7 @@ enum HEIFStructure {
     static func alphaTilesAsGrid(_ data: UnsafeRawBufferPointer, items: Items) -> (range: Range<Int>, bytes: [UInt8])? {
         guard let primary = items.primary, items.types[primary] == "grid", let meta = items.meta,
               !items.references.contains(where: { $0.type == "auxl" && $0.to.contains(primary) }) else { return nil }
-        var reader = BoxReader(data: data)
+        let reader = BoxReader(data: data)
         guard let (at, idSize, tiles) = reader.dimgTargets(of: primary, in: meta) else { return nil }
         var alpha: [Int] = []
         for tile in tiles {
@@ -119,7 +119,7 @@ enum HEIFStructure {
     /// entries and where they go, or nil when the tiles are in order already or the file
     /// cannot be rewritten so (a tile named twice, or by no entry).
     static func tilesInGridOrder(_ data: UnsafeRawBufferPointer, items: Items) -> (range: Range<Int>, bytes: [UInt8])? {
-        var reader = BoxReader(data: data)
+        let reader = BoxReader(data: data)
         guard let meta = items.meta, let naming = reader.namingEntries(in: meta) else { return nil }
         var position: [Int: Int] = [:]
         for (index, id) in naming.ids.enumerated() {

@@ -48,7 +48,7 @@ final class LibraryLoaderTests: XCTestCase {
         func ready() -> (Bool, String) {
             var message = [CChar](repeating: 0, count: 256)
             let ready = el_ready(pointer, &message, message.count) == 1
-            return (ready, String(cString: message))
+            return (ready, String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
     }
 

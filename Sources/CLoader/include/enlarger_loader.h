@@ -25,6 +25,28 @@ typedef struct {
     char error[256];
 } el_library;
 
+/// Declares, for an X-macro FUNCTIONS listing a library's functions, `table` (a struct of
+/// pointers, one per function, each of its declared type: called as `table.name(...)`) and
+/// `library` (the el_library that fills it from the first of the sonames given that loads,
+/// then asks `compatible`).
+#define EL_POINTER(name) __typeof__(name) *name;
+#define EL_NAME(name) #name,
+#define EL_LIBRARY(FUNCTIONS, table, library, compatible_check, ...)                                  \
+    static struct {                                                                                    \
+        FUNCTIONS(EL_POINTER)                                                                          \
+    } table;                                                                                           \
+    static const char *const library##_symbols[] = {FUNCTIONS(EL_NAME)};                             \
+    _Static_assert(sizeof table == sizeof library##_symbols / sizeof *library##_symbols * sizeof(void *), \
+                   "one pointer per symbol");                                                          \
+    static int compatible_check(char *message, size_t length);                                         \
+    static el_library library = {                                                                      \
+        .names = (const char *const[]){__VA_ARGS__, NULL},                                             \
+        .symbols = library##_symbols,                                                                  \
+        .slots = (void **)&table,                                                                      \
+        .count = sizeof library##_symbols / sizeof *library##_symbols,                                 \
+        .compatible = compatible_check,                                                                \
+    }
+
 /// Loads `library` on the first call (one thread does; the others wait for it) and returns 1
 /// when its functions are ready; 0 with its message copied into `message` (when given) when
 /// it could not be loaded. A failure is final for the process's life.
