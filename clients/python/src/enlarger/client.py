@@ -283,8 +283,9 @@ class Client:
         - `share`: send the image's SHA-256 with it (default), so that the broker may answer
           from its result cache (the `Final` then has `cached` set) or let the request share
           one job with identical ones in flight; the worker checks the digest before a result is
-          shared or cached. For a file or URL the worker names the version it reads instead
-          (file identity, URL validator); False opts out the same.
+          shared or cached. Not computed while the broker says (in its `Accepted`) that it
+          neither caches nor shares. For a file or URL the worker names the version it reads
+          instead (file identity, URL validator); False opts out the same.
         - `priority`: the broker lane it waits in, `Priority.INTERACTIVE` (default) or
           `Priority.BULK` (behind every interactive request, never on the capacity kept for
           them: for backfills).
