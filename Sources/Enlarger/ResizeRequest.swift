@@ -88,7 +88,7 @@ public struct ResizeRequest: Sendable {
     /// The Submit header, or the error the request fails with before anything is sent.
     /// Without `digest` an inline image goes without its SHA-256 (the broker said that it
     /// uses none), as if `sharesResults` were off.
-    func wireSubmit(digest: Bool = true) throws(EnlargerClientError) -> Enlarger_V1_Submit {
+    func wireSubmit(digest: Bool) throws(EnlargerClientError) -> Enlarger_V1_Submit {
         try check()
         var submit = Enlarger_V1_Submit()
         submit.requestID = id

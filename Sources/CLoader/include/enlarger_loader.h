@@ -1,10 +1,10 @@
 // Loads a codec library on first use rather than at program start. libheif, libavif and
 // libjxl pull in some thirty more libraries (the AV1 and HEVC codecs, highway, brotli, abseil)
-// whose mapping, relocation and static constructors cost every process about a third of its
-// start, though most processes (a client, `status`, a JPEG-only worker) never decode either
-// format. Each shim names its library's sonames and the functions it calls; the first call
-// that needs them loads the library, and a library that cannot be loaded is an error code of
-// the shim (its format is then unsupported), never a failure to start.
+// whose mapping, relocation and static constructors cost every process about half of its
+// start, though most processes (a client, `status`, a JPEG-only worker) never decode any of
+// the three formats. Each shim names its library's sonames and the functions it calls; the
+// first call that needs them loads the library, and a library that cannot be loaded is an
+// error code of the shim (its format is then unsupported), never a failure to start.
 #ifndef ENLARGER_LOADER_H
 #define ENLARGER_LOADER_H
 
